@@ -1,0 +1,46 @@
+# Thin wrapper over CMake; the real build is CMakeLists.txt.
+#   make              build everything (CUDA too when nvcc is found; MEG_CUDA=OFF for CPU only)
+#   make test         build, then run the CPU tests (unit, tool and multi-process tests)
+#   make test-gpu     build, then run the CUDA tests (needs a GPU)
+#   make demo         the embedded demo: real text to a trained model (scripts/demo.sh)
+#   make bench        benchmarks (scripts/bench.sh); they print tables against reference figures
+#   make install PREFIX=/usr/local
+BUILD    ?= build
+PREFIX   ?= /usr/local
+JOBS     ?= $(shell nproc)
+MEG_CUDA ?=
+GENERATOR := $(shell command -v ninja >/dev/null 2>&1 && echo Ninja || echo "Unix Makefiles")
+CMAKE_ARGS := -G "$(GENERATOR)" -DCMAKE_INSTALL_PREFIX=$(PREFIX) $(if $(MEG_CUDA),-DMEG_CUDA=$(MEG_CUDA)) $(CMAKE_FLAGS)
+
+.PHONY: all setup configure test test-gpu demo bench install clean
+
+all: configure
+	cmake --build $(BUILD) -j $(JOBS)
+
+setup:
+	@bash scripts/setup.sh
+
+configure:
+	@test -f $(BUILD)/CMakeCache.txt || cmake -S . -B $(BUILD) $(CMAKE_ARGS)
+
+test: setup
+	@$(MAKE) --no-print-directory all
+	cd $(BUILD) && ctest -L cpu --output-on-failure -j $(JOBS)
+
+test-gpu:
+	@$(MAKE) --no-print-directory all
+	cd $(BUILD) && ctest -L gpu --output-on-failure
+
+demo: setup
+	@$(MAKE) --no-print-directory all
+	@bash scripts/demo.sh $(BUILD)/bin
+
+bench: setup
+	@$(MAKE) --no-print-directory all
+	@bash scripts/bench.sh $(BUILD)/bin
+
+install: all
+	cmake --install $(BUILD)
+
+clean:
+	rm -rf $(BUILD)

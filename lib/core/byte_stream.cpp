@@ -1,0 +1,215 @@
+#include "core/byte_stream.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zstd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+
+namespace meg {
+namespace {
+constexpr size_t kBufferSize = 1 << 20;
+constexpr uint8_t kZstdMagic[4] = {0x28, 0xB5, 0x2F, 0xFD};
+}  // namespace
+
+struct ByteReader::ZstdState {
+  ZSTD_DStream* stream = ZSTD_createDStream();
+  size_t pending = 0;  // last ZSTD_decompressStream result: 0 once a frame is complete
+  ~ZstdState() { ZSTD_freeDStream(stream); }
+};
+
+struct ByteWriter::ZstdState {
+  ZSTD_CStream* stream = ZSTD_createCStream();
+  ~ZstdState() { ZSTD_freeCStream(stream); }
+};
+
+// ---------------------------------------------------------------------------------------------
+// ByteReader
+
+ByteReader::ByteReader(const std::string& path)
+    : path_(path == "-" ? "<stdin>" : path), raw_(kBufferSize), out_(kBufferSize) {
+  if (path == "-") {
+    fd_ = STDIN_FILENO;
+  } else {
+    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd_ < 0) system_error(path, "cannot open");
+    own_fd_ = true;
+  }
+  struct stat st {};
+  if (::fstat(fd_, &st) == 0) {
+    if (S_ISDIR(st.st_mode)) input_error("{}: is a directory", path_);
+    if (S_ISREG(st.st_mode)) raw_size_ = static_cast<uint64_t>(st.st_size);
+  }
+  // Peek at the first bytes to recognise a zstd frame.
+  while (raw_len_ < sizeof(kZstdMagic) && fill_raw() > 0) {
+  }
+  if (raw_len_ >= sizeof(kZstdMagic) && std::memcmp(raw_.data(), kZstdMagic, sizeof(kZstdMagic)) == 0) {
+    zstd_ = std::make_unique<ZstdState>();
+    ZSTD_initDStream(zstd_->stream);
+  }
+}
+
+ByteReader::~ByteReader() {
+  if (own_fd_) ::close(fd_);
+}
+
+size_t ByteReader::fill_raw() {
+  if (raw_eof_) return 0;
+  if (raw_pos_ > 0) {  // keep unread bytes at the front
+    std::memmove(raw_.data(), raw_.data() + raw_pos_, raw_len_ - raw_pos_);
+    raw_len_ -= raw_pos_;
+    raw_pos_ = 0;
+  }
+  for (;;) {
+    const ssize_t n = ::read(fd_, raw_.data() + raw_len_, raw_.size() - raw_len_);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) system_error(path_, "read failed");
+    if (n == 0) raw_eof_ = true;
+    raw_len_ += static_cast<size_t>(n);
+    raw_consumed_ += static_cast<uint64_t>(n);
+    return static_cast<size_t>(n);
+  }
+}
+
+bool ByteReader::refill() {
+  out_pos_ = out_len_ = 0;
+  if (!zstd_) {
+    if (raw_pos_ == raw_len_ && fill_raw() == 0) return false;
+    // Hand raw bytes over by swapping buffers: no copy for uncompressed input.
+    std::swap(raw_, out_);
+    out_pos_ = raw_pos_;
+    out_len_ = raw_len_;
+    raw_pos_ = raw_len_ = 0;
+    if (raw_.size() < kBufferSize) raw_.resize(kBufferSize);
+    return out_len_ > out_pos_;
+  }
+  while (out_len_ == 0) {
+    if (raw_pos_ == raw_len_ && fill_raw() == 0) {
+      if (zstd_->pending != 0) input_error("{}: truncated zstd stream", path_);
+      return false;
+    }
+    ZSTD_inBuffer in{raw_.data(), raw_len_, raw_pos_};
+    ZSTD_outBuffer out{out_.data(), out_.size(), 0};
+    const size_t ret = ZSTD_decompressStream(zstd_->stream, &out, &in);
+    if (ZSTD_isError(ret))
+      input_error("{}: corrupt zstd data near compressed offset {}: {}", path_,
+                  raw_consumed_ - (raw_len_ - in.pos), ZSTD_getErrorName(ret));
+    raw_pos_ = in.pos;
+    out_len_ = out.pos;
+    zstd_->pending = ret;
+  }
+  return true;
+}
+
+size_t ByteReader::read(void* out, size_t n) {
+  auto* dst = static_cast<uint8_t*>(out);
+  size_t done = 0;
+  while (done < n) {
+    if (out_pos_ == out_len_ && !refill()) break;
+    const size_t take = std::min(n - done, out_len_ - out_pos_);
+    std::memcpy(dst + done, out_.data() + out_pos_, take);
+    out_pos_ += take;
+    done += take;
+  }
+  offset_ += done;
+  return done;
+}
+
+bool ByteReader::read_exact(void* out, size_t n, size_t* got) {
+  const size_t r = read(out, n);
+  if (got) *got = r;
+  return r == n;
+}
+
+bool ByteReader::at_end() { return out_pos_ == out_len_ && !refill(); }
+
+// ---------------------------------------------------------------------------------------------
+// ByteWriter
+
+ByteWriter::ByteWriter(const std::string& path, int zstd_level)
+    : path_(path == "-" ? "<stdout>" : path), buf_(kBufferSize) {
+  if (path == "-") {
+    fd_ = STDOUT_FILENO;
+  } else {
+    const std::filesystem::path p(path);
+    const auto dir = p.has_parent_path() ? p.parent_path() : std::filesystem::path(".");
+    temp_path_ = (dir / fmt::format(".{}.tmp.{}", p.filename().string(), ::getpid())).string();
+    fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd_ < 0) system_error(path, "cannot create");
+  }
+  if (zstd_level > 0) {
+    zstd_ = std::make_unique<ZstdState>();
+    ZSTD_initCStream(zstd_->stream, zstd_level);
+    zbuf_.resize(ZSTD_CStreamOutSize());
+  }
+}
+
+ByteWriter::~ByteWriter() {
+  if (temp_path_.empty()) return;
+  if (fd_ >= 0) ::close(fd_);
+  if (!committed_) ::unlink(temp_path_.c_str());
+}
+
+void ByteWriter::write_fd(const void* data, size_t n) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  while (n > 0) {
+    const ssize_t w = ::write(fd_, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) system_error(path_, "write failed");
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+}
+
+void ByteWriter::flush_buffer(bool end) {
+  if (!zstd_) {
+    write_fd(buf_.data(), buf_len_);
+    buf_len_ = 0;
+    return;
+  }
+  ZSTD_inBuffer in{buf_.data(), buf_len_, 0};
+  for (;;) {
+    ZSTD_outBuffer out{zbuf_.data(), zbuf_.size(), 0};
+    const size_t ret = ZSTD_compressStream2(zstd_->stream, &out, &in, end ? ZSTD_e_end : ZSTD_e_continue);
+    if (ZSTD_isError(ret)) throw std::runtime_error(std::string("zstd: ") + ZSTD_getErrorName(ret));
+    write_fd(zbuf_.data(), out.pos);
+    if (end ? ret == 0 : in.pos == in.size) break;
+  }
+  buf_len_ = 0;
+}
+
+void ByteWriter::write(const void* data, size_t n) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  written_ += n;
+  while (n > 0) {
+    const size_t take = std::min(n, buf_.size() - buf_len_);
+    std::memcpy(buf_.data() + buf_len_, p, take);
+    buf_len_ += take;
+    p += take;
+    n -= take;
+    if (buf_len_ == buf_.size()) flush_buffer(false);
+  }
+}
+
+void ByteWriter::commit() {
+  if (committed_) return;
+  flush_buffer(true);
+  committed_ = true;
+  if (temp_path_.empty()) return;
+  if (::fsync(fd_) != 0) system_error(path_, "fsync failed");
+  if (::close(fd_) != 0) system_error(path_, "close failed");
+  fd_ = -1;
+  if (::rename(temp_path_.c_str(), path_.c_str()) != 0) {
+    ::unlink(temp_path_.c_str());
+    system_error(path_, "cannot rename into place");
+  }
+}
+
+}  // namespace meg

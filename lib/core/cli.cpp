@@ -1,0 +1,104 @@
+#include "core/cli.hpp"
+
+#include <fstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.hpp"
+#include "core/log.hpp"
+
+namespace meg::cli {
+namespace {
+
+// CLI11 reads TOML/INI settings files by default; ours are JSON, flat or nested by subcommand.
+class JsonConfig : public CLI::Config {
+ public:
+  std::string to_config(const CLI::App*, bool, bool, std::string) const override {
+    return {};  // we never write settings files through CLI11
+  }
+
+  std::vector<CLI::ConfigItem> from_config(std::istream& input) const override {
+    nlohmann::json j;
+    try {
+      input >> j;
+    } catch (const nlohmann::json::exception& e) {
+      throw CLI::ConversionError(std::string("settings file is not valid JSON: ") + e.what());
+    }
+    if (!j.is_object()) throw CLI::ConversionError("settings file must hold a JSON object");
+    std::vector<CLI::ConfigItem> items;
+    collect(j, {}, items);
+    return items;
+  }
+
+ private:
+  static void collect(const nlohmann::json& j, const std::vector<std::string>& parents,
+                      std::vector<CLI::ConfigItem>& items) {
+    for (const auto& [key, value] : j.items()) {
+      if (value.is_object()) {
+        auto p = parents;
+        p.push_back(key);
+        collect(value, p, items);
+        continue;
+      }
+      CLI::ConfigItem item;
+      item.parents = parents;
+      item.name = key;
+      if (value.is_array()) {
+        for (const auto& v : value) item.inputs.push_back(scalar(v));
+      } else if (value.is_boolean()) {
+        item.inputs.push_back(value.get<bool>() ? "true" : "false");
+      } else {
+        item.inputs.push_back(scalar(value));
+      }
+      items.push_back(std::move(item));
+    }
+  }
+
+  static std::string scalar(const nlohmann::json& v) {
+    return v.is_string() ? v.get<std::string>() : v.dump();
+  }
+};
+
+}  // namespace
+
+void add_common_options(CLI::App& app, const std::string& example) {
+  app.set_version_flag("--version", std::string(MEG_VERSION));
+  app.add_flag_callback("-q,--quiet", [] { log::set_quiet(true); }, "Print no progress or summary");
+  app.config_formatter(std::make_shared<JsonConfig>());
+  app.set_config("--config", "", "Read options from a JSON settings file (command line wins)");
+  app.footer("Example:\n  " + example);
+}
+
+int run_tool(CLI::App& app, int argc, char** argv, const std::function<int()>& body) {
+  log::set_program(app.get_name());
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    log::write_line(std::string(e.what()) + " (try --help)");
+    return kExitBadInput;
+  }
+  try {
+    return body();
+  } catch (const InputError& e) {
+    log::write_line(e.what());
+    return kExitBadInput;
+  } catch (const std::exception& e) {
+    log::write_line(std::string("internal error: ") + e.what());
+    return kExitInternal;
+  }
+}
+
+unsigned resolve_workers(unsigned requested) {
+  if (requested > 0) return requested;
+  const unsigned n = std::thread::hardware_concurrency();
+  return n == 0 ? 1 : n;
+}
+
+}  // namespace meg::cli

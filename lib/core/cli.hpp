@@ -1,0 +1,29 @@
+// What every tool's main shares: option parsing through CLI11, the common options, a JSON settings
+// file, and the mapping of errors to exit statuses (core/error.hpp).
+//
+//   int main(int argc, char** argv) {
+//     CLI::App app{"meg-index: ...", "meg-index"};
+//     ... app.add_option(...) ...
+//     return meg::cli::run_tool(app, argc, argv, [&] { ...; return 0; });
+//   }
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+namespace meg::cli {
+
+// Adds --quiet, --version and --config FILE (a JSON object whose keys are long option names;
+// options given on the command line win), and an example for --help.
+void add_common_options(CLI::App& app, const std::string& example);
+
+// Parses, runs BODY and turns what escapes into an exit status: usage errors and InputError print
+// one line and give 1, anything else prints "internal error" and gives 2.
+int run_tool(CLI::App& app, int argc, char** argv, const std::function<int()>& body);
+
+// Worker threads to use when the user gave N (0 = all available cores).
+unsigned resolve_workers(unsigned requested);
+
+}  // namespace meg::cli

@@ -1,0 +1,81 @@
+#include "core/progress.hpp"
+
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include "core/log.hpp"
+
+namespace meg {
+namespace {
+constexpr auto kTerminalInterval = std::chrono::milliseconds(200);
+constexpr auto kLogInterval = std::chrono::seconds(30);
+
+std::string human_duration(double seconds) {
+  if (seconds < 60) return fmt::format("{:.0f}s", seconds);
+  if (seconds < 3600) return fmt::format("{:.0f}m{:02.0f}s", seconds / 60 - 0.5, std::fmod(seconds, 60.0));
+  return fmt::format("{:.0f}h{:02.0f}m", seconds / 3600 - 0.5, std::fmod(seconds / 60, 60.0));
+}
+}  // namespace
+
+std::string human_count(double value, const std::string& unit) {
+  static const char* kPrefixes[] = {"", "k", "M", "G", "T", "P"};
+  int i = 0;
+  while (value >= 1000 && i < 5) {
+    value /= 1000;
+    ++i;
+  }
+  return i == 0 ? fmt::format("{:.0f} {}", value, unit) : fmt::format("{:.2f} {}{}", value, kPrefixes[i], unit);
+}
+
+Progress::Progress(std::string what, uint64_t total, std::string unit)
+    : what_(std::move(what)),
+      unit_(std::move(unit)),
+      total_(total),
+      tty_(::isatty(STDERR_FILENO) == 1),
+      enabled_(!log::quiet()),
+      start_(std::chrono::steady_clock::now()),
+      last_draw_(start_) {}
+
+Progress::~Progress() {
+  if (tty_ && enabled_ && !finished_) log::write_line("");  // leave the cursor on a fresh line
+}
+
+void Progress::set(uint64_t done) {
+  done_ = done;
+  if (!enabled_) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (now - last_draw_ < (tty_ ? kTerminalInterval : std::chrono::duration_cast<std::chrono::milliseconds>(kLogInterval)))
+    return;
+  last_draw_ = now;
+  draw(false);
+}
+
+void Progress::finish() {
+  if (finished_) return;
+  finished_ = true;
+  if (enabled_) draw(true);
+}
+
+void Progress::draw(bool final) {
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  const double rate = secs > 0 ? done_ / secs : 0;
+  std::string line = fmt::format("{}: {}", what_, human_count(done_, unit_));
+  if (total_ > 0 && !final) {
+    const double frac = std::min(1.0, double(done_) / total_);
+    const double left = rate > 0 ? (total_ - std::min(done_, total_)) / rate : 0;
+    line += fmt::format(" of {} ({:.1f}%), {}/s, {} left", human_count(total_, unit_), 100 * frac,
+                        human_count(rate, unit_), human_duration(left));
+  } else {
+    line += fmt::format(", {}/s, {}", human_count(rate, unit_), human_duration(secs));
+  }
+  if (tty_) {
+    const std::string out = "\r" + log::program() + ": " + line + "\x1b[K" + (final ? "\n" : "");
+    ssize_t ignored = ::write(STDERR_FILENO, out.data(), out.size());
+    (void)ignored;
+  } else {
+    log::write_line(line);
+  }
+}
+
+}  // namespace meg

@@ -1,0 +1,30 @@
+// GPT-2 byte-level BPE (vocab.json + merges.txt), matching GPT-2's reference encoder exactly:
+// the same pre-tokenisation (contractions, letters, numbers, other symbols, whitespace, over all of
+// Unicode), the same byte-to-unicode mapping and the same merge order.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "data/tokenizer.hpp"
+
+namespace meg {
+
+class Gpt2BpeTokenizer final : public Tokenizer {
+ public:
+  Gpt2BpeTokenizer(const std::string& vocab_json, const std::string& merges_txt);
+  ~Gpt2BpeTokenizer() override;
+
+  void encode(std::string_view text, std::vector<int32_t>& out) const override;
+  std::string decode(std::span<const int32_t> ids) const override;
+  int32_t vocab_size() const override;
+  int32_t eod_id() const override;  // <|endoftext|>
+  std::string describe() const override;
+  uint64_t fingerprint() const override;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace meg

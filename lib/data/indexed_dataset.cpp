@@ -1,0 +1,263 @@
+#include "data/indexed_dataset.hpp"
+
+#include <limits>
+
+#include "core/error.hpp"
+#include "core/hash.hpp"
+
+namespace meg {
+namespace {
+constexpr char kMagic[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', '\0', '\0'};
+constexpr uint64_t kVersion = 1;
+constexpr size_t kHeaderSize = 9 + 8 + 1 + 8 + 8;
+
+template <typename T>
+T read_at(const uint8_t* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+}  // namespace
+
+size_t dtype_size(TokenDtype dtype) {
+  switch (dtype) {
+    case TokenDtype::kUint8: case TokenDtype::kInt8: return 1;
+    case TokenDtype::kInt16: case TokenDtype::kUint16: return 2;
+    case TokenDtype::kInt32: case TokenDtype::kFloat32: return 4;
+    case TokenDtype::kInt64: case TokenDtype::kFloat64: return 8;
+  }
+  return 0;
+}
+
+const char* dtype_name(TokenDtype dtype) {
+  switch (dtype) {
+    case TokenDtype::kUint8: return "uint8";
+    case TokenDtype::kInt8: return "int8";
+    case TokenDtype::kInt16: return "int16";
+    case TokenDtype::kInt32: return "int32";
+    case TokenDtype::kInt64: return "int64";
+    case TokenDtype::kFloat64: return "float64";
+    case TokenDtype::kFloat32: return "float32";
+    case TokenDtype::kUint16: return "uint16";
+  }
+  return "unknown";
+}
+
+bool dtype_is_integer(TokenDtype dtype) { return dtype != TokenDtype::kFloat32 && dtype != TokenDtype::kFloat64; }
+
+TokenDtype dtype_for_vocab(uint64_t vocab_size) {
+  return vocab_size < 65500 ? TokenDtype::kUint16 : TokenDtype::kInt32;
+}
+
+// ---------------------------------------------------------------------------------------------
+// TokenView
+
+int64_t TokenView::operator[](size_t i) const {
+  const uint8_t* p = data + i * dtype_size(dtype);
+  switch (dtype) {
+    case TokenDtype::kUint8: return *p;
+    case TokenDtype::kInt8: return static_cast<int8_t>(*p);
+    case TokenDtype::kInt16: return read_at<int16_t>(p);
+    case TokenDtype::kUint16: return read_at<uint16_t>(p);
+    case TokenDtype::kInt32: return read_at<int32_t>(p);
+    case TokenDtype::kInt64: return read_at<int64_t>(p);
+    case TokenDtype::kFloat32: return static_cast<int64_t>(read_at<float>(p));
+    case TokenDtype::kFloat64: return static_cast<int64_t>(read_at<double>(p));
+  }
+  return 0;
+}
+
+void TokenView::copy_to(int32_t* out, size_t from, size_t n) const {
+  // The two dtypes meg writes get tight loops; the rest go through operator[].
+  if (dtype == TokenDtype::kUint16) {
+    const uint8_t* p = data + 2 * from;
+    for (size_t i = 0; i < n; ++i) out[i] = read_at<uint16_t>(p + 2 * i);
+  } else if (dtype == TokenDtype::kInt32) {
+    std::memcpy(out, data + 4 * from, 4 * n);
+  } else {
+    for (size_t i = 0; i < n; ++i) out[i] = static_cast<int32_t>((*this)[from + i]);
+  }
+}
+
+std::vector<int32_t> TokenView::to_vector() const {
+  std::vector<int32_t> v(size);
+  copy_to(v.data(), 0, size);
+  return v;
+}
+
+// ---------------------------------------------------------------------------------------------
+// IndexedDataset
+
+IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
+  const std::string idx_path = prefix + ".idx";
+  const std::string bin_path = prefix + ".bin";
+  idx_ = MappedFile(idx_path);
+  const uint8_t* p = idx_.data();
+  if (idx_.size() < kHeaderSize) {
+    if (idx_.size() >= 9 && std::memcmp(p, kMagic, 9) != 0)
+      input_error("{}: offset 0: not a Megatron indexed dataset index (bad magic)", idx_path);
+    input_error("{}: truncated: {} bytes, shorter than the {}-byte header", idx_path, idx_.size(), kHeaderSize);
+  }
+  if (std::memcmp(p, kMagic, 9) != 0)
+    input_error("{}: offset 0: not a Megatron indexed dataset index (bad magic)", idx_path);
+  const uint64_t version = read_at<uint64_t>(p + 9);
+  if (version != kVersion)
+    input_error("{}: offset 9: index version {} is not supported (only version 1)", idx_path, version);
+  const uint8_t code = p[17];
+  if (code < 1 || code > 8) input_error("{}: offset 17: unknown dtype code {}", idx_path, code);
+  dtype_ = static_cast<TokenDtype>(code);
+  const uint64_t seqs = read_at<uint64_t>(p + 18);
+  const uint64_t docs = read_at<uint64_t>(p + 26);
+  // Sizes are checked in 128-bit-safe steps so a corrupt count cannot overflow the arithmetic.
+  const uint64_t max_entries = idx_.size() / 4;
+  if (seqs > max_entries || docs > max_entries || docs == 0)
+    input_error("{}: offset 18: implausible counts ({} sequences, {} document indices) for a {}-byte index",
+                idx_path, seqs, docs, idx_.size());
+  const uint64_t expected = kHeaderSize + seqs * 4 + seqs * 8 + docs * 8;
+  if (idx_.size() != expected)
+    input_error("{}: size is {} bytes but its header ({} sequences, {} document indices) needs {}{}", idx_path,
+                idx_.size(), seqs, docs, expected, idx_.size() < expected ? " (truncated)" : "");
+  num_sequences_ = seqs;
+  num_doc_indices_ = docs;
+  lengths_ = p + kHeaderSize;
+  pointers_ = lengths_ + seqs * 4;
+  doc_indices_ = pointers_ + seqs * 8;
+
+  bin_ = MappedFile(bin_path);
+  const size_t item = dtype_size(dtype_);
+  if (bin_.size() % item != 0)
+    input_error("{}: size {} is not a multiple of the {}-byte {} tokens", bin_path, bin_.size(), item,
+                dtype_name(dtype_));
+  uint64_t end = 0;
+  if (seqs > 0) {
+    if (sequence_pointer(0) != 0) input_error("{}: the first sequence must start at byte 0 (corrupt index)", idx_path);
+    const int64_t last_ptr = sequence_pointer(seqs - 1);
+    const int32_t last_len = sequence_length(seqs - 1);
+    if (last_ptr < 0 || last_len < 0)
+      input_error("{}: negative offset or length in the last sequence (corrupt index)", idx_path);
+    end = uint64_t(last_ptr) + uint64_t(last_len) * item;
+  }
+  if (end != bin_.size())
+    input_error("{}: size is {} bytes but {} says its sequences end at byte {}{}", bin_path, bin_.size(), idx_path,
+                end, bin_.size() < end ? " (truncated .bin)" : " (index and data do not match)");
+  if (document_index(0) != 0 || uint64_t(document_index(docs - 1)) != seqs)
+    input_error("{}: document indices must run from 0 to the sequence count {} (corrupt index)", idx_path, seqs);
+}
+
+TokenView IndexedDataset::sequence(size_t i) const {
+  return {bin_.data() + sequence_pointer(i), size_t(sequence_length(i)), dtype_};
+}
+
+TokenView IndexedDataset::document(size_t i) const {
+  const int64_t first = document_index(i), last = document_index(i + 1);
+  if (first == last) return {bin_.data(), 0, dtype_};
+  const int64_t begin = sequence_pointer(first);
+  const size_t bytes = sequence_pointer(last - 1) + size_t(sequence_length(last - 1)) * dtype_size(dtype_) - begin;
+  return {bin_.data() + begin, bytes / dtype_size(dtype_), dtype_};
+}
+
+size_t IndexedDataset::document_length(size_t i) const {
+  size_t n = 0;
+  for (int64_t s = document_index(i); s < document_index(i + 1); ++s) n += sequence_length(s);
+  return n;
+}
+
+void IndexedDataset::verify(uint64_t vocab_size) const {
+  const std::string idx_path = prefix_ + ".idx";
+  const size_t item = dtype_size(dtype_);
+  uint64_t offset = 0;
+  for (size_t i = 0; i < num_sequences_; ++i) {
+    const int32_t len = sequence_length(i);
+    if (len < 0) input_error("{}: sequence {}: negative length {}", idx_path, i, len);
+    if (uint64_t(sequence_pointer(i)) != offset)
+      input_error("{}: sequence {}: byte offset {} should be {} (offsets must follow the lengths)", idx_path, i,
+                  sequence_pointer(i), offset);
+    offset += uint64_t(len) * item;
+  }
+  if (offset != bin_.size())
+    input_error("{}: sequences cover {} bytes but {}.bin has {}", idx_path, offset, prefix_, bin_.size());
+  for (size_t d = 1; d < num_doc_indices_; ++d)
+    if (document_index(d) < document_index(d - 1) || uint64_t(document_index(d)) > num_sequences_)
+      input_error("{}: document index {} ({}) is out of order or past the sequence count", idx_path, d,
+                  document_index(d));
+  if (vocab_size > 0) {
+    if (!dtype_is_integer(dtype_)) input_error("{}: {} tokens are not token ids", idx_path, dtype_name(dtype_));
+    const TokenView all{bin_.data(), bin_.size() / item, dtype_};
+    for (size_t i = 0; i < all.size; ++i) {
+      const int64_t t = all[i];
+      if (t < 0 || uint64_t(t) >= vocab_size)
+        input_error("{}.bin: offset {}: token {} is outside the vocabulary of {}", prefix_, i * item, t, vocab_size);
+    }
+  }
+}
+
+uint64_t IndexedDataset::idx_fingerprint() const { return xxh64(idx_.data(), idx_.size()); }
+
+// ---------------------------------------------------------------------------------------------
+// IndexedDatasetWriter
+
+IndexedDatasetWriter::IndexedDatasetWriter(const std::string& prefix, TokenDtype dtype)
+    : prefix_(prefix), dtype_(dtype), bin_(prefix + ".bin") {
+  if (dtype != TokenDtype::kUint16 && dtype != TokenDtype::kInt32)
+    throw std::invalid_argument("meg writes uint16 or int32 tokens");
+}
+
+void IndexedDatasetWriter::add_document(std::span<const int32_t> tokens) {
+  if (!tokens.empty()) {
+    if (tokens.size() > size_t(std::numeric_limits<int32_t>::max()))
+      input_error("{}.bin: a document of {} tokens is longer than the format allows", prefix_, tokens.size());
+    if (dtype_ == TokenDtype::kUint16) {
+      buf_.resize(tokens.size() * 2);
+      for (size_t i = 0; i < tokens.size(); ++i) {
+        const uint16_t t = static_cast<uint16_t>(tokens[i]);
+        std::memcpy(buf_.data() + 2 * i, &t, 2);
+      }
+      bin_.write(buf_.data(), buf_.size());
+    } else {
+      bin_.write(tokens.data(), tokens.size() * 4);
+    }
+    lengths_.push_back(static_cast<int32_t>(tokens.size()));
+    tokens_ += tokens.size();
+  }
+  doc_indices_.push_back(static_cast<int64_t>(lengths_.size()));
+}
+
+void IndexedDatasetWriter::append(const IndexedDataset& other) {
+  if (other.dtype() != dtype_)
+    input_error("{}: tokens are {} but the output is {}: merge datasets of one dtype", other.prefix(),
+                dtype_name(other.dtype()), dtype_name(dtype_));
+  const int64_t base = static_cast<int64_t>(lengths_.size());
+  for (size_t i = 0; i < other.num_sequences(); ++i) lengths_.push_back(other.sequence_length(i));
+  for (size_t d = 1; d <= other.num_documents(); ++d) doc_indices_.push_back(base + other.document_index(d));
+  // The .bin is the sequences back to back, so the whole file copies over as one block.
+  if (other.num_sequences() > 0) {
+    const TokenView first = other.sequence(0);
+    bin_.write(first.data, other.bin_bytes());
+  }
+  tokens_ += other.num_tokens();
+}
+
+void IndexedDatasetWriter::finish() {
+  ByteWriter idx(prefix_ + ".idx");
+  const uint64_t version = kVersion, seqs = lengths_.size(), docs = doc_indices_.size();
+  const uint8_t code = static_cast<uint8_t>(dtype_);
+  idx.write(kMagic, sizeof(kMagic));
+  idx.write(&version, 8);
+  idx.write(&code, 1);
+  idx.write(&seqs, 8);
+  idx.write(&docs, 8);
+  idx.write(lengths_.data(), lengths_.size() * 4);
+  std::vector<int64_t> pointers(lengths_.size());
+  int64_t offset = 0;
+  for (size_t i = 0; i < lengths_.size(); ++i) {
+    pointers[i] = offset;
+    offset += int64_t(lengths_[i]) * int64_t(dtype_size(dtype_));
+  }
+  idx.write(pointers.data(), pointers.size() * 8);
+  idx.write(doc_indices_.data(), doc_indices_.size() * 8);
+  // .bin first: a reader finding the new .idx then always finds the .bin it describes.
+  bin_.commit();
+  idx.commit();
+}
+
+}  // namespace meg

@@ -1,0 +1,48 @@
+// SentencePiece models (BPE or unigram) through the SentencePiece library, and their training.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "data/tokenizer.hpp"
+
+namespace sentencepiece {
+class SentencePieceProcessor;
+}
+
+namespace meg {
+
+class SentencePieceTokenizer final : public Tokenizer {
+ public:
+  explicit SentencePieceTokenizer(const std::string& model_path);
+  ~SentencePieceTokenizer() override;
+
+  void encode(std::string_view text, std::vector<int32_t>& out) const override;
+  std::string decode(std::span<const int32_t> ids) const override;
+  int32_t vocab_size() const override;
+  int32_t eod_id() const override;  // the model's eos id, as Megatron's SentencePiece tokenizer
+  std::string describe() const override;
+  uint64_t fingerprint() const override { return fingerprint_; }
+
+ private:
+  std::string path_;
+  std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
+  uint64_t fingerprint_ = 0;
+};
+
+struct SentencePieceTrainOptions {
+  int vocab_size = 8000;
+  std::string model_type = "bpe";  // bpe | unigram
+  double character_coverage = 0.9995;
+  int threads = 1;
+  uint64_t max_sentences = 0;  // 0: use every document
+  uint32_t seed = 0;
+  std::string extra;  // more trainer flags, "--key=value --key2=value2"
+};
+
+// Trains on DOCUMENTS and writes the model to OUTPUT (atomically) and its vocabulary beside it.
+void train_sentencepiece(const std::vector<std::string>& documents, const SentencePieceTrainOptions& options,
+                         const std::string& output);
+
+}  // namespace meg

@@ -1,0 +1,38 @@
+// The tokenizer interface: text to ids and back. Two kinds stand behind it:
+//   - SentencePiece models (.model), through the SentencePiece library;
+//   - GPT-2 byte-level BPE (vocab.json + merges.txt), our own implementation (data/gpt2_bpe.hpp).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace meg {
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+
+  // Appends the ids of TEXT (valid UTF-8) to OUT. Safe to call from many threads at once.
+  virtual void encode(std::string_view text, std::vector<int32_t>& out) const = 0;
+  // The text of IDS; ids outside the vocabulary are an InputError.
+  virtual std::string decode(std::span<const int32_t> ids) const = 0;
+
+  virtual int32_t vocab_size() const = 0;
+  virtual int32_t eod_id() const = 0;  // appended to each document by --append-eod
+  virtual std::string describe() const = 0;  // one line for logs: kind, vocabulary, file
+  // Identifies the vocabulary (a hash of the model files) so later stages can refuse a mismatch.
+  virtual uint64_t fingerprint() const = 0;
+};
+
+// Loads PATH: a SentencePiece .model, or a GPT-2 vocab.json when MERGES names its merges.txt.
+std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path, const std::string& merges = "");
+
+// Checks that TEXT is well-formed UTF-8; on failure returns false and the byte offset of the
+// first bad sequence in *bad_offset.
+bool valid_utf8(std::string_view text, size_t* bad_offset = nullptr);
+
+}  // namespace meg
