@@ -38,7 +38,10 @@ Progress::Progress(std::string what, uint64_t total, std::string unit)
       last_draw_(start_) {}
 
 Progress::~Progress() {
-  if (tty_ && enabled_ && !finished_) log::write_line("");  // leave the cursor on a fresh line
+  if (tty_ && drawn_ && !finished_) {  // interrupted: leave the cursor on a fresh line
+    ssize_t ignored = ::write(STDERR_FILENO, "\n", 1);
+    (void)ignored;
+  }
 }
 
 void Progress::set(uint64_t done) {
@@ -54,10 +57,11 @@ void Progress::set(uint64_t done) {
 void Progress::finish() {
   if (finished_) return;
   finished_ = true;
-  if (enabled_) draw(true);
+  if (enabled_ && drawn_) draw(true);  // short work that never showed progress needs no total either
 }
 
 void Progress::draw(bool final) {
+  drawn_ = true;
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   const double rate = secs > 0 ? done_ / secs : 0;
   std::string line = fmt::format("{}: {}", what_, human_count(done_, unit_));

@@ -25,7 +25,7 @@ class Progress {
 
   std::string what_, unit_;
   uint64_t total_, done_ = 0;
-  bool tty_, enabled_, finished_ = false;
+  bool tty_, enabled_, finished_ = false, drawn_ = false;
   std::chrono::steady_clock::time_point start_, last_draw_;
 };
 

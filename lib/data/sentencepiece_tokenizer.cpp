@@ -3,6 +3,9 @@
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <filesystem>
 
 #include "core/byte_stream.hpp"
@@ -84,16 +87,25 @@ void train_sentencepiece(const std::vector<std::string>& documents, const Senten
   }
   if (lines.empty()) input_error("no text to train on");
   std::string args = fmt::format(
-      "--vocab_size={} --model_type={} --character_coverage={} --num_threads={} --random_seed={} "
-      "--minloglevel=2 --max_sentence_length=16384 --train_extremely_large_corpus=false",
-      options.vocab_size, options.model_type, options.character_coverage, options.threads, options.seed);
+      "--vocab_size={} --model_type={} --character_coverage={} --num_threads={} "
+      "--minloglevel=2 --max_sentence_length=16384",
+      options.vocab_size, options.model_type, options.character_coverage, options.threads);
   if (options.max_sentences > 0)
     args += fmt::format(" --input_sentence_size={} --shuffle_input_sentence=true", options.max_sentences);
   if (!options.extra.empty()) args += " " + options.extra;
 
+  sentencepiece::SetRandomGeneratorSeed(options.seed);  // sampling of --max-sentences lines
   VectorIterator it(lines);
   std::string model;
+  // The trainer logs its command line before it reads --minloglevel; its errors come back in the
+  // status, so its stderr is silenced for the call.
+  const int saved_stderr = ::dup(STDERR_FILENO);
+  const int devnull = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+  ::dup2(devnull, STDERR_FILENO);
   const auto status = sentencepiece::SentencePieceTrainer::Train(args, &it, &model);
+  ::dup2(saved_stderr, STDERR_FILENO);
+  ::close(saved_stderr);
+  ::close(devnull);
   if (!status.ok()) input_error("SentencePiece training failed: {}", status.ToString());
 
   ByteWriter out(output);

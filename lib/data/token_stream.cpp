@@ -85,9 +85,9 @@ void TokenStreamWriter::finish() {
 
 TokenStreamReader::TokenStreamReader(const std::string& path) : in_(path) { read_header(header_); }
 
-void TokenStreamReader::truncated(const char* what) {
-  input_error("{}: offset {}: token stream ends inside {} (truncated: was the writer interrupted?)", in_.path(),
-              in_.offset(), what);
+void TokenStreamReader::truncated(uint64_t at, const char* what) {
+  input_error("{}: offset {}: token stream ends inside {} (truncated: was the writer interrupted?)", in_.path(), at,
+              what);
 }
 
 void TokenStreamReader::read_header(TokenStreamHeader& h) {
@@ -98,7 +98,7 @@ void TokenStreamReader::read_header(TokenStreamHeader& h) {
     if (got == 0 && at == 0) input_error("{}: empty input, not a token stream", in_.path());
     if (got < 8 || std::memcmp(b, kMagic, 8) != 0)
       input_error("{}: offset {}: not a meg token stream (bad magic)", in_.path(), at);
-    truncated("the header");
+    truncated(at, "the header");
   }
   if (std::memcmp(b, kMagic, 8) != 0)
     input_error("{}: offset {}: not a meg token stream (bad magic; meg-tokenize writes these)", in_.path(), at);
@@ -121,11 +121,10 @@ bool TokenStreamReader::next(std::vector<int32_t>& tokens) {
   for (;;) {
     const uint64_t at = in_.offset();
     uint32_t n;
-    size_t got = 0;
-    if (!in_.read_exact(&n, 4, &got)) truncated("a document length");
+    if (!in_.read_exact(&n, 4)) truncated(at, "a document length");
     if (n == kTrailerMark) {
       uint64_t counts[2];
-      if (!in_.read_exact(counts, sizeof(counts))) truncated("the trailer");
+      if (!in_.read_exact(counts, sizeof(counts))) truncated(at, "the trailer");
       if (counts[0] != part_documents_ || counts[1] != part_tokens_)
         input_error("{}: offset {}: trailer counts {} documents and {} tokens but the stream holds {} and {}",
                     in_.path(), at, counts[0], counts[1], part_documents_, part_tokens_);
@@ -139,7 +138,7 @@ bool TokenStreamReader::next(std::vector<int32_t>& tokens) {
     }
     const size_t bytes = size_t(n) * header_.token_bytes;
     buf_.resize(bytes);
-    if (!in_.read_exact(buf_.data(), bytes)) truncated("a document");
+    if (!in_.read_exact(buf_.data(), bytes)) truncated(at, "a document");
     tokens.resize(n);
     const uint8_t* p = buf_.data();
     if (header_.token_bytes == 2) {

@@ -61,7 +61,7 @@ class TokenStreamReader {
 
  private:
   void read_header(TokenStreamHeader& header);
-  [[noreturn]] void truncated(const char* what);
+  [[noreturn]] void truncated(uint64_t at, const char* what);  // AT: where the cut item starts
 
   ByteReader in_;
   TokenStreamHeader header_;

@@ -2,7 +2,7 @@
 # real binaries from $MEG_BIN on real files and calls pass/fail helpers; any failure exits 1.
 set -euo pipefail
 
-: "${MEG_BIN:?MEG_BIN must name the build's bin folder}"
+: "${MEG_BIN:?MEG_BIN must name the bin folder of a build}"
 : "${MEG_TEST_DATA:?MEG_TEST_DATA must name tests/data}"
 export PATH="$MEG_BIN:$PATH"
 export LC_ALL=C.UTF-8

@@ -1,0 +1,100 @@
+// meg-tokenize: text or JSONL documents to a token stream; also trains SentencePiece models and
+// decodes token streams back to text.
+#include <unistd.h>
+
+#include <chrono>
+
+#include "core/cli.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "core/progress.hpp"
+#include "data/sentencepiece_tokenizer.hpp"
+#include "data/tokenize.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{"Turn text or JSONL documents into a token stream for meg-index (or train a tokenizer).",
+               "meg-tokenize"};
+  std::vector<std::string> inputs{"-"};
+  std::string tokenizer_path, merges, output = "-", format = "jsonl";
+  std::optional<std::string> separator;
+  meg::TokenizeOptions options;
+  unsigned workers = 0;
+  int zstd_level = 0;
+  bool train = false, decode = false;
+  meg::SentencePieceTrainOptions train_options;
+
+  app.add_option("files", inputs, "Input files (default: stdin); zstd-compressed input is detected");
+  app.add_option("-t,--tokenizer", tokenizer_path, "SentencePiece .model, or GPT-2 vocab.json with --merges");
+  app.add_option("--merges", merges, "GPT-2 merges.txt (byte-level BPE)");
+  app.add_option("--format", format, "Input (and --decode output) format")->check(CLI::IsMember({"jsonl", "text"}));
+  app.add_option("--json-key", options.format.json_key, "JSONL key holding the text")->capture_default_str();
+  app.add_option("--doc-separator", separator,
+                 "Text format: documents end at a line equal to this ('' = blank line); default: one per line");
+  app.add_flag("--append-eod", options.append_eod, "Append the end-of-document token to every document");
+  app.add_option("-w,--workers", workers, "Tokenizing threads (default: all cores)");
+  app.add_option("-o,--output", output, "Output file (default: stdout)");
+  app.add_option("--zstd", zstd_level, "Compress the output with zstd at this level (1-19)")
+      ->expected(0, 1)->default_str("3")->check(CLI::Range(1, 19));
+  app.add_flag("--skip-bad", options.skip_bad, "Skip malformed or empty documents and count them");
+  app.add_flag("--decode", decode, "Turn a token stream back into documents");
+  app.add_flag("--train", train, "Train a SentencePiece model on the documents (-o names it)");
+  app.add_option("--vocab-size", train_options.vocab_size, "Training: vocabulary size")->capture_default_str();
+  app.add_option("--model-type", train_options.model_type, "Training: bpe or unigram")
+      ->check(CLI::IsMember({"bpe", "unigram"}))->capture_default_str();
+  app.add_option("--character-coverage", train_options.character_coverage, "Training: share of characters covered")
+      ->capture_default_str();
+  app.add_option("--max-sentences", train_options.max_sentences, "Training: sample at most this many lines");
+  app.add_option("--seed", train_options.seed, "Training: random seed")->capture_default_str();
+  meg::cli::add_common_options(app, "meg-tokenize --tokenizer spm.model --append-eod docs.jsonl | meg-index -o data/docs");
+
+  return meg::cli::run_tool(app, argc, argv, [&] {
+    const auto start = std::chrono::steady_clock::now();
+    options.format.jsonl = format == "jsonl";
+    options.format.separator = separator;
+    if (separator && options.format.jsonl) meg::input_error("--doc-separator applies to --format text only");
+    options.workers = meg::cli::resolve_workers(workers);
+    if (train && decode) meg::input_error("--train and --decode do not go together");
+
+    if (train) {
+      if (output == "-") meg::input_error("--train needs -o MODEL_FILE");
+      meg::TokenizeStats stats;
+      const auto docs = meg::read_documents(inputs, options, stats);
+      meg::log::info("training a {} model of {} pieces on {} documents ({})", train_options.model_type,
+                     train_options.vocab_size, stats.documents, meg::human_count(stats.text_bytes, "B"));
+      train_options.threads = static_cast<int>(options.workers);
+      meg::train_sentencepiece(docs, train_options, output);
+      meg::log::info("wrote {}", output);
+      return 0;
+    }
+
+    const auto tokenizer = meg::load_tokenizer(tokenizer_path, merges);
+    if (decode) {
+      if (inputs.size() != 1) meg::input_error("--decode reads one token stream");
+      meg::TokenStreamReader in(inputs[0]);
+      meg::ByteWriter out(output, zstd_level);
+      const uint64_t docs = meg::decode_stream(in, *tokenizer, options.format, out);
+      out.commit();
+      meg::log::info("decoded {} documents", docs);
+      return 0;
+    }
+
+    if (output == "-" && ::isatty(STDOUT_FILENO) == 1)
+      meg::input_error("the token stream is binary: send it to a file (-o) or a pipe, not a terminal");
+    meg::ByteWriter out(output, zstd_level);
+    meg::TokenStreamWriter writer(out, meg::TokenStreamHeader::for_vocab(tokenizer->vocab_size(),
+                                                                         tokenizer->eod_id(), tokenizer->fingerprint()));
+    const auto stats = meg::tokenize_inputs(inputs, *tokenizer, options, writer);
+    writer.finish();
+    out.commit();
+
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    meg::log::info("{} documents, {} tokens from {} of text in {:.2f} s ({}/s, {}/s; {}, {} workers){}",
+                   stats.documents, stats.tokens, meg::human_count(stats.text_bytes, "B"), secs,
+                   meg::human_count(stats.input_bytes / secs, "B"), meg::human_count(stats.tokens / secs, "tokens"),
+                   tokenizer->describe(), options.workers,
+                   stats.skipped_bad + stats.skipped_empty > 0
+                       ? fmt::format("; skipped {} bad and {} empty", stats.skipped_bad, stats.skipped_empty)
+                       : "");
+    return 0;
+  });
+}
