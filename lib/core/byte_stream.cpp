@@ -146,7 +146,9 @@ ByteWriter::ByteWriter(const std::string& path, int zstd_level)
   }
   if (zstd_level > 0) {
     zstd_ = std::make_unique<ZstdState>();
-    ZSTD_initCStream(zstd_->stream, zstd_level);
+    ZSTD_CCtx_setParameter(zstd_->stream, ZSTD_c_compressionLevel, zstd_level);
+    // A checksum per frame, as the zstd tool writes: corruption is found on read, not trusted.
+    ZSTD_CCtx_setParameter(zstd_->stream, ZSTD_c_checksumFlag, 1);
     zbuf_.resize(ZSTD_CStreamOutSize());
   }
 }

@@ -1,0 +1,150 @@
+// Token streams, indexed datasets and document reading, on small files written here.
+#include <filesystem>
+
+#include "catch.hpp"
+#include "core/error.hpp"
+#include "data/dataset_tools.hpp"
+#include "data/document_reader.hpp"
+#include "data/indexed_dataset.hpp"
+#include "data/token_stream.hpp"
+#include "data/tokenizer.hpp"
+#include "test_util.hpp"
+
+using namespace meg;
+using Catch::Matchers::ContainsSubstring;
+
+namespace {
+std::vector<std::vector<int32_t>> sample_documents(int32_t vocab) {
+  std::vector<std::vector<int32_t>> docs;
+  for (int d = 0; d < 50; ++d) {
+    std::vector<int32_t> doc;
+    for (int t = 0; t < (d * 7) % 23 + 1; ++t) doc.push_back((d * 131 + t * 17) % vocab);
+    docs.push_back(doc);
+  }
+  return docs;
+}
+
+void write_stream(const std::string& path, const std::vector<std::vector<int32_t>>& docs, uint32_t vocab) {
+  ByteWriter out(path);
+  TokenStreamWriter w(out, TokenStreamHeader::for_vocab(vocab, 0, 1234));
+  for (const auto& d : docs) w.write_document(d);
+  w.finish();
+  out.commit();
+}
+}  // namespace
+
+TEST_CASE("Token streams round-trip at both token widths", "[data]") {
+  TempDir dir;
+  for (uint32_t vocab : {50257u, 200000u}) {
+    const auto docs = sample_documents(static_cast<int32_t>(vocab));
+    write_stream(dir.path("s"), docs, vocab);
+    TokenStreamReader r(dir.path("s"));
+    CHECK(r.header().token_bytes == (vocab <= 65536 ? 2 : 4));
+    std::vector<int32_t> doc;
+    size_t i = 0;
+    while (r.next(doc)) CHECK(doc == docs.at(i++));
+    CHECK(i == docs.size());
+  }
+}
+
+TEST_CASE("Token stream readers refuse what is not whole", "[data]") {
+  TempDir dir;
+  const auto docs = sample_documents(1000);
+  write_stream(dir.path("s"), docs, 1000);
+  const std::string whole = read_file(dir.path("s"));
+  std::vector<int32_t> doc;
+  auto drain = [&](const std::string& bytes) {
+    write_file(dir.path("bad"), bytes);
+    TokenStreamReader r(dir.path("bad"));
+    while (r.next(doc)) {
+    }
+  };
+  CHECK_NOTHROW(drain(whole));
+  CHECK_NOTHROW(drain(whole + whole));  // concatenated streams are one stream
+  CHECK_THROWS_WITH(drain(whole.substr(0, whole.size() - 1)), ContainsSubstring("truncated"));
+  CHECK_THROWS_WITH(drain(whole.substr(0, whole.size() - 20)), ContainsSubstring("truncated"));
+  std::string bad_count = whole;
+  bad_count[bad_count.size() - 16] ^= 1;  // trailer's document count
+  CHECK_THROWS_WITH(drain(bad_count), ContainsSubstring("trailer counts"));
+  std::string out_of_vocab = whole;
+  out_of_vocab[32 + 4] = char(0xff), out_of_vocab[32 + 5] = char(0xff);  // first token of document 0
+  CHECK_THROWS_WITH(drain(out_of_vocab), ContainsSubstring("offset 36: token 65535 is outside the vocabulary"));
+}
+
+TEST_CASE("Indexed datasets round-trip, empty documents included", "[data]") {
+  TempDir dir;
+  auto docs = sample_documents(60000);
+  docs.insert(docs.begin() + 3, std::vector<int32_t>{});  // Megatron: a document with no sequence
+  for (TokenDtype dtype : {TokenDtype::kUint16, TokenDtype::kInt32}) {
+    IndexedDatasetWriter w(dir.path("d"), dtype);
+    for (const auto& d : docs) w.add_document(d);
+    w.finish();
+    IndexedDataset ds(dir.path("d"));
+    REQUIRE(ds.num_documents() == docs.size());
+    CHECK(ds.num_sequences() == docs.size() - 1);
+    CHECK(ds.dtype() == dtype);
+    for (size_t i = 0; i < docs.size(); ++i) {
+      CHECK(ds.document(i).to_vector() == docs[i]);
+      CHECK(ds.document_length(i) == docs[i].size());
+    }
+    CHECK_NOTHROW(ds.verify(60000));
+    CHECK_THROWS_AS(ds.verify(100), InputError);
+  }
+}
+
+TEST_CASE("Merging datasets equals indexing their streams together", "[data]") {
+  TempDir dir;
+  const auto docs = sample_documents(5000);
+  write_stream(dir.path("s"), docs, 5000);
+  index_streams({dir.path("s")}, dir.path("one"));
+  index_streams({dir.path("s"), dir.path("s")}, dir.path("two_streams"));
+  merge_datasets({dir.path("one"), dir.path("one")}, dir.path("merged"));
+  CHECK(read_file(dir.path("merged.bin")) == read_file(dir.path("two_streams.bin")));
+  CHECK(read_file(dir.path("merged.idx")) == read_file(dir.path("two_streams.idx")));
+  CHECK(dtype_for_vocab(65499) == TokenDtype::kUint16);
+  CHECK(dtype_for_vocab(65500) == TokenDtype::kInt32);
+}
+
+TEST_CASE("UTF-8 validation finds the first bad byte", "[data]") {
+  size_t at = 0;
+  CHECK(valid_utf8("plain ascii, long enough for the fast path"));
+  CHECK(valid_utf8("Ünïcödé 東京 😀"));
+  CHECK_FALSE(valid_utf8("abc\xff", &at));
+  CHECK(at == 3);
+  CHECK_FALSE(valid_utf8("0123456789\xc3", &at));  // cut short
+  CHECK(at == 10);
+  CHECK_FALSE(valid_utf8("\xc0\xaf", &at));  // overlong '/'
+  CHECK_FALSE(valid_utf8("\xed\xa0\x80", &at));  // a surrogate
+  CHECK_FALSE(valid_utf8("\xf4\x90\x80\x80", &at));  // past U+10FFFF
+}
+
+TEST_CASE("Records keep their line numbers across batch edges", "[data]") {
+  TempDir dir;
+  std::string text;
+  for (int i = 0; i < 500; ++i) text += "line " + std::to_string(i) + (i % 7 == 0 ? "\n\n" : "\n");
+  write_file(dir.path("t.txt"), text);
+
+  for (size_t batch_bytes : {1, 10, 100, 1 << 20}) {
+    // One document per line (blank lines are empty documents).
+    DocumentFormat by_line{false, "text", std::nullopt};
+    RecordReader lines(dir.path("t.txt"), by_line);
+    RecordBatch b;
+    std::vector<std::pair<std::string, uint64_t>> seen;
+    while (lines.next_batch(b, batch_bytes))
+      for (const auto& r : b.records) seen.emplace_back(b.data.substr(r.begin, r.end - r.begin), r.line);
+    REQUIRE(seen.size() == 500 + 72);
+    CHECK(seen[0] == std::make_pair(std::string("line 0"), uint64_t(0)));
+    CHECK(seen[1] == std::make_pair(std::string(""), uint64_t(1)));
+    CHECK(seen.back().second == 571);
+
+    // Blank-line separated paragraphs.
+    DocumentFormat paras{false, "text", std::string()};
+    RecordReader blocks(dir.path("t.txt"), paras);
+    std::vector<std::pair<std::string, uint64_t>> got;
+    while (blocks.next_batch(b, batch_bytes))
+      for (const auto& r : b.records) got.emplace_back(b.data.substr(r.begin, r.end - r.begin), r.line);
+    REQUIRE(got.size() == 73);
+    CHECK(got[0] == std::make_pair(std::string("line 0"), uint64_t(0)));
+    CHECK(got[1] == std::make_pair(std::string("line 1\nline 2\nline 3\nline 4\nline 5\nline 6\nline 7"), uint64_t(2)));
+  }
+}
