@@ -88,10 +88,10 @@ int main(int argc, char** argv) {
     out.commit();
 
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    meg::log::info("{} documents, {} tokens from {} of text in {:.2f} s ({}/s, {}/s; {}, {} workers){}",
+    meg::log::info("{} documents, {} tokens from {} of text in {:.2f} s ({}/s, {}/s; {}, {} worker{}){}",
                    stats.documents, stats.tokens, meg::human_count(stats.text_bytes, "B"), secs,
                    meg::human_count(stats.input_bytes / secs, "B"), meg::human_count(stats.tokens / secs, "tokens"),
-                   tokenizer->describe(), options.workers,
+                   tokenizer->describe(), options.workers, options.workers == 1 ? "" : "s",
                    stats.skipped_bad + stats.skipped_empty > 0
                        ? fmt::format("; skipped {} bad and {} empty", stats.skipped_bad, stats.skipped_empty)
                        : "");

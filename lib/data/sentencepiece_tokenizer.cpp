@@ -12,25 +12,127 @@
 #include "core/error.hpp"
 #include "core/hash.hpp"
 #include "core/mapped_file.hpp"
+#include "data/word_cache.hpp"
 
 namespace meg {
 
+namespace {
+
+// The few fields of the model's protobuf (sentencepiece_model.proto) that decide whether a text
+// may be encoded word by word. Read from the wire format directly: the library does not expose them.
+struct NormalizerFlags {
+  std::string name;
+  bool add_dummy_prefix = true, remove_extra_whitespaces = true, escape_whitespaces = true;
+  bool has_rules = false;
+};
+
+bool read_varint(std::string_view& in, uint64_t& v) {
+  v = 0;
+  for (int shift = 0; shift < 64 && !in.empty(); shift += 7) {
+    const auto b = static_cast<uint8_t>(in.front());
+    in.remove_prefix(1);
+    v |= uint64_t(b & 0x7f) << shift;
+    if ((b & 0x80) == 0) return true;
+  }
+  return false;
+}
+
+// Calls F(field, wire_type, varint, bytes) for each field of a message; false if malformed.
+template <typename F>
+bool for_each_field(std::string_view msg, F&& f) {
+  while (!msg.empty()) {
+    uint64_t key, v = 0;
+    std::string_view bytes;
+    if (!read_varint(msg, key)) return false;
+    switch (key & 7) {
+      case 0: if (!read_varint(msg, v)) return false; break;
+      case 1: if (msg.size() < 8) return false; msg.remove_prefix(8); break;
+      case 5: if (msg.size() < 4) return false; msg.remove_prefix(4); break;
+      case 2:
+        if (!read_varint(msg, v) || v > msg.size()) return false;
+        bytes = msg.substr(0, v);
+        msg.remove_prefix(v);
+        break;
+      default: return false;
+    }
+    f(key >> 3, key & 7, v, bytes);
+  }
+  return true;
+}
+
+NormalizerFlags read_normalizer(std::string_view model) {
+  NormalizerFlags n;
+  for_each_field(model, [&](uint64_t field, uint64_t, uint64_t, std::string_view bytes) {
+    if (field != 3) return;  // ModelProto.normalizer_spec
+    for_each_field(bytes, [&](uint64_t f, uint64_t, uint64_t v, std::string_view b) {
+      if (f == 1) n.name = b;
+      if (f == 3) n.add_dummy_prefix = v != 0;
+      if (f == 4) n.remove_extra_whitespaces = v != 0;
+      if (f == 5) n.escape_whitespaces = v != 0;
+      if (f == 6) n.has_rules = !b.empty();
+    });
+  });
+  return n;
+}
+
+}  // namespace
+
 SentencePieceTokenizer::SentencePieceTokenizer(const std::string& model_path)
-    : path_(model_path), sp_(std::make_unique<sentencepiece::SentencePieceProcessor>()) {
+    : path_(model_path),
+      sp_(std::make_unique<sentencepiece::SentencePieceProcessor>()),
+      cache_owner_(WordCache::new_owner_id()) {
   const MappedFile file(model_path);
   const std::string_view bytes(reinterpret_cast<const char*>(file.data()), file.size());
   const auto status = sp_->LoadFromSerializedProto(bytes);
   if (!status.ok()) input_error("{}: not a SentencePiece model: {}", model_path, status.ToString());
   fingerprint_ = xxh64(bytes.data(), bytes.size());
+
+  // Encoding space-separated words one at a time gives the same ids as encoding the whole text when
+  // (a) runs of spaces collapse and every word gets the same "\u2581" prefix, (b) the normalizer
+  // never rewrites across a space (the standard NFKC tables; no custom rules), and (c) no piece holds
+  // "\u2581" anywhere but at its start, so no piece can span two words. Then each distinct word is
+  // encoded once and cached. Other models take the library's path for every text.
+  const NormalizerFlags n = read_normalizer(bytes);
+  const bool standard_tables = n.name.empty() || n.name == "nmt_nfkc" || n.name == "nfkc" ||
+                               n.name == "nmt_nfkc_cf" || n.name == "nfkc_cf" || n.name == "identity";
+  by_word_ = n.add_dummy_prefix && n.remove_extra_whitespaces && n.escape_whitespaces && standard_tables &&
+             !n.has_rules;
+  for (int i = 0; by_word_ && i < sp_->GetPieceSize(); ++i) {
+    const std::string& piece = sp_->IdToPiece(i);
+    if (piece.find("\xe2\x96\x81", 1) != std::string::npos) by_word_ = false;
+  }
 }
 
 SentencePieceTokenizer::~SentencePieceTokenizer() = default;
 
-void SentencePieceTokenizer::encode(std::string_view text, std::vector<int32_t>& out) const {
+void SentencePieceTokenizer::encode_whole(std::string_view text, std::vector<int32_t>& out) const {
   std::vector<int> ids;
   const auto status = sp_->Encode(text, &ids);
   if (!status.ok()) throw std::runtime_error("SentencePiece encode failed: " + status.ToString());
   out.insert(out.end(), ids.begin(), ids.end());
+}
+
+void SentencePieceTokenizer::encode(std::string_view text, std::vector<int32_t>& out) const {
+  if (!by_word_) return encode_whole(text, out);
+  WordCache& cache = WordCache::for_thread(cache_owner_);
+  std::vector<int32_t> ids;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    const size_t space = text.find(' ', pos);
+    const size_t end = space == std::string_view::npos ? text.size() : space;
+    if (end > pos) {
+      const std::string_view word = text.substr(pos, end - pos);
+      if (const auto* hit = cache.find(word)) {
+        out.insert(out.end(), hit->begin(), hit->end());
+      } else {
+        ids.clear();
+        encode_whole(word, ids);
+        cache.insert(word, ids);
+        out.insert(out.end(), ids.begin(), ids.end());
+      }
+    }
+    pos = end + 1;
+  }
 }
 
 std::string SentencePieceTokenizer::decode(std::span<const int32_t> ids) const {

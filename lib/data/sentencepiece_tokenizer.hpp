@@ -24,11 +24,17 @@ class SentencePieceTokenizer final : public Tokenizer {
   int32_t eod_id() const override;  // the model's eos id, as Megatron's SentencePiece tokenizer
   std::string describe() const override;
   uint64_t fingerprint() const override { return fingerprint_; }
+  // Whether encode() goes word by word through a cache (see the constructor for when it may), and
+  // the library's own whole-text path, which it must always agree with.
+  bool encodes_by_word() const { return by_word_; }
+  void encode_whole(std::string_view text, std::vector<int32_t>& out) const;
 
  private:
   std::string path_;
   std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
   uint64_t fingerprint_ = 0;
+  uint64_t cache_owner_;  // this tokenizer's per-thread word caches
+  bool by_word_ = false;  // whether the model allows word-by-word encoding (see the constructor)
 };
 
 struct SentencePieceTrainOptions {

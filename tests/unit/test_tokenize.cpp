@@ -75,3 +75,39 @@ TEST_CASE("SentencePiece encodes and decodes through the interface", "[tokenize]
   CHECK_THROWS_WITH(spm.decode(bad), ContainsSubstring("token 2000 at position 1"));
   CHECK_THROWS_WITH(SentencePieceTokenizer(kFixture), ContainsSubstring("not a SentencePiece model"));
 }
+
+TEST_CASE("SentencePiece word-by-word encoding equals the library's whole-text encoding", "[tokenize]") {
+  TempDir dir;
+  const std::string stress =
+      "  leading spaces\tand tabs\n\nand  blank   lines  \u3000ideographic\u3000space, zero\u200bwidth, "
+      "e\u0301 combining, \uff21\uff22 fullwidth, \u2460 circled, ｶﾀｶﾅ halfwidth, 😀👩‍👩‍👧 emoji, \u00a0nbsp, "
+      "\r\ncrlf, trailing   ";
+  // The Megatron reference model (BPE), and a unigram model trained here on the same text.
+  std::vector<std::string> docs;
+  {
+    RecordReader reader(kFixture, DocumentFormat{});
+    RecordBatch batch;
+    std::string text, message;
+    while (reader.next_batch(batch, 1 << 20))
+      for (size_t i = 0; i < batch.records.size(); ++i)
+        if (extract_document(batch, i, DocumentFormat{}, text, message) == RecordProblem::kNone) docs.push_back(text);
+  }
+  docs.push_back(stress);
+  SentencePieceTrainOptions unigram;
+  unigram.vocab_size = 800;
+  unigram.model_type = "unigram";
+  train_sentencepiece(docs, unigram, dir.path("unigram.model"));
+
+  for (const std::string model : {kData + "/megatron/fortunes_spm.model", dir.path("unigram.model")}) {
+    const SentencePieceTokenizer spm(model);
+    REQUIRE(spm.encodes_by_word());
+    for (int pass = 0; pass < 2; ++pass) {  // the second pass answers from the cache
+      for (const auto& doc : docs) {
+        std::vector<int32_t> by_word, whole;
+        spm.encode(doc, by_word);
+        spm.encode_whole(doc, whole);
+        REQUIRE(by_word == whole);
+      }
+    }
+  }
+}
