@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The embedded demo (make demo): real text from Debian's fortunes packages, through every stage of
+# data preparation: train a SentencePiece model, tokenize, index, blend, and show the results.
+#   scripts/demo.sh BIN_DIR [WORK_DIR]
+set -euo pipefail
+bin=$(cd "${1:?usage: demo.sh BIN_DIR [WORK_DIR]}" && pwd)
+work=${2:-.demo}
+export PATH="$bin:$PATH"
+here=$(cd "$(dirname "$0")" && pwd)
+mkdir -p "$work"
+cd "$work"
+
+step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+
+step "corpus: every fortune one JSONL document, in two collections"
+bash "$here/demo-corpus.sh" .
+wc -l tech.jsonl general.jsonl
+
+step "meg-tokenize --train: a SentencePiece BPE model of 4000 pieces"
+meg-tokenize --train --vocab-size 4000 --model-type bpe -o spm.model tech.jsonl general.jsonl
+
+step "meg-tokenize | meg-index: token streams to Megatron .bin/.idx"
+for c in tech general; do
+  meg-tokenize --tokenizer spm.model --append-eod "$c.jsonl" | meg-index -o "$c"
+done
+
+step "meg-index --info"
+meg-index --info tech general
+
+step "meg-blend: 30% technical, 70% general, samples of 257 tokens"
+meg-blend --seq-length 256 --samples 20000 --seed 1234 --split 949,50,1 -o fortunes.blend 0.3 tech 0.7 general
+
+step "meg-blend --dump"
+meg-blend --dump fortunes.blend
+
+step "a training sample, decoded"
+meg-tokenize --tokenizer spm.model --decode --format text <(meg-blend --sample 0 --stream fortunes.blend) | head -c 600
+echo
+echo
+echo "demo: files are in $(pwd)"
