@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "core/bytes.hpp"
+
 namespace meg {
 namespace {
 constexpr uint64_t P1 = 11400714785074694791ULL;
@@ -13,8 +15,8 @@ constexpr uint64_t P4 = 9650029242287828579ULL;
 constexpr uint64_t P5 = 2870177450012600261ULL;
 
 inline uint64_t rotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
-inline uint64_t load64(const uint8_t* p) { uint64_t v; std::memcpy(&v, p, 8); return v; }
-inline uint32_t load32(const uint8_t* p) { uint32_t v; std::memcpy(&v, p, 4); return v; }
+inline uint64_t load64(const uint8_t* p) { return load_unaligned<uint64_t>(p); }
+inline uint32_t load32(const uint8_t* p) { return load_unaligned<uint32_t>(p); }
 inline uint64_t round(uint64_t acc, uint64_t input) { return rotl(acc + input * P2, 31) * P1; }
 inline uint64_t merge(uint64_t acc, uint64_t v) { return (acc ^ round(0, v)) * P1 + P4; }
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <limits>
 
+#include "core/bytes.hpp"
 #include "core/error.hpp"
 #include "core/hash.hpp"
 
@@ -10,13 +11,6 @@ namespace {
 constexpr char kMagic[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', '\0', '\0'};
 constexpr uint64_t kVersion = 1;
 constexpr size_t kHeaderSize = 9 + 8 + 1 + 8 + 8;
-
-template <typename T>
-T read_at(const uint8_t* p) {
-  T v;
-  std::memcpy(&v, p, sizeof(T));
-  return v;
-}
 }  // namespace
 
 size_t dtype_size(TokenDtype dtype) {
@@ -57,12 +51,12 @@ int64_t TokenView::operator[](size_t i) const {
   switch (dtype) {
     case TokenDtype::kUint8: return *p;
     case TokenDtype::kInt8: return static_cast<int8_t>(*p);
-    case TokenDtype::kInt16: return read_at<int16_t>(p);
-    case TokenDtype::kUint16: return read_at<uint16_t>(p);
-    case TokenDtype::kInt32: return read_at<int32_t>(p);
-    case TokenDtype::kInt64: return read_at<int64_t>(p);
-    case TokenDtype::kFloat32: return static_cast<int64_t>(read_at<float>(p));
-    case TokenDtype::kFloat64: return static_cast<int64_t>(read_at<double>(p));
+    case TokenDtype::kInt16: return load_unaligned<int16_t>(p);
+    case TokenDtype::kUint16: return load_unaligned<uint16_t>(p);
+    case TokenDtype::kInt32: return load_unaligned<int32_t>(p);
+    case TokenDtype::kInt64: return load_unaligned<int64_t>(p);
+    case TokenDtype::kFloat32: return static_cast<int64_t>(load_unaligned<float>(p));
+    case TokenDtype::kFloat64: return static_cast<int64_t>(load_unaligned<double>(p));
   }
   return 0;
 }
@@ -71,7 +65,7 @@ void TokenView::copy_to(int32_t* out, size_t from, size_t n) const {
   // The two dtypes meg writes get tight loops; the rest go through operator[].
   if (dtype == TokenDtype::kUint16) {
     const uint8_t* p = data + 2 * from;
-    for (size_t i = 0; i < n; ++i) out[i] = read_at<uint16_t>(p + 2 * i);
+    for (size_t i = 0; i < n; ++i) out[i] = load_unaligned<uint16_t>(p + 2 * i);
   } else if (dtype == TokenDtype::kInt32) {
     std::memcpy(out, data + 4 * from, 4 * n);
   } else {
@@ -100,14 +94,14 @@ IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
   }
   if (std::memcmp(p, kMagic, 9) != 0)
     input_error("{}: offset 0: not a Megatron indexed dataset index (bad magic)", idx_path);
-  const uint64_t version = read_at<uint64_t>(p + 9);
+  const uint64_t version = load_unaligned<uint64_t>(p + 9);
   if (version != kVersion)
     input_error("{}: offset 9: index version {} is not supported (only version 1)", idx_path, version);
   const uint8_t code = p[17];
   if (code < 1 || code > 8) input_error("{}: offset 17: unknown dtype code {}", idx_path, code);
   dtype_ = static_cast<TokenDtype>(code);
-  const uint64_t seqs = read_at<uint64_t>(p + 18);
-  const uint64_t docs = read_at<uint64_t>(p + 26);
+  const uint64_t seqs = load_unaligned<uint64_t>(p + 18);
+  const uint64_t docs = load_unaligned<uint64_t>(p + 26);
   // Sizes are checked in 128-bit-safe steps so a corrupt count cannot overflow the arithmetic.
   const uint64_t max_entries = idx_.size() / 4;
   if (seqs > max_entries || docs > max_entries || docs == 0)

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/byte_stream.hpp"
+#include "core/bytes.hpp"
 #include "core/mapped_file.hpp"
 
 namespace meg {
@@ -72,11 +73,7 @@ class IndexedDataset {
 
  private:
   template <typename T>
-  static T load(const uint8_t* base, size_t i) {
-    T v;
-    std::memcpy(&v, base + i * sizeof(T), sizeof(T));
-    return v;
-  }
+  static T load(const uint8_t* base, size_t i) { return load_unaligned<T>(base + i * sizeof(T)); }
 
   std::string prefix_;
   MappedFile idx_, bin_;

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "core/bytes.hpp"
 #include "core/error.hpp"
 
 namespace meg {
@@ -11,20 +12,6 @@ constexpr uint32_t kVersion = 1;
 constexpr uint32_t kTrailerMark = 0xFFFFFFFFu;
 constexpr size_t kHeaderSize = 32;
 
-// Appends V's bytes to B (resize + memcpy: GCC 12 misreads insert() of a few bytes as overflow).
-template <typename T>
-void put(std::vector<uint8_t>& b, T v) {
-  const size_t at = b.size();
-  b.resize(at + sizeof(T));
-  std::memcpy(b.data() + at, &v, sizeof(T));
-}
-
-template <typename T>
-T get(const uint8_t* p) {
-  T v;
-  std::memcpy(&v, p, sizeof(T));
-  return v;
-}
 }  // namespace
 
 TokenStreamHeader TokenStreamHeader::for_vocab(uint32_t vocab_size, int32_t eod_id, uint64_t fingerprint) {
@@ -45,19 +32,19 @@ bool TokenStreamHeader::compatible_with(const TokenStreamHeader& o) const {
 
 TokenStreamWriter::TokenStreamWriter(ByteWriter& out, const TokenStreamHeader& header) : out_(out), header_(header) {
   std::vector<uint8_t> b(std::begin(kMagic), std::end(kMagic));
-  put<uint32_t>(b, kVersion);
-  put<uint32_t>(b, header.vocab_size);
-  put<int32_t>(b, header.eod_id);
-  put<uint8_t>(b, header.token_bytes);
-  put<uint8_t>(b, 0), put<uint8_t>(b, 0), put<uint8_t>(b, 0);
-  put<uint64_t>(b, header.tokenizer_fingerprint);
+  append_bytes<uint32_t>(b, kVersion);
+  append_bytes<uint32_t>(b, header.vocab_size);
+  append_bytes<int32_t>(b, header.eod_id);
+  append_bytes<uint8_t>(b, header.token_bytes);
+  append_bytes<uint8_t>(b, 0), append_bytes<uint8_t>(b, 0), append_bytes<uint8_t>(b, 0);
+  append_bytes<uint64_t>(b, header.tokenizer_fingerprint);
   out_.write(b.data(), b.size());
 }
 
 void TokenStreamWriter::write_document(std::span<const int32_t> tokens) {
   if (tokens.size() >= kTrailerMark) throw std::runtime_error("document too long for the token stream");
   buf_.clear();
-  put<uint32_t>(buf_, static_cast<uint32_t>(tokens.size()));
+  append_bytes<uint32_t>(buf_, static_cast<uint32_t>(tokens.size()));
   const size_t at = buf_.size();
   buf_.resize(at + tokens.size() * header_.token_bytes);
   if (header_.token_bytes == 2) {
@@ -75,9 +62,9 @@ void TokenStreamWriter::write_document(std::span<const int32_t> tokens) {
 
 void TokenStreamWriter::finish() {
   buf_.clear();
-  put<uint32_t>(buf_, kTrailerMark);
-  put<uint64_t>(buf_, documents_);
-  put<uint64_t>(buf_, tokens_);
+  append_bytes<uint32_t>(buf_, kTrailerMark);
+  append_bytes<uint64_t>(buf_, documents_);
+  append_bytes<uint64_t>(buf_, tokens_);
   out_.write(buf_.data(), buf_.size());
 }
 
@@ -102,14 +89,14 @@ void TokenStreamReader::read_header(TokenStreamHeader& h) {
   }
   if (std::memcmp(b, kMagic, 8) != 0)
     input_error("{}: offset {}: not a meg token stream (bad magic; meg-tokenize writes these)", in_.path(), at);
-  h.version = get<uint32_t>(b + 8);
+  h.version = load_unaligned<uint32_t>(b + 8);
   if (h.version != kVersion)
     input_error("{}: offset {}: token stream version {} is not supported (this meg reads version {})", in_.path(),
                 at + 8, h.version, kVersion);
-  h.vocab_size = get<uint32_t>(b + 12);
-  h.eod_id = get<int32_t>(b + 16);
+  h.vocab_size = load_unaligned<uint32_t>(b + 12);
+  h.eod_id = load_unaligned<int32_t>(b + 16);
   h.token_bytes = b[20];
-  h.tokenizer_fingerprint = get<uint64_t>(b + 24);
+  h.tokenizer_fingerprint = load_unaligned<uint64_t>(b + 24);
   if (h.token_bytes != 2 && h.token_bytes != 4)
     input_error("{}: offset {}: bad token width {} (must be 2 or 4)", in_.path(), at + 20, h.token_bytes);
   if (h.vocab_size == 0 || (h.token_bytes == 2 && h.vocab_size > 65536))
@@ -142,9 +129,9 @@ bool TokenStreamReader::next(std::vector<int32_t>& tokens) {
     tokens.resize(n);
     const uint8_t* p = buf_.data();
     if (header_.token_bytes == 2) {
-      for (uint32_t i = 0; i < n; ++i) tokens[i] = get<uint16_t>(p + 2 * i);
+      for (uint32_t i = 0; i < n; ++i) tokens[i] = load_unaligned<uint16_t>(p + 2 * i);
     } else {
-      for (uint32_t i = 0; i < n; ++i) tokens[i] = get<int32_t>(p + 4 * i);
+      for (uint32_t i = 0; i < n; ++i) tokens[i] = load_unaligned<int32_t>(p + 4 * i);
     }
     for (uint32_t i = 0; i < n; ++i)
       if (tokens[i] < 0 || uint32_t(tokens[i]) >= header_.vocab_size)
