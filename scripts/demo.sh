@@ -33,8 +33,5 @@ meg-blend --seq-length 256 --samples 20000 --seed 1234 --split 949,50,1 -o fortu
 step "meg-blend --dump"
 meg-blend --dump fortunes.blend
 
-step "a training sample, decoded"
-meg-tokenize --tokenizer spm.model --decode --format text <(meg-blend --sample 0 --stream fortunes.blend) | head -c 600
-echo
 echo
 echo "demo: files are in $(pwd)"

@@ -98,7 +98,7 @@ TEST_CASE("SentencePiece word-by-word encoding equals the library's whole-text e
   unigram.model_type = "unigram";
   train_sentencepiece(docs, unigram, dir.path("unigram.model"));
 
-  for (const std::string model : {kData + "/megatron/fortunes_spm.model", dir.path("unigram.model")}) {
+  for (const std::string& model : {kData + "/megatron/fortunes_spm.model", dir.path("unigram.model")}) {
     const SentencePieceTokenizer spm(model);
     REQUIRE(spm.encodes_by_word());
     for (int pass = 0; pass < 2; ++pass) {  // the second pass answers from the cache

@@ -1,0 +1,57 @@
+# meg-blend: a blend of the reference Megatron datasets, --dump in both forms, and bad input refused
+# with one line, exit status 1 and no output file.
+source "$(dirname "$0")/lib.sh"
+M=$MEG_TEST_DATA/megatron
+BUILD="meg-blend -q --seq-length 64 --samples 1000"
+
+$BUILD -o run.blend 0.3 $M/fortunes_spm 0.7 $M/fortunes_gpt2
+$BUILD -o again.blend 0.3 $M/fortunes_spm 0.7 $M/fortunes_gpt2
+same_file run.blend again.blend
+$BUILD --seed 99 -o other.blend 0.3 $M/fortunes_spm 0.7 $M/fortunes_gpt2
+cmp -s run.blend other.blend && fail "a different seed gave the same blend"
+
+# --dump: the composition, with the realized shares of the weights.
+meg-blend --dump run.blend > dump.txt
+grep -q "^samples      train 1000, valid 22, test 0$" dump.txt || fail "dump sample counts: $(cat dump.txt)"
+grep -q "^input 2      $M/fortunes_gpt2$" dump.txt || fail "dump input table"
+grep -Eq "^  train +586 +26964 +2 +704 +842 +700 +0.7000$" dump.txt || fail "dump gpt2 train row: $(cat dump.txt)"
+meg-blend --dump run.blend --json > dump.json
+grep -q '"seq_length": 64' dump.json || fail "json seq_length"
+grep -q '"samples_drawn": 300' dump.json || fail "json drawn samples"
+grep -q '"separate_final_epoch": true' dump.json || fail "json final epoch"
+
+# Explicit valid/test sizes and a different split.
+$BUILD --valid-samples 40 --test-samples 5 --split 90,8,2 -o sized.blend 1 $M/fortunes_spm
+meg-blend --dump sized.blend | grep -q "^samples      train 1000, valid 40, test 5$" || fail "sized blend"
+
+# Bad weights and arguments.
+expect_fail 1 "weight 'abc' of .*fortunes_spm is not a number" -- $BUILD -o bad.blend abc $M/fortunes_spm
+expect_fail 1 "weights sum to 0" -- $BUILD -o bad.blend 0 $M/fortunes_spm 0 $M/fortunes_gpt2
+expect_fail 1 "odd number" -- $BUILD -o bad.blend 1 $M/fortunes_spm 2
+expect_fail 1 "--split '1,x': expected up to three" -- $BUILD --split 1,x -o bad.blend 1 $M/fortunes_spm
+expect_fail 1 "--samples is required" -- meg-blend --seq-length 64 -o bad.blend 1 $M/fortunes_spm
+expect_fail 1 "gives the test split no documents" -- $BUILD --split 1,1,0 --test-samples 3 -o bad.blend 1 $M/fortunes_spm
+no_file bad.blend
+
+# Missing, truncated and corrupt datasets.
+expect_fail 1 "nothere.idx: cannot open" -- $BUILD -o bad.blend 1 $M/fortunes_spm 1 nothere
+cp $M/fortunes_spm.bin t.bin; head -c 5000 $M/fortunes_spm.idx > t.idx
+expect_fail 1 "t.idx: size is 5000 bytes .* \(truncated\)" -- $BUILD -o bad.blend 1 t
+cp $M/fortunes_spm.bin m.bin; { printf 'XXIDIDX\0\0'; tail -c +10 $M/fortunes_spm.idx; } > m.idx
+expect_fail 1 "m.idx: offset 0: not a Megatron indexed dataset index" -- $BUILD -o bad.blend 1 m
+no_file bad.blend
+
+# A failed build leaves an existing blend as it was.
+cp run.blend keep.blend
+expect_fail 1 "nothere.idx: cannot open" -- $BUILD -o run.blend 1 nothere
+same_file run.blend keep.blend
+
+# Truncated and corrupt blend files.
+head -c 1000 run.blend > cut.blend
+expect_fail 1 "cut.blend: size is 1000 bytes but its header says [0-9]+ \(truncated\)" -- meg-blend --dump cut.blend
+cp run.blend flip.blend
+printf '\xff' | dd of=flip.blend bs=1 seek=5000 conv=notrunc status=none
+expect_fail 1 "flip.blend: checksum mismatch" -- meg-blend --dump flip.blend
+expect_fail 1 "fortunes_spm.idx: offset 0: not a meg blend file" -- meg-blend --dump $M/fortunes_spm.idx
+expect_fail 1 "--dump takes only the blend file" -- meg-blend --dump run.blend 1 $M/fortunes_spm
+echo "meg-blend: ok"
