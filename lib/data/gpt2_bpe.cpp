@@ -1,0 +1,399 @@
+#include "data/gpt2_bpe.hpp"
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <filesystem>
+#include <functional>
+#include <unordered_map>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.hpp"
+#include "core/hash.hpp"
+#include "core/mapped_file.hpp"
+#include "data/unicode_tables.hpp"
+#include "data/word_cache.hpp"
+
+namespace meg {
+
+namespace {
+
+using unicode::CharClass;
+
+// GPT-2's bytes_to_unicode(): each byte is written as one printable character in vocab.json and
+// merges.txt. The printable Latin-1 bytes stand for themselves; the other 68 (controls, space,
+// 0x7F-0xA0, 0xAD) take U+0100 onwards, in byte order.
+std::array<uint32_t, 256> byte_chars() {
+  std::array<uint32_t, 256> chars{};
+  uint32_t next = 256;
+  for (uint32_t b = 0; b < 256; ++b) {
+    const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+    chars[b] = printable ? b : next++;
+  }
+  return chars;
+}
+
+void append_utf8(std::string& s, uint32_t cp) {
+  if (cp < 0x80) {
+    s += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    s += static_cast<char>(0xC0 | cp >> 6);
+    s += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {  // bytes_to_unicode never goes past U+0143
+    s += static_cast<char>(0xE0 | cp >> 12);
+    s += static_cast<char>(0x80 | (cp >> 6 & 0x3F));
+    s += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+}
+
+// The code point at S[I] (I < N) and its length in *LEN. A byte that does not start a complete
+// sequence counts as one code point of its own (U+FFFD, class "other"), so malformed text still
+// tokenizes, byte by byte, and decodes back to the same bytes.
+inline uint32_t next_code_point(const uint8_t* s, size_t n, size_t i, size_t* len) {
+  const uint8_t c = s[i];
+  *len = 1;
+  if (c < 0x80) return c;
+  const size_t l = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 0;
+  if (l == 0 || i + l > n) return 0xFFFD;
+  uint32_t cp = c & (0x7F >> l);
+  for (size_t k = 1; k < l; ++k) {
+    if ((s[i + k] & 0xC0) != 0x80) return 0xFFFD;
+    cp = cp << 6 | (s[i + k] & 0x3F);
+  }
+  *len = l;
+  return cp;
+}
+
+inline CharClass class_at(const uint8_t* s, size_t n, size_t i, size_t* len) {
+  return unicode::char_class(next_code_point(s, n, i, len));
+}
+
+// Length of the contraction after an apostrophe at P[-1] ('s 't 're 've 'm 'll 'd), 0 if none.
+inline size_t contraction_length(const uint8_t* p, size_t n) {
+  if (n >= 1 && (p[0] == 's' || p[0] == 't' || p[0] == 'm' || p[0] == 'd')) return 1;
+  if (n >= 2 && ((p[0] == 'r' && p[1] == 'e') || (p[0] == 'v' && p[1] == 'e') || (p[0] == 'l' && p[1] == 'l')))
+    return 2;
+  return 0;
+}
+
+// Splits TEXT into the pieces that GPT-2's pattern matches, in order, calling EMIT(piece) for each:
+//
+//   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+//
+// with the classes of the JavaScript regex (unicode_tables.hpp). The alternatives are tried in
+// this order at each position, so a scanner that looks at the class of the next code point or two
+// gives the same pieces as the regex engine, without its backtracking.
+template <typename Emit>
+void pretokenize(std::string_view text, Emit&& emit) {
+  const auto* s = reinterpret_cast<const uint8_t*>(text.data());
+  const size_t n = text.size();
+  size_t i = 0, len;
+  while (i < n) {
+    const size_t start = i;
+    CharClass cls = class_at(s, n, i, &len);
+    if (s[i] == '\'') {
+      if (const size_t c = contraction_length(s + i + 1, n - i - 1)) {
+        emit(text.substr(start, c + 1));
+        i += c + 1;
+        continue;
+      }
+    } else if (s[i] == ' ' && i + 1 < n) {
+      // " ?X+": a single space leads the run of letters, digits or other symbols after it.
+      const CharClass next = class_at(s, n, i + 1, &len);
+      if (next != unicode::kSpace) {
+        cls = next;
+        ++i;
+      }
+    }
+    size_t end = i;
+    if (cls != unicode::kSpace) {
+      while (end < n && class_at(s, n, end, &len) == cls) end += len;
+    } else {
+      // "\s+(?!\S)" backs off one code point when a non-space follows, leaving the last space to
+      // lead the next piece; a single space before a non-space falls through to "\s+".
+      size_t last = end;
+      while (end < n && class_at(s, n, end, &len) == unicode::kSpace) last = end, end += len;
+      if (end < n && last > i) end = last;
+    }
+    emit(text.substr(start, end - start));
+    i = end;
+  }
+}
+
+// A merge rule of merges.txt, by rank: LEFT and RIGHT side by side become MERGED.
+struct Merge {
+  int32_t left, right, merged;
+};
+
+// (left id, right id) -> rank of their merge: the lookup at the heart of BPE, as an open-addressing
+// table of 64-bit keys (the two ids), half empty so probes stay short.
+class PairRanks {
+ public:
+  void reserve(size_t n) {
+    size_t cap = 16;
+    while (cap < 2 * n) cap *= 2;
+    keys_.assign(cap, kEmpty);
+    ranks_.assign(cap, -1);
+    shift_ = 64 - std::countr_zero(cap);
+  }
+
+  // Sets the rank of (A, B); a pair listed twice keeps its last rank, as in GPT-2's dict().
+  void set(int32_t a, int32_t b, int32_t rank) { ranks_[slot(key(a, b))] = rank; }
+
+  int32_t find(int32_t a, int32_t b) const {
+    const uint64_t k = key(a, b);
+    for (size_t i = home(k);; i = (i + 1) & (keys_.size() - 1)) {
+      if (keys_[i] == k) return ranks_[i];
+      if (keys_[i] == kEmpty) return -1;
+    }
+  }
+
+ private:
+  static constexpr uint64_t kEmpty = ~0ULL;  // ids are below 2^31, so no pair has this key
+  static uint64_t key(int32_t a, int32_t b) { return uint64_t(uint32_t(a)) << 32 | uint32_t(b); }
+  size_t home(uint64_t k) const { return (k * 0x9E3779B97F4A7C15ULL) >> shift_; }
+
+  size_t slot(uint64_t k) {
+    size_t i = home(k);
+    while (keys_[i] != k && keys_[i] != kEmpty) i = (i + 1) & (keys_.size() - 1);
+    keys_[i] = k;
+    return i;
+  }
+
+  std::vector<uint64_t> keys_;
+  std::vector<int32_t> ranks_;
+  int shift_ = 64;
+};
+
+// Line number (1-based) of byte offset POS in TEXT.
+size_t line_of(std::string_view text, size_t pos) {
+  pos = std::min(pos, text.size());
+  return 1 + std::count(text.begin(), text.begin() + static_cast<ptrdiff_t>(pos), '\n');
+}
+
+std::string_view view(const MappedFile& f) { return {reinterpret_cast<const char*>(f.data()), f.size()}; }
+
+// Words longer than this are not cached: they are rare (long runs of CJK text, symbols) and would
+// fill the cache with entries that never hit.
+constexpr size_t kMaxCachedWord = 128;
+
+}  // namespace
+
+struct Gpt2BpeTokenizer::Impl {
+  std::string vocab_path;
+  std::vector<std::string> token_bytes;  // by id: the bytes each token stands for
+  std::array<int32_t, 256> byte_ids{};   // the token of each single byte
+  std::vector<Merge> merges;             // by rank
+  PairRanks ranks;
+  int32_t eod = 0;
+  uint64_t fingerprint = 0;
+  uint64_t cache_owner = WordCache::new_owner_id();
+
+  void load_vocab(std::string_view text, std::unordered_map<std::string, int32_t>& ids);
+  void load_merges(std::string_view text, const std::string& path,
+                   const std::unordered_map<std::string, int32_t>& ids);
+  void bpe(std::string_view word, std::vector<int32_t>& out) const;
+};
+
+void Gpt2BpeTokenizer::Impl::load_vocab(std::string_view text, std::unordered_map<std::string, int32_t>& ids) {
+  const std::string& path = vocab_path;
+  nlohmann::json vocab;
+  try {
+    vocab = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    // e.what() is "[json.exception.parse_error.N] parse error at line L, column C: REASON".
+    const std::string what = e.what();
+    const size_t colon = what.find(": ");
+    input_error("{}:{}: not valid JSON: {}", path, line_of(text, e.byte ? e.byte - 1 : 0),
+                colon == std::string::npos ? what : what.substr(colon + 2));
+  }
+  if (!vocab.is_object() || vocab.empty()) input_error("{}: expected a JSON object of token -> id", path);
+
+  const size_t n = vocab.size();
+  std::array<int, 0x144> byte_of;  // inverse of bytes_to_unicode, -1 for other characters
+  byte_of.fill(-1);
+  const auto chars = byte_chars();
+  for (int b = 0; b < 256; ++b) byte_of[chars[b]] = b;
+
+  token_bytes.assign(n, {});
+  std::vector<bool> seen(n);
+  ids.reserve(n);
+  for (const auto& [token, value] : vocab.items()) {
+    if (!value.is_number_integer() || value.get<int64_t>() < 0 || value.get<int64_t>() >= int64_t(n))
+      input_error("{}: token {} has id {}; ids must run from 0 to {}", path, nlohmann::json(token).dump(),
+                  value.dump(), n - 1);
+    const auto id = value.get<int32_t>();
+    if (seen[id]) input_error("{}: two tokens have id {}, one of them {}", path, id, nlohmann::json(token).dump());
+    seen[id] = true;
+    ids.emplace(token, id);
+
+    // The bytes behind the token's characters. A token with characters outside the byte alphabet
+    // (an added special token, say) cannot come out of BPE; it decodes to its own text.
+    std::string& bytes = token_bytes[id];
+    const auto* s = reinterpret_cast<const uint8_t*>(token.data());
+    for (size_t i = 0, len; i < token.size(); i += len) {
+      const uint32_t cp = next_code_point(s, token.size(), i, &len);
+      if (cp >= byte_of.size() || byte_of[cp] < 0) {
+        bytes = token;
+        break;
+      }
+      bytes += static_cast<char>(byte_of[cp]);
+    }
+  }
+
+  for (int b = 0; b < 256; ++b) {
+    std::string c;
+    append_utf8(c, chars[b]);
+    const auto it = ids.find(c);
+    if (it == ids.end()) input_error("{}: no token for byte 0x{:02x} (\"{}\")", path, b, c);
+    byte_ids[b] = it->second;
+  }
+  const auto it = ids.find("<|endoftext|>");
+  if (it == ids.end()) input_error("{}: no <|endoftext|> token", path);
+  eod = it->second;
+}
+
+void Gpt2BpeTokenizer::Impl::load_merges(std::string_view text, const std::string& path,
+                                         const std::unordered_map<std::string, int32_t>& ids) {
+  // "#version: 0.2" first, then one "LEFT RIGHT" pair per line in rank order.
+  std::vector<std::string_view> lines;
+  for (size_t pos = 0; pos < text.size();) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string_view::npos) end = text.size();
+    lines.push_back(text.substr(pos, end - pos));
+    pos = end + 1;
+  }
+  merges.reserve(lines.size());
+  ranks.reserve(lines.size());
+  const auto id_of = [&](std::string_view token, size_t line) {
+    const auto it = ids.find(std::string(token));
+    if (it == ids.end()) input_error("{}:{}: token '{}' is not in {}", path, line, token, vocab_path);
+    return it->second;
+  };
+  for (size_t i = 0; i < lines.size(); ++i) {
+    std::string_view line = lines[i];
+    if (line.ends_with('\r')) line.remove_suffix(1);
+    if (line.empty() || (i == 0 && line.starts_with("#version"))) continue;
+    const size_t space = line.find(' ');
+    if (space == 0 || space == std::string_view::npos || space + 1 == line.size() ||
+        line.find(' ', space + 1) != std::string_view::npos)
+      input_error("{}:{}: expected two tokens separated by one space, got '{}'", path, i + 1, line);
+    const std::string_view left = line.substr(0, space), right = line.substr(space + 1);
+    const Merge m{id_of(left, i + 1), id_of(right, i + 1), id_of(std::string(left) + std::string(right), i + 1)};
+    ranks.set(m.left, m.right, static_cast<int32_t>(merges.size()));
+    merges.push_back(m);
+  }
+}
+
+// Byte-pair encoding of one word, as GPT-2's bpe(): starting from its bytes, merge every occurrence
+// (left to right) of the adjacent pair of lowest rank, and repeat until no pair has a rank.
+//
+// The pairs wait in a min-heap keyed by (rank, position), so each step costs O(log n) instead of a
+// scan of the word: a long word (a paragraph of Chinese is one \p{L}+ run) stays O(n log n). All
+// occurrences of the chosen pair are taken off the heap before any is merged, so pairs that the
+// merges create wait for the next round, exactly as in the reference. Entries go stale when a
+// neighbour merges; they are recognised by the tokens at their position no longer matching the
+// rule (a position's token only ever grows, so it never matches again).
+void Gpt2BpeTokenizer::Impl::bpe(std::string_view word, std::vector<int32_t>& out) const {
+  struct Scratch {
+    std::vector<int32_t> token, next, prev;  // a linked list of symbols over byte positions
+    std::vector<uint64_t> heap, round;
+  };
+  thread_local Scratch w;
+  const auto n = static_cast<int32_t>(word.size());
+  w.token.resize(n), w.next.resize(n), w.prev.resize(n);
+  w.heap.clear();
+  const auto push_pair = [&](int32_t pos) {
+    const int32_t rank = ranks.find(w.token[pos], w.token[w.next[pos]]);
+    if (rank >= 0) {
+      w.heap.push_back(uint64_t(rank) << 32 | uint32_t(pos));
+      std::push_heap(w.heap.begin(), w.heap.end(), std::greater<>());
+    }
+  };
+  for (int32_t i = 0; i < n; ++i) {
+    w.token[i] = byte_ids[static_cast<uint8_t>(word[i])];
+    w.next[i] = i + 1;
+    w.prev[i] = i - 1;
+  }
+  for (int32_t i = 0; i + 1 < n; ++i) push_pair(i);
+
+  while (!w.heap.empty()) {
+    const uint64_t rank = w.heap.front() >> 32;
+    w.round.clear();
+    while (!w.heap.empty() && w.heap.front() >> 32 == rank) {
+      w.round.push_back(w.heap.front());
+      std::pop_heap(w.heap.begin(), w.heap.end(), std::greater<>());
+      w.heap.pop_back();
+    }
+    const Merge& m = merges[rank];
+    for (const uint64_t entry : w.round) {  // in position order
+      const auto pos = static_cast<int32_t>(uint32_t(entry));
+      const int32_t right = w.next[pos];
+      if (w.token[pos] != m.left || right >= n || w.token[right] != m.right) continue;
+      w.token[pos] = m.merged;
+      w.token[right] = -1;
+      w.next[pos] = w.next[right];
+      if (w.next[pos] < n) w.prev[w.next[pos]] = pos;
+      if (w.prev[pos] >= 0) push_pair(w.prev[pos]);
+      if (w.next[pos] < n) push_pair(pos);
+    }
+  }
+  for (int32_t i = 0; i < n; i = w.next[i]) out.push_back(w.token[i]);
+}
+
+Gpt2BpeTokenizer::Gpt2BpeTokenizer(const std::string& vocab_json, const std::string& merges_txt)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->vocab_path = vocab_json;
+  const MappedFile vocab(vocab_json), merges(merges_txt);
+  std::unordered_map<std::string, int32_t> ids;
+  impl_->load_vocab(view(vocab), ids);
+  impl_->load_merges(view(merges), merges_txt, ids);
+  Hasher h;
+  h.update(view(vocab));
+  h.update(view(merges));
+  impl_->fingerprint = h.digest();
+}
+
+Gpt2BpeTokenizer::~Gpt2BpeTokenizer() = default;
+
+void Gpt2BpeTokenizer::encode(std::string_view text, std::vector<int32_t>& out) const {
+  const Impl& t = *impl_;
+  WordCache& cache = WordCache::for_thread(t.cache_owner);
+  thread_local std::vector<int32_t> ids;
+  pretokenize(text, [&](std::string_view word) {
+    if (word.size() == 1) {
+      out.push_back(t.byte_ids[static_cast<uint8_t>(word[0])]);
+    } else if (const auto* hit = cache.find(word)) {
+      out.insert(out.end(), hit->begin(), hit->end());
+    } else {
+      ids.clear();
+      t.bpe(word, ids);
+      if (word.size() <= kMaxCachedWord) cache.insert(word, ids);
+      out.insert(out.end(), ids.begin(), ids.end());
+    }
+  });
+}
+
+std::string Gpt2BpeTokenizer::decode(std::span<const int32_t> ids) const {
+  const auto n = static_cast<int32_t>(impl_->token_bytes.size());
+  std::string text;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= n) input_error("token {} at position {} is outside the vocabulary of {}", ids[i], i, n);
+    text += impl_->token_bytes[ids[i]];
+  }
+  return text;
+}
+
+int32_t Gpt2BpeTokenizer::vocab_size() const { return static_cast<int32_t>(impl_->token_bytes.size()); }
+
+int32_t Gpt2BpeTokenizer::eod_id() const { return impl_->eod; }
+
+std::string Gpt2BpeTokenizer::describe() const {
+  return fmt::format("GPT-2 BPE, vocab {} ({})", vocab_size(),
+                     std::filesystem::path(impl_->vocab_path).filename().string());
+}
+
+uint64_t Gpt2BpeTokenizer::fingerprint() const { return impl_->fingerprint; }
+
+}  // namespace meg
