@@ -101,6 +101,20 @@ SentencePieceTokenizer::SentencePieceTokenizer(const std::string& model_path)
     const std::string& piece = sp_->IdToPiece(i);
     if (piece.find("\xe2\x96\x81", 1) != std::string::npos) by_word_ = false;
   }
+  // Words end at spaces, and at tabs and line breaks where the normalizer turns them into spaces
+  // (NFKC tables do; "identity" does not): probed here, since the tables live in the model.
+  separator_[' '] = true;
+  const auto ids_of = [&](std::string_view t) {
+    std::vector<int32_t> ids;
+    encode_whole(t, ids);
+    return ids;
+  };
+  for (const char c : {'\t', '\n', '\r'}) {
+    const std::string sep(1, c);
+    separator_[static_cast<uint8_t>(c)] = by_word_ && ids_of("hello" + sep + "world") == ids_of("hello world") &&
+                                          ids_of(sep + "world") == ids_of("world") &&
+                                          ids_of("hello" + sep) == ids_of("hello");
+  }
 }
 
 SentencePieceTokenizer::~SentencePieceTokenizer() = default;
@@ -118,13 +132,15 @@ void SentencePieceTokenizer::encode(std::string_view text, std::vector<int32_t>&
   std::vector<int32_t> ids;
   size_t pos = 0;
   while (pos < text.size()) {
-    const size_t space = text.find(' ', pos);
-    const size_t end = space == std::string_view::npos ? text.size() : space;
+    size_t end = pos;
+    while (end < text.size() && !separator_[static_cast<uint8_t>(text[end])]) ++end;
     if (end > pos) {
       const std::string_view word = text.substr(pos, end - pos);
       if (const auto* hit = cache.find(word)) {
         out.insert(out.end(), hit->begin(), hit->end());
       } else {
+        // One word per library call: its encoder grows faster than linearly with the text, so
+        // batching misses together costs more than it saves.
         ids.clear();
         encode_whole(word, ids);
         cache.insert(word, ids);

@@ -1,6 +1,7 @@
 // SentencePiece models (BPE or unigram) through the SentencePiece library, and their training.
 #pragma once
 
+#include <array>
 #include <memory>
 #include <string>
 #include <vector>
@@ -35,6 +36,7 @@ class SentencePieceTokenizer final : public Tokenizer {
   uint64_t fingerprint_ = 0;
   uint64_t cache_owner_;  // this tokenizer's per-thread word caches
   bool by_word_ = false;  // whether the model allows word-by-word encoding (see the constructor)
+  std::array<bool, 256> separator_{};  // bytes that end a word
 };
 
 struct SentencePieceTrainOptions {
