@@ -15,7 +15,7 @@ IndexStats index_streams(const std::vector<std::string>& streams, const std::str
   IndexStats stats;
   std::unique_ptr<IndexedDatasetWriter> writer;
   TokenStreamHeader first;
-  std::vector<int32_t> doc;
+  TokenView doc;
   for (const auto& path : streams) {
     TokenStreamReader in(path);
     if (!writer) {

@@ -196,22 +196,28 @@ IndexedDatasetWriter::IndexedDatasetWriter(const std::string& prefix, TokenDtype
     throw std::invalid_argument("meg writes uint16 or int32 tokens");
 }
 
-void IndexedDatasetWriter::add_document(std::span<const int32_t> tokens) {
-  if (!tokens.empty()) {
-    if (tokens.size() > size_t(std::numeric_limits<int32_t>::max()))
-      input_error("{}.bin: a document of {} tokens is longer than the format allows", prefix_, tokens.size());
-    if (dtype_ == TokenDtype::kUint16) {
-      buf_.resize(tokens.size() * 2);
-      for (size_t i = 0; i < tokens.size(); ++i) {
-        const uint16_t t = static_cast<uint16_t>(tokens[i]);
-        std::memcpy(buf_.data() + 2 * i, &t, 2);
+void IndexedDatasetWriter::add_document(const TokenView& tokens) {
+  if (tokens.size > 0) {
+    if (tokens.size > size_t(std::numeric_limits<int32_t>::max()))
+      input_error("{}.bin: a document of {} tokens is longer than the format allows", prefix_, tokens.size);
+    if (tokens.dtype == dtype_) {
+      bin_.write(tokens.data, tokens.bytes());  // the common case: the bytes are already right
+    } else {
+      buf_.resize(tokens.size * dtype_size(dtype_));
+      for (size_t i = 0; i < tokens.size; ++i) {
+        const int64_t t = tokens[i];
+        if (dtype_ == TokenDtype::kUint16) {
+          const auto v = static_cast<uint16_t>(t);
+          std::memcpy(buf_.data() + 2 * i, &v, 2);
+        } else {
+          const auto v = static_cast<int32_t>(t);
+          std::memcpy(buf_.data() + 4 * i, &v, 4);
+        }
       }
       bin_.write(buf_.data(), buf_.size());
-    } else {
-      bin_.write(tokens.data(), tokens.size() * 4);
     }
-    lengths_.push_back(static_cast<int32_t>(tokens.size()));
-    tokens_ += tokens.size();
+    lengths_.push_back(static_cast<int32_t>(tokens.size));
+    tokens_ += tokens.size;
   }
   doc_indices_.push_back(static_cast<int64_t>(lengths_.size()));
 }

@@ -89,7 +89,10 @@ class IndexedDatasetWriter {
   IndexedDatasetWriter(const std::string& prefix, TokenDtype dtype);
 
   // One document of one sequence; an empty document gets no sequence, as in Megatron.
-  void add_document(std::span<const int32_t> tokens);
+  void add_document(const TokenView& tokens);
+  void add_document(std::span<const int32_t> tokens) {
+    add_document(TokenView{reinterpret_cast<const uint8_t*>(tokens.data()), tokens.size(), TokenDtype::kInt32});
+  }
   // Appends every document of OTHER (same dtype) by copying its bytes.
   void append(const IndexedDataset& other);
   // Writes the index, then renames PREFIX.bin and PREFIX.idx into place.

@@ -1,5 +1,6 @@
 #include "data/token_stream.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/bytes.hpp"
@@ -104,7 +105,17 @@ void TokenStreamReader::read_header(TokenStreamHeader& h) {
   part_documents_ = part_tokens_ = 0;
 }
 
-bool TokenStreamReader::next(std::vector<int32_t>& tokens) {
+namespace {
+// The largest token of a document, in one pass the compiler vectorizes.
+template <typename T>
+int64_t max_token(const uint8_t* p, uint32_t n) {
+  T m = 0;
+  for (uint32_t i = 0; i < n; ++i) m = std::max(m, load_unaligned<T>(p + sizeof(T) * i));
+  return m;
+}
+}  // namespace
+
+bool TokenStreamReader::next(TokenView& doc) {
   for (;;) {
     const uint64_t at = in_.offset();
     uint32_t n;
@@ -126,21 +137,27 @@ bool TokenStreamReader::next(std::vector<int32_t>& tokens) {
     const size_t bytes = size_t(n) * header_.token_bytes;
     buf_.resize(bytes);
     if (!in_.read_exact(buf_.data(), bytes)) truncated(at, "a document");
-    tokens.resize(n);
-    const uint8_t* p = buf_.data();
-    if (header_.token_bytes == 2) {
-      for (uint32_t i = 0; i < n; ++i) tokens[i] = load_unaligned<uint16_t>(p + 2 * i);
-    } else {
-      for (uint32_t i = 0; i < n; ++i) tokens[i] = load_unaligned<int32_t>(p + 4 * i);
+    doc = {buf_.data(), n, header_.token_bytes == 2 ? TokenDtype::kUint16 : TokenDtype::kInt32};
+    // Signed 4-byte tokens are compared as unsigned, so negatives fail the same test.
+    const int64_t max = header_.token_bytes == 2 ? max_token<uint16_t>(buf_.data(), n) : max_token<uint32_t>(buf_.data(), n);
+    if (max >= header_.vocab_size) {
+      size_t i = 0;
+      while (uint64_t(uint32_t(doc[i])) < header_.vocab_size) ++i;
+      input_error("{}: offset {}: token {} is outside the vocabulary of {} (corrupt stream?)", in_.path(),
+                  at + 4 + i * header_.token_bytes, doc[i], header_.vocab_size);
     }
-    for (uint32_t i = 0; i < n; ++i)
-      if (tokens[i] < 0 || uint32_t(tokens[i]) >= header_.vocab_size)
-        input_error("{}: offset {}: token {} is outside the vocabulary of {} (corrupt stream?)", in_.path(),
-                    at + 4 + size_t(i) * header_.token_bytes, tokens[i], header_.vocab_size);
     ++documents_, ++part_documents_;
     tokens_ += n, part_tokens_ += n;
     return true;
   }
+}
+
+bool TokenStreamReader::next(std::vector<int32_t>& tokens) {
+  TokenView doc;
+  if (!next(doc)) return false;
+  tokens.resize(doc.size);
+  doc.copy_to(tokens.data(), 0, doc.size);
+  return true;
 }
 
 }  // namespace meg

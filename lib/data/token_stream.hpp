@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/byte_stream.hpp"
+#include "data/indexed_dataset.hpp"
 
 namespace meg {
 
@@ -54,6 +55,8 @@ class TokenStreamReader {
   const TokenStreamHeader& header() const { return header_; }
   // Reads the next document into TOKENS; false once the (last) trailer has been read.
   bool next(std::vector<int32_t>& tokens);
+  // The same without a copy: DOC views the stream's own bytes until the next call.
+  bool next(TokenView& doc);
 
   uint64_t documents() const { return documents_; }
   uint64_t tokens() const { return tokens_; }
