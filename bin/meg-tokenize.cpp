@@ -19,7 +19,7 @@ int main(int argc, char** argv) {
   std::optional<std::string> separator;
   meg::TokenizeOptions options;
   unsigned workers = 0;
-  int zstd_level = 0;
+  int zstd_level = 3;
   bool train = false, decode = false;
   meg::SentencePieceTrainOptions train_options;
 
@@ -33,8 +33,9 @@ int main(int argc, char** argv) {
   app.add_flag("--append-eod", options.append_eod, "Append the end-of-document token to every document");
   app.add_option("-w,--workers", workers, "Tokenizing threads (default: all cores)");
   app.add_option("-o,--output", output, "Output file (default: stdout)");
-  app.add_option("--zstd", zstd_level, "Compress the output with zstd at this level (1-19)")
-      ->expected(0, 1)->default_str("3")->check(CLI::Range(1, 19));
+  bool zstd = false;
+  app.add_flag("--zstd", zstd, "Compress the output with zstd");
+  app.add_option("--zstd-level", zstd_level, "zstd level (1-19)")->check(CLI::Range(1, 19))->capture_default_str();
   app.add_flag("--skip-bad", options.skip_bad, "Skip malformed or empty documents and count them");
   app.add_flag("--decode", decode, "Turn a token stream back into documents");
   app.add_flag("--train", train, "Train a SentencePiece model on the documents (-o names it)");
@@ -71,7 +72,7 @@ int main(int argc, char** argv) {
     if (decode) {
       if (inputs.size() != 1) meg::input_error("--decode reads one token stream");
       meg::TokenStreamReader in(inputs[0]);
-      meg::ByteWriter out(output, zstd_level);
+      meg::ByteWriter out(output, zstd ? zstd_level : 0);
       const uint64_t docs = meg::decode_stream(in, *tokenizer, options.format, out);
       out.commit();
       meg::log::info("decoded {} documents", docs);
@@ -80,7 +81,7 @@ int main(int argc, char** argv) {
 
     if (output == "-" && ::isatty(STDOUT_FILENO) == 1)
       meg::input_error("the token stream is binary: send it to a file (-o) or a pipe, not a terminal");
-    meg::ByteWriter out(output, zstd_level);
+    meg::ByteWriter out(output, zstd ? zstd_level : 0);
     meg::TokenStreamWriter writer(out, meg::TokenStreamHeader::for_vocab(tokenizer->vocab_size(),
                                                                          tokenizer->eod_id(), tokenizer->fingerprint()));
     const auto stats = meg::tokenize_inputs(inputs, *tokenizer, options, writer);

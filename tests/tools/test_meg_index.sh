@@ -31,7 +31,8 @@ printf 'hello, world, this is not a token stream' > text.tok
 expect_fail 1 "text.tok: offset 0: not a meg token stream" -- meg-index -o out text.tok
 : > empty.tok
 expect_fail 1 "empty.tok: empty input" -- meg-index -o out empty.tok
-zstd -q -c docs.tok > docs.tok.zst; head -c 3000 docs.tok.zst > cut.tok.zst
+meg-tokenize -q $SPM --append-eod --zstd -o docs.tok.zst $M/fortunes_fixture.jsonl
+head -c 3000 docs.tok.zst > cut.tok.zst
 expect_fail 1 "cut.tok.zst: (truncated zstd stream|offset)" -- meg-index -o out cut.tok.zst
 no_file out.bin out.idx
 

@@ -31,9 +31,10 @@ printf '{"body": "hello world", "text": 3}\n' > body.jsonl
 meg-tokenize -q $SPM --json-key body body.jsonl > body.tok
 cat body.tok body.tok | meg-index -q -o twice
 meg-index --info --json twice | grep -q '"documents":2' || fail "concatenated streams"
-zstd -q -c $M/fortunes_fixture.jsonl > fixture.jsonl.zst
-meg-tokenize -q $SPM --workers 4 fixture.jsonl.zst -o fromzst.tok
-same_file fromzst.tok four.tok
+meg-tokenize -q $SPM --decode --zstd --zstd-level 19 one.tok -o decoded.jsonl.zst   # compressed JSONL, from meg itself
+meg-tokenize -q $SPM --workers 4 decoded.jsonl.zst -o fromzst.tok
+meg-tokenize -q $SPM --workers 4 decoded.jsonl -o fromplain.tok
+same_file fromzst.tok fromplain.tok
 
 # --- Training a SentencePiece model, then using it.
 meg-tokenize -q --train --vocab-size 500 --model-type unigram -o tiny.model $M/fortunes_fixture.jsonl
