@@ -6,12 +6,16 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <bit>
 #include <filesystem>
+#include <utility>
 
 #include "core/byte_stream.hpp"
+#include "core/bytes.hpp"
 #include "core/error.hpp"
 #include "core/hash.hpp"
 #include "core/mapped_file.hpp"
+#include "data/sentencepiece_bpe.hpp"
 #include "data/word_cache.hpp"
 
 namespace meg {
@@ -19,11 +23,20 @@ namespace meg {
 namespace {
 
 // The few fields of the model's protobuf (sentencepiece_model.proto) that decide whether a text
-// may be encoded word by word. Read from the wire format directly: the library does not expose them.
+// may be encoded word by word, and natively. Read from the wire format directly: the library does
+// not expose them.
 struct NormalizerFlags {
   std::string name;
   bool add_dummy_prefix = true, remove_extra_whitespaces = true, escape_whitespaces = true;
   bool has_rules = false;
+};
+
+struct ModelFields {
+  NormalizerFlags normalizer;
+  static constexpr int kBpe = 2;  // TrainerSpec.ModelType: UNIGRAM 1, BPE 2, WORD 3, CHAR 4
+  int model_type = 1;
+  bool whitespace_as_suffix = false;
+  std::vector<SentencePieceBpe::Piece> pieces;  // views into the model's bytes
 };
 
 bool read_varint(std::string_view& in, uint64_t& v) {
@@ -37,7 +50,8 @@ bool read_varint(std::string_view& in, uint64_t& v) {
   return false;
 }
 
-// Calls F(field, wire_type, varint, bytes) for each field of a message; false if malformed.
+// Calls F(field, wire_type, value, bytes) for each field of a message, VALUE holding a varint or
+// the bits of a fixed32/fixed64; false if malformed.
 template <typename F>
 bool for_each_field(std::string_view msg, F&& f) {
   while (!msg.empty()) {
@@ -46,8 +60,8 @@ bool for_each_field(std::string_view msg, F&& f) {
     if (!read_varint(msg, key)) return false;
     switch (key & 7) {
       case 0: if (!read_varint(msg, v)) return false; break;
-      case 1: if (msg.size() < 8) return false; msg.remove_prefix(8); break;
-      case 5: if (msg.size() < 4) return false; msg.remove_prefix(4); break;
+      case 1: if (msg.size() < 8) return false; v = load_unaligned<uint64_t>(msg.data()); msg.remove_prefix(8); break;
+      case 5: if (msg.size() < 4) return false; v = load_unaligned<uint32_t>(msg.data()); msg.remove_prefix(4); break;
       case 2:
         if (!read_varint(msg, v) || v > msg.size()) return false;
         bytes = msg.substr(0, v);
@@ -60,19 +74,33 @@ bool for_each_field(std::string_view msg, F&& f) {
   return true;
 }
 
-NormalizerFlags read_normalizer(std::string_view model) {
-  NormalizerFlags n;
+ModelFields read_model(std::string_view model) {
+  ModelFields m;
+  NormalizerFlags& n = m.normalizer;
   for_each_field(model, [&](uint64_t field, uint64_t, uint64_t, std::string_view bytes) {
-    if (field != 3) return;  // ModelProto.normalizer_spec
-    for_each_field(bytes, [&](uint64_t f, uint64_t, uint64_t v, std::string_view b) {
-      if (f == 1) n.name = b;
-      if (f == 3) n.add_dummy_prefix = v != 0;
-      if (f == 4) n.remove_extra_whitespaces = v != 0;
-      if (f == 5) n.escape_whitespaces = v != 0;
-      if (f == 6) n.has_rules = !b.empty();
-    });
+    if (field == 1) {  // ModelProto.pieces
+      SentencePieceBpe::Piece& p = m.pieces.emplace_back();
+      for_each_field(bytes, [&](uint64_t f, uint64_t, uint64_t v, std::string_view b) {
+        if (f == 1) p.text = b;
+        if (f == 2) p.score = std::bit_cast<float>(static_cast<uint32_t>(v));
+        if (f == 3) p.type = static_cast<int>(v);
+      });
+    } else if (field == 2) {  // ModelProto.trainer_spec
+      for_each_field(bytes, [&](uint64_t f, uint64_t, uint64_t v, std::string_view) {
+        if (f == 3) m.model_type = static_cast<int>(v);
+        if (f == 24) m.whitespace_as_suffix = v != 0;
+      });
+    } else if (field == 3) {  // ModelProto.normalizer_spec
+      for_each_field(bytes, [&](uint64_t f, uint64_t, uint64_t v, std::string_view b) {
+        if (f == 1) n.name = b;
+        if (f == 3) n.add_dummy_prefix = v != 0;
+        if (f == 4) n.remove_extra_whitespaces = v != 0;
+        if (f == 5) n.escape_whitespaces = v != 0;
+        if (f == 6) n.has_rules = !b.empty();
+      });
+    }
   });
-  return n;
+  return m;
 }
 
 }  // namespace
@@ -92,7 +120,8 @@ SentencePieceTokenizer::SentencePieceTokenizer(const std::string& model_path)
   // never rewrites across a space (the standard NFKC tables; no custom rules), and (c) no piece holds
   // "\u2581" anywhere but at its start, so no piece can span two words. Then each distinct word is
   // encoded once and cached. Other models take the library's path for every text.
-  const NormalizerFlags n = read_normalizer(bytes);
+  const ModelFields model = read_model(bytes);
+  const NormalizerFlags& n = model.normalizer;
   const bool standard_tables = n.name.empty() || n.name == "nmt_nfkc" || n.name == "nfkc" ||
                                n.name == "nmt_nfkc_cf" || n.name == "nfkc_cf" || n.name == "identity";
   by_word_ = n.add_dummy_prefix && n.remove_extra_whitespaces && n.escape_whitespaces && standard_tables &&
@@ -115,6 +144,20 @@ SentencePieceTokenizer::SentencePieceTokenizer(const std::string& model_path)
                                           ids_of(sep + "world") == ids_of("world") &&
                                           ids_of("hello" + sep) == ids_of("hello");
   }
+
+  // Cache misses of BPE models segment words of printable ASCII natively. The normalizers without
+  // case folding leave such a word as it is, so the library segments "\u2581" + word (the prefix
+  // goes first unless the model puts whitespace after words). Each printable character alone is
+  // checked against the library, as the normalization tables live in the model.
+  const bool keeps_ascii = n.name == "nmt_nfkc" || n.name == "nfkc" || n.name == "identity";
+  if (by_word_ && keeps_ascii && model.model_type == ModelFields::kBpe && !model.whitespace_as_suffix &&
+      std::cmp_equal(model.pieces.size(), sp_->GetPieceSize()))
+    bpe_ = SentencePieceBpe::build(model.pieces);
+  for (char c = 0x21; bpe_ && c <= 0x7e; ++c) {
+    const std::string_view word(&c, 1);
+    std::vector<int32_t> native;
+    if (encode_word_bpe(word, native) && native != ids_of(word)) bpe_.reset();
+  }
 }
 
 SentencePieceTokenizer::~SentencePieceTokenizer() = default;
@@ -124,6 +167,10 @@ void SentencePieceTokenizer::encode_whole(std::string_view text, std::vector<int
   const auto status = sp_->Encode(text, &ids);
   if (!status.ok()) throw std::runtime_error("SentencePiece encode failed: " + status.ToString());
   out.insert(out.end(), ids.begin(), ids.end());
+}
+
+bool SentencePieceTokenizer::encode_word_bpe(std::string_view word, std::vector<int32_t>& out) const {
+  return bpe_ && bpe_->encode(word, out);
 }
 
 void SentencePieceTokenizer::encode(std::string_view text, std::vector<int32_t>& out) const {
@@ -142,7 +189,7 @@ void SentencePieceTokenizer::encode(std::string_view text, std::vector<int32_t>&
         // One word per library call: its encoder grows faster than linearly with the text, so
         // batching misses together costs more than it saves.
         ids.clear();
-        encode_whole(word, ids);
+        if (!encode_word_bpe(word, ids)) encode_whole(word, ids);
         cache.insert(word, ids);
         out.insert(out.end(), ids.begin(), ids.end());
       }

@@ -14,6 +14,8 @@ class SentencePieceProcessor;
 
 namespace meg {
 
+class SentencePieceBpe;
+
 class SentencePieceTokenizer final : public Tokenizer {
  public:
   explicit SentencePieceTokenizer(const std::string& model_path);
@@ -29,6 +31,11 @@ class SentencePieceTokenizer final : public Tokenizer {
   // the library's own whole-text path, which it must always agree with.
   bool encodes_by_word() const { return by_word_; }
   void encode_whole(std::string_view text, std::vector<int32_t>& out) const;
+  // Whether cache misses of BPE models try the native segmentation first (data/sentencepiece_bpe.hpp),
+  // and, for checking, that path on one word: false, appending nothing, where it leaves the word to
+  // the library.
+  bool has_native_bpe() const { return bpe_ != nullptr; }
+  bool encode_word_bpe(std::string_view word, std::vector<int32_t>& out) const;
 
  private:
   std::string path_;
@@ -37,6 +44,7 @@ class SentencePieceTokenizer final : public Tokenizer {
   uint64_t cache_owner_;  // this tokenizer's per-thread word caches
   bool by_word_ = false;  // whether the model allows word-by-word encoding (see the constructor)
   std::array<bool, 256> separator_{};  // bytes that end a word
+  std::unique_ptr<SentencePieceBpe> bpe_;  // null unless the constructor found it exact for the model
 };
 
 struct SentencePieceTrainOptions {
