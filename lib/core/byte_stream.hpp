@@ -70,6 +70,7 @@ class ByteWriter {
   int fd_ = -1;
   bool committed_ = false;
   uint64_t written_ = 0;
+  uint64_t on_disk_ = 0, synced_ = 0;  // bytes handed to the file, and those whose writeback began
   std::vector<uint8_t> buf_, zbuf_;
   size_t buf_len_ = 0;
   struct ZstdState;
