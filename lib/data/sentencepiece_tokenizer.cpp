@@ -183,7 +183,7 @@ void SentencePieceTokenizer::encode(std::string_view text, std::vector<int32_t>&
     while (end < text.size() && !separator_[static_cast<uint8_t>(text[end])]) ++end;
     if (end > pos) {
       const std::string_view word = text.substr(pos, end - pos);
-      if (const auto* hit = cache.find(word)) {
+      if (const auto hit = cache.find(word)) {
         out.insert(out.end(), hit->begin(), hit->end());
       } else {
         // One word per library call: its encoder grows faster than linearly with the text, so
