@@ -10,7 +10,11 @@ using meg::WordCache;
 TEST_CASE("WordCache keeps every word's ids through growth", "[tokenize]") {
   WordCache cache;
   std::vector<std::string> words;
-  for (int i = 0; i < 50000; ++i) words.push_back("w" + std::to_string(i * 7919) + std::string(i % 40, 'x'));
+  for (int i = 0; i < 50000; ++i) {
+    std::string w = std::to_string(i * 7919);
+    w.append(i % 40, 'x');
+    words.push_back(w);
+  }
   for (size_t i = 0; i < words.size(); ++i) {
     const std::vector<int32_t> ids{int32_t(i), int32_t(i % 13), -1};
     cache.insert(words[i], ids);
@@ -21,7 +25,7 @@ TEST_CASE("WordCache keeps every word's ids through growth", "[tokenize]") {
     REQUIRE(hit);
     CHECK(std::vector<int32_t>(hit->begin(), hit->end()) == std::vector<int32_t>{int32_t(i), int32_t(i % 13), -1});
   }
-  CHECK_FALSE(cache.find("w1"));
+  CHECK_FALSE(cache.find("1"));
   CHECK_FALSE(cache.find(""));
 }
 
