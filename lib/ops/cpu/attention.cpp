@@ -1,0 +1,117 @@
+// Causal multi-head attention with grouped-query attention (GQA), forward and backward.
+//
+// For each batch b and query head h, with Q = q[b,:,h,:], K = k[b,:,g,:], V = v[b,:,g,:] and
+// g = h / (NH/NKV) the head's key/value group:
+//   S = Q K^T / sqrt(HS)      [T,T]
+//   P = softmax(S) over each row, restricted to columns t2 <= t (causal)
+//   O = P V                   [T,HS]
+// The three products are GEMMs that read one head straight out of the [B,T,heads,HS] layout by
+// using the row stride (heads*HS) as the leading dimension, so nothing is transposed or copied.
+// The full [T,T] products include the masked upper triangle, twice the necessary flops but BLAS
+// speed; the mask is applied by zeroing P there.
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <stdexcept>
+#include <vector>
+
+#include "ops/cpu/blas.hpp"
+#include "ops/cpu/ops.hpp"
+
+namespace meg::cpu {
+
+using detail::gemm;
+
+namespace {
+void check_heads(int NH, int NKV) {
+  if (NKV <= 0 || NH % NKV != 0)
+    throw std::invalid_argument("attention: query heads must be a multiple of key/value heads");
+}
+}  // namespace
+
+template <typename F>
+void attention_forward(F* out, F* att, const F* q, const F* k, const F* v, int B, int T, int NH,
+                       int NKV, int HS) {
+  check_heads(NH, NKV);
+  const int group = NH / NKV;               // query heads per key/value head
+  const int ldq = NH * HS, ldk = NKV * HS;  // row strides of q/out and of k/v
+  const F scale = F(1.0 / std::sqrt(double(HS)));
+  for (int b = 0; b < B; ++b) {
+    for (int h = 0; h < NH; ++h) {
+      const size_t qoff = size_t(b) * T * ldq + size_t(h) * HS;
+      const size_t koff = size_t(b) * T * ldk + size_t(h / group) * HS;
+      F* P = att + (size_t(b) * NH + h) * T * T;
+
+      // P = scale * Q K^T (all T columns; the masked ones are overwritten below)
+      gemm(false, true, T, T, HS, scale, q + qoff, ldq, k + koff, ldk, F(0), P, T);
+
+      // Causal softmax of each row, max-subtracted for stability; zero above the diagonal.
+      for (int t = 0; t < T; ++t) {
+        F* row = P + size_t(t) * T;
+        F maxval = row[0];
+        for (int t2 = 1; t2 <= t; ++t2) maxval = std::max(maxval, row[t2]);
+        double sum = 0;
+        for (int t2 = 0; t2 <= t; ++t2) {
+          row[t2] = F(std::exp(double(row[t2] - maxval)));
+          sum += row[t2];
+        }
+        const double inv = 1.0 / sum;
+        for (int t2 = 0; t2 <= t; ++t2) row[t2] = F(row[t2] * inv);
+        for (int t2 = t + 1; t2 < T; ++t2) row[t2] = F(0);
+      }
+
+      // O = P V, written into out's head h
+      gemm(false, false, T, HS, T, F(1), P, T, v + koff, ldk, F(0), out + qoff, ldq);
+    }
+  }
+}
+
+template <typename F>
+void attention_backward(nd<F>* dq, nd<F>* dk, nd<F>* dv, const F* dout, const F* q, const F* k,
+                        const F* v, const F* att, int B, int T, int NH, int NKV, int HS) {
+  check_heads(NH, NKV);
+  const int group = NH / NKV;
+  const int ldq = NH * HS, ldk = NKV * HS;
+  const F scale = F(1.0 / std::sqrt(double(HS)));
+  std::vector<F> dS(size_t(T) * T);  // dP, then turned into dS in place; reused for every head
+  for (int b = 0; b < B; ++b) {
+    for (int h = 0; h < NH; ++h) {
+      const size_t qoff = size_t(b) * T * ldq + size_t(h) * HS;
+      const size_t koff = size_t(b) * T * ldk + size_t(h / group) * HS;
+      const F* P = att + (size_t(b) * NH + h) * T * T;
+      const F* dO = dout + qoff;
+
+      // dV += P^T dO (summed over the heads of the group because every head adds into it)
+      if (dv) gemm(true, false, T, HS, T, F(1), P, T, dO, ldq, F(1), dv + koff, ldk);
+
+      // dP = dO V^T
+      gemm(false, true, T, T, HS, F(1), dO, ldq, v + koff, ldk, F(0), dS.data(), T);
+
+      // Softmax backward per row: dS = P * (dP - sum_t2(P * dP)), with the score scale folded
+      // in; zero above the diagonal where P is zero.
+      for (int t = 0; t < T; ++t) {
+        const F* p = P + size_t(t) * T;
+        F* d = dS.data() + size_t(t) * T;
+        double dot = 0;
+        for (int t2 = 0; t2 <= t; ++t2) dot += double(p[t2]) * d[t2];
+        for (int t2 = 0; t2 <= t; ++t2) d[t2] = F(p[t2] * (d[t2] - dot) * scale);
+        for (int t2 = t + 1; t2 < T; ++t2) d[t2] = F(0);
+      }
+
+      // dQ += dS K;  dK += dS^T Q
+      if (dq) gemm(false, false, T, HS, T, F(1), dS.data(), T, k + koff, ldk, F(1), dq + qoff, ldq);
+      if (dk) gemm(true, false, T, HS, T, F(1), dS.data(), T, q + qoff, ldq, F(1), dk + koff, ldk);
+    }
+  }
+}
+
+#define MEG_INSTANTIATE(F)                                                                        \
+  template void attention_forward<F>(F*, F*, const F*, const F*, const F*, int, int, int, int,    \
+                                     int);                                                        \
+  template void attention_backward<F>(F*, F*, F*, const F*, const F*, const F*, const F*,         \
+                                      const F*, int, int, int, int, int);
+MEG_INSTANTIATE(float)
+MEG_INSTANTIATE(double)
+#undef MEG_INSTANTIATE
+
+}  // namespace meg::cpu

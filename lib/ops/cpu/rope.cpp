@@ -1,0 +1,90 @@
+// Rotary position embedding (RoPE), "rotate_half" layout.
+//
+// In each head of size HS, element i is paired with element i + HS/2 (not with i + 1 as in the
+// original paper's interleaved form), which is how Hugging Face Llama and Megatron lay out the
+// weights. The pair at position t is rotated by the angle t * inv_freq[i],
+// inv_freq[i] = theta^(-2i/HS):
+//   out[i]        = x[i] cos - x[i+HS/2] sin
+//   out[i+HS/2]   = x[i+HS/2] cos + x[i] sin
+// A rotation is orthogonal, so the backward is the same rotation by the opposite angle.
+#include <cmath>
+#include <cstddef>
+#include <stdexcept>
+#include <vector>
+
+#include "ops/cpu/ops.hpp"
+
+namespace meg::cpu {
+
+namespace {
+
+// cos and sin of every (position, pair) angle: two [T, HS/2] tables, computed in double once per
+// call rather than once per head.
+struct RopeTables {
+  std::vector<double> cos, sin;
+  RopeTables(int T, int HS, double theta) {
+    if (HS % 2 != 0) throw std::invalid_argument("rope: head size must be even");
+    const int half = HS / 2;
+    cos.resize(size_t(T) * half);
+    sin.resize(size_t(T) * half);
+    for (int t = 0; t < T; ++t) {
+      for (int i = 0; i < half; ++i) {
+        const double angle = t * std::pow(theta, -2.0 * i / HS);
+        cos[size_t(t) * half + i] = std::cos(angle);
+        sin[size_t(t) * half + i] = std::sin(angle);
+      }
+    }
+  }
+};
+
+// Rotates every head of x[B,T,NH,HS] by the tables' angles times `sign` (+1 forward, -1 backward)
+// and adds (accumulate) or writes the result to out. Both elements of a pair are read before
+// either is written, so out may equal x when writing.
+template <typename F>
+void rotate(F* out, const F* x, int B, int T, int NH, int HS, const RopeTables& tab, double sign,
+            bool accumulate) {
+  const int half = HS / 2;
+  for (int b = 0; b < B; ++b) {
+    for (int t = 0; t < T; ++t) {
+      const double* c = tab.cos.data() + size_t(t) * half;
+      const double* s = tab.sin.data() + size_t(t) * half;
+      for (int h = 0; h < NH; ++h) {
+        const size_t off = ((size_t(b) * T + t) * NH + h) * HS;
+        for (int i = 0; i < half; ++i) {
+          const double x1 = x[off + i], x2 = x[off + i + half];
+          const double sn = sign * s[i];
+          const double y1 = x1 * c[i] - x2 * sn;
+          const double y2 = x2 * c[i] + x1 * sn;
+          if (accumulate) {
+            out[off + i] += F(y1);
+            out[off + i + half] += F(y2);
+          } else {
+            out[off + i] = F(y1);
+            out[off + i + half] = F(y2);
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+template <typename F>
+void rope_forward(F* out, const F* inp, int B, int T, int NH, int HS, nd<F> theta) {
+  rotate(out, inp, B, T, NH, HS, RopeTables(T, HS, theta), +1.0, false);
+}
+
+template <typename F>
+void rope_backward(F* dinp, const F* dout, int B, int T, int NH, int HS, nd<F> theta) {
+  rotate(dinp, dout, B, T, NH, HS, RopeTables(T, HS, theta), -1.0, true);
+}
+
+#define MEG_INSTANTIATE(F)                                                  \
+  template void rope_forward<F>(F*, const F*, int, int, int, int, F);       \
+  template void rope_backward<F>(F*, const F*, int, int, int, int, F);
+MEG_INSTANTIATE(float)
+MEG_INSTANTIATE(double)
+#undef MEG_INSTANTIATE
+
+}  // namespace meg::cpu
