@@ -174,9 +174,6 @@ size_t line_of(std::string_view text, size_t pos) {
 
 std::string_view view(const MappedFile& f) { return {reinterpret_cast<const char*>(f.data()), f.size()}; }
 
-// Words longer than this are not cached: they are rare (long runs of CJK text, symbols) and would
-// fill the cache with entries that never hit.
-constexpr size_t kMaxCachedWord = 128;
 
 }  // namespace
 
@@ -369,7 +366,7 @@ void Gpt2BpeTokenizer::encode(std::string_view text, std::vector<int32_t>& out) 
     } else {
       ids.clear();
       t.bpe(word, ids);
-      if (word.size() <= kMaxCachedWord) cache.insert(word, ids);
+      cache.insert(word, ids);  // the cache itself leaves out long words, which rarely repeat
       out.insert(out.end(), ids.begin(), ids.end());
     }
   });
