@@ -1,0 +1,400 @@
+#include "model/config.hpp"
+
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "core/error.hpp"
+
+namespace meg {
+
+namespace {
+
+const std::vector<std::string> kFamilies = {"gpt2", "llama"};
+const std::vector<std::string> kActivations = {"gelu_tanh", "swiglu"};
+const std::vector<std::string> kNorms = {"layernorm", "rmsnorm"};
+
+template <typename E>
+E parse_enum(const std::vector<std::string>& names, const std::string& name, const char* what,
+             const std::string& where) {
+  for (size_t i = 0; i < names.size(); ++i)
+    if (names[i] == name) return static_cast<E>(i);
+  input_error("{}: unknown {} '{}' (valid: {})", where, what, name, fmt::join(names, ", "));
+}
+
+ModelConfig gpt2_preset(int64_t layers, int64_t hidden, int64_t heads) {
+  ModelConfig c = ModelConfig::defaults(ModelFamily::gpt2);
+  c.num_layers = layers;
+  c.hidden_size = hidden;
+  c.num_heads = heads;
+  c.num_kv_heads = heads;
+  c.ffn_hidden_size = 4 * hidden;
+  c.seq_length = 1024;
+  c.vocab_size = 50257;
+  c.pad_vocab();
+  return c;
+}
+
+ModelConfig llama_preset(int64_t layers, int64_t hidden, int64_t heads, int64_t kv_heads,
+                         int64_t ffn, int64_t vocab, bool tied) {
+  ModelConfig c = ModelConfig::defaults(ModelFamily::llama);
+  c.num_layers = layers;
+  c.hidden_size = hidden;
+  c.num_heads = heads;
+  c.num_kv_heads = kv_heads;
+  c.ffn_hidden_size = ffn;
+  c.seq_length = 2048;
+  c.vocab_size = vocab;
+  c.rope_theta = 500000.0;
+  c.norm_eps = 1e-5;
+  c.tie_embeddings = tied;
+  c.pad_vocab();
+  return c;
+}
+
+// The JSON keys, in the order to_json() writes them.
+const std::vector<std::string> kKeys = {
+    "family",         "num-layers",     "hidden-size",       "num-heads",
+    "num-kv-heads",   "ffn-hidden-size", "seq-length",       "vocab-size",
+    "make-vocab-size-divisible-by",     "padded-vocab-size", "norm-eps",
+    "rope-theta",     "tie-embeddings", "use-bias",          "activation",
+    "norm",           "init-std",       "hidden-dropout",    "attention-dropout"};
+
+int64_t get_int(const nlohmann::json& j, const std::string& key, const std::string& where) {
+  const auto& v = j.at(key);
+  if (v.is_number_unsigned()) {
+    if (v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      input_error("{}: {}: {} is out of range", where, key, v.dump());
+    return static_cast<int64_t>(v.get<uint64_t>());
+  }
+  if (v.is_number_integer()) return v.get<int64_t>();
+  input_error("{}: {}: expected an integer, got {}", where, key, v.dump());
+}
+
+double get_double(const nlohmann::json& j, const std::string& key, const std::string& where) {
+  const auto& v = j.at(key);
+  if (!v.is_number()) input_error("{}: {}: expected a number, got {}", where, key, v.dump());
+  return v.get<double>();
+}
+
+bool get_bool(const nlohmann::json& j, const std::string& key, const std::string& where) {
+  const auto& v = j.at(key);
+  if (!v.is_boolean()) input_error("{}: {}: expected true or false, got {}", where, key, v.dump());
+  return v.get<bool>();
+}
+
+std::string get_string(const nlohmann::json& j, const std::string& key, const std::string& where) {
+  const auto& v = j.at(key);
+  if (!v.is_string()) input_error("{}: {}: expected a string, got {}", where, key, v.dump());
+  return v.get<std::string>();
+}
+
+nlohmann::json read_json_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) system_error(path, "cannot open model config");
+  std::stringstream s;
+  s << in.rdbuf();
+  try {
+    return nlohmann::json::parse(s.str());
+  } catch (const nlohmann::json::parse_error& e) {
+    input_error("{}: not valid JSON: {}", path, e.what());
+  }
+}
+
+}  // namespace
+
+std::string to_string(ModelFamily f) { return kFamilies.at(static_cast<size_t>(f)); }
+std::string to_string(Activation a) { return kActivations.at(static_cast<size_t>(a)); }
+std::string to_string(NormKind n) { return kNorms.at(static_cast<size_t>(n)); }
+
+ModelFamily parse_model_family(const std::string& name, const std::string& where) {
+  return parse_enum<ModelFamily>(kFamilies, name, "model family", where);
+}
+Activation parse_activation(const std::string& name, const std::string& where) {
+  return parse_enum<Activation>(kActivations, name, "activation", where);
+}
+NormKind parse_norm(const std::string& name, const std::string& where) {
+  return parse_enum<NormKind>(kNorms, name, "norm", where);
+}
+
+int64_t pad_vocab_size(int64_t vocab, int64_t divisible_by, int64_t tp) {
+  if (divisible_by <= 0 || tp <= 0)
+    input_error("vocabulary padding: make-vocab-size-divisible-by ({}) and the tensor-parallel "
+                "size ({}) must be positive",
+                divisible_by, tp);
+  const int64_t multiple = divisible_by * tp;
+  if (vocab <= 0) return 0;
+  return (vocab + multiple - 1) / multiple * multiple;
+}
+
+ModelConfig ModelConfig::defaults(ModelFamily family) {
+  ModelConfig c;
+  c.family = family;
+  if (family == ModelFamily::gpt2) {
+    c.tie_embeddings = true;
+    c.use_bias = true;
+    c.activation = Activation::gelu_tanh;
+    c.norm = NormKind::layernorm;
+  } else {
+    c.tie_embeddings = false;
+    c.use_bias = false;
+    c.activation = Activation::swiglu;
+    c.norm = NormKind::rmsnorm;
+  }
+  c.rope_theta = 500000.0;
+  c.norm_eps = 1e-5;
+  c.init_std = 0.02;
+  return c;
+}
+
+const std::vector<std::string>& ModelConfig::preset_names() {
+  static const std::vector<std::string> names = {"gpt2-124m", "gpt2-355m", "gpt2-774m",
+                                                 "gpt2-1.5b", "llama-1b",  "llama-8b",
+                                                 "tiny",      "tiny-llama"};
+  return names;
+}
+
+ModelConfig ModelConfig::preset(const std::string& name) {
+  if (name == "gpt2-124m") return gpt2_preset(12, 768, 12);
+  if (name == "gpt2-355m") return gpt2_preset(24, 1024, 16);
+  if (name == "gpt2-774m") return gpt2_preset(36, 1280, 20);
+  if (name == "gpt2-1.5b") return gpt2_preset(48, 1600, 25);
+  // Llama 3.2 1B ties its output layer to the token embedding; Llama 3 8B does not.
+  if (name == "llama-1b") return llama_preset(16, 2048, 32, 8, 8192, 128256, true);
+  if (name == "llama-8b") return llama_preset(32, 4096, 32, 8, 14336, 128256, false);
+  if (name == "tiny") {
+    ModelConfig c = gpt2_preset(2, 64, 4);
+    c.seq_length = 64;
+    c.vocab_size = 0;  // from the tokenizer
+    c.padded_vocab_size = 0;
+    return c;
+  }
+  if (name == "tiny-llama") {
+    ModelConfig c = llama_preset(2, 64, 4, 2, 176, 0, false);
+    c.seq_length = 64;
+    return c;
+  }
+  input_error("unknown model preset '{}' (valid: {})", name, fmt::join(preset_names(), ", "));
+}
+
+void ModelConfig::pad_vocab(int64_t tp) {
+  padded_vocab_size = pad_vocab_size(vocab_size, make_vocab_size_divisible_by, tp);
+}
+
+void ModelConfig::set_vocab_from_tokenizer(int64_t tokenizer_vocab) {
+  if (tokenizer_vocab <= 0)
+    input_error("model config: the tokenizer's vocabulary size {} is not positive", tokenizer_vocab);
+  if (vocab_size == 0) {
+    vocab_size = tokenizer_vocab;
+    pad_vocab();
+  } else if (vocab_size < tokenizer_vocab) {
+    input_error("model config: vocab-size {} is smaller than the tokenizer's vocabulary of {} tokens",
+                vocab_size, tokenizer_vocab);
+  }
+}
+
+void ModelConfig::validate(const std::string& where) const {
+  constexpr int64_t kMaxSize = std::numeric_limits<int32_t>::max();
+  const std::pair<const char*, int64_t> sizes[] = {
+      {"num-layers", num_layers},       {"hidden-size", hidden_size},
+      {"num-heads", num_heads},         {"num-kv-heads", num_kv_heads},
+      {"ffn-hidden-size", ffn_hidden_size}, {"seq-length", seq_length},
+      {"make-vocab-size-divisible-by", make_vocab_size_divisible_by}};
+  for (const auto& [name, value] : sizes) {
+    if (value <= 0) input_error("{}: {} must be positive, got {}", where, name, value);
+    if (value > kMaxSize) input_error("{}: {} {} is too large (at most {})", where, name, value, kMaxSize);
+  }
+  if (vocab_size == 0)
+    input_error("{}: vocab-size is not set (give --vocab-size, or a tokenizer)", where);
+  if (vocab_size < 0) input_error("{}: vocab-size must be positive, got {}", where, vocab_size);
+  if (padded_vocab_size > kMaxSize)
+    input_error("{}: padded-vocab-size {} is too large (at most {})", where, padded_vocab_size, kMaxSize);
+  if (padded_vocab_size < vocab_size || padded_vocab_size % make_vocab_size_divisible_by != 0)
+    input_error("{}: padded-vocab-size {} must be a multiple of make-vocab-size-divisible-by {} "
+                "no smaller than vocab-size {}",
+                where, padded_vocab_size, make_vocab_size_divisible_by, vocab_size);
+  if (hidden_size % num_heads != 0)
+    input_error("{}: hidden-size {} is not divisible by num-heads {}", where, hidden_size, num_heads);
+  if (num_heads % num_kv_heads != 0)
+    input_error("{}: num-heads {} is not divisible by num-kv-heads {}", where, num_heads,
+                num_kv_heads);
+  if (family == ModelFamily::gpt2 && num_kv_heads != num_heads)
+    input_error("{}: the gpt2 family has no grouped-query attention: num-kv-heads {} must equal "
+                "num-heads {}",
+                where, num_kv_heads, num_heads);
+  if (uses_rope()) {
+    if (head_size() % 2 != 0)
+      input_error("{}: head size {} (hidden-size {} / num-heads {}) must be even for RoPE", where,
+                  head_size(), hidden_size, num_heads);
+    if (!(rope_theta > 0) || !std::isfinite(rope_theta))
+      input_error("{}: rope-theta must be positive, got {}", where, rope_theta);
+  }
+  if (!(norm_eps > 0) || !std::isfinite(norm_eps))
+    input_error("{}: norm-eps must be positive, got {}", where, norm_eps);
+  if (!(init_std > 0) || !std::isfinite(init_std))
+    input_error("{}: init-std must be positive, got {}", where, init_std);
+  if (!(hidden_dropout >= 0 && hidden_dropout < 1))
+    input_error("{}: hidden-dropout must be in [0, 1), got {}", where, hidden_dropout);
+  if (!(attention_dropout >= 0 && attention_dropout < 1))
+    input_error("{}: attention-dropout must be in [0, 1), got {}", where, attention_dropout);
+}
+
+int64_t ModelConfig::num_parameters() const {
+  const int64_t C = hidden_size, L = num_layers, F = ffn_hidden_size;
+  const int64_t Vp = padded_vocab_size;
+  const int64_t qkv = C + 2 * num_kv_heads * head_size();
+  const int64_t fc = (activation == Activation::swiglu ? 2 : 1) * F;
+  const int64_t norm_params = (norm == NormKind::layernorm ? 2 : 1) * C;
+  const int64_t bias = use_bias ? 1 : 0;
+
+  int64_t n = Vp * C;                           // wte
+  if (learned_positions()) n += seq_length * C;  // wpe
+  const int64_t per_layer = norm_params                 // ln1 / rms1
+                            + qkv * C + bias * qkv      // fused q, k, v
+                            + C * C + bias * C          // attention output projection
+                            + norm_params               // ln2 / rms2
+                            + fc * C + bias * fc        // fc (gate and up fused for SwiGLU)
+                            + C * F + bias * C;         // fc_proj
+  n += L * per_layer;
+  n += norm_params;                   // final norm
+  if (!tie_embeddings) n += Vp * C;  // lm_head
+  return n;
+}
+
+int64_t ModelConfig::flops_per_token(int64_t T) const {
+  return 6 * num_parameters() + 12 * num_layers * hidden_size * T;
+}
+
+nlohmann::ordered_json ModelConfig::to_json() const {
+  nlohmann::ordered_json j;
+  j["family"] = to_string(family);
+  j["num-layers"] = num_layers;
+  j["hidden-size"] = hidden_size;
+  j["num-heads"] = num_heads;
+  j["num-kv-heads"] = num_kv_heads;
+  j["ffn-hidden-size"] = ffn_hidden_size;
+  j["seq-length"] = seq_length;
+  j["vocab-size"] = vocab_size;
+  j["make-vocab-size-divisible-by"] = make_vocab_size_divisible_by;
+  j["padded-vocab-size"] = padded_vocab_size;
+  j["norm-eps"] = norm_eps;
+  j["rope-theta"] = rope_theta;
+  j["tie-embeddings"] = tie_embeddings;
+  j["use-bias"] = use_bias;
+  j["activation"] = to_string(activation);
+  j["norm"] = to_string(norm);
+  j["init-std"] = init_std;
+  j["hidden-dropout"] = hidden_dropout;
+  j["attention-dropout"] = attention_dropout;
+  return j;
+}
+
+ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& where) {
+  if (!j.is_object()) input_error("{}: expected a JSON object, got {}", where, j.type_name());
+  for (const auto& [key, value] : j.items()) {
+    if (key == "preset") continue;
+    bool known = false;
+    for (const auto& k : kKeys) known = known || k == key;
+    if (!known)
+      input_error("{}: unknown key '{}' (valid: preset, {})", where, key, fmt::join(kKeys, ", "));
+  }
+
+  ModelConfig c = j.contains("preset") ? preset(get_string(j, "preset", where))
+                                       : defaults(ModelFamily::gpt2);
+  const ModelConfig base = c;
+  if (j.contains("family")) {
+    const ModelFamily f = parse_model_family(get_string(j, "family", where), where);
+    if (f != c.family) {
+      const ModelConfig d = defaults(f);
+      c.family = f;
+      c.tie_embeddings = d.tie_embeddings;
+      c.use_bias = d.use_bias;
+      c.activation = d.activation;
+      c.norm = d.norm;
+    }
+  }
+  auto has = [&](const char* key) { return j.contains(key); };
+  if (has("num-layers")) c.num_layers = get_int(j, "num-layers", where);
+  if (has("hidden-size")) c.hidden_size = get_int(j, "hidden-size", where);
+  if (has("num-heads")) c.num_heads = get_int(j, "num-heads", where);
+  if (has("num-kv-heads")) c.num_kv_heads = get_int(j, "num-kv-heads", where);
+  if (has("ffn-hidden-size")) c.ffn_hidden_size = get_int(j, "ffn-hidden-size", where);
+  if (has("seq-length")) c.seq_length = get_int(j, "seq-length", where);
+  if (has("vocab-size")) c.vocab_size = get_int(j, "vocab-size", where);
+  if (has("make-vocab-size-divisible-by"))
+    c.make_vocab_size_divisible_by = get_int(j, "make-vocab-size-divisible-by", where);
+  if (has("padded-vocab-size")) c.padded_vocab_size = get_int(j, "padded-vocab-size", where);
+  if (has("norm-eps")) c.norm_eps = get_double(j, "norm-eps", where);
+  if (has("rope-theta")) c.rope_theta = get_double(j, "rope-theta", where);
+  if (has("tie-embeddings")) c.tie_embeddings = get_bool(j, "tie-embeddings", where);
+  if (has("use-bias")) c.use_bias = get_bool(j, "use-bias", where);
+  if (has("activation")) c.activation = parse_activation(get_string(j, "activation", where), where);
+  if (has("norm")) c.norm = parse_norm(get_string(j, "norm", where), where);
+  if (has("init-std")) c.init_std = get_double(j, "init-std", where);
+  if (has("hidden-dropout")) c.hidden_dropout = get_double(j, "hidden-dropout", where);
+  if (has("attention-dropout")) c.attention_dropout = get_double(j, "attention-dropout", where);
+
+  // Derived sizes follow their base unless given (see apply_overrides).
+  if (!has("num-kv-heads") && (base.num_kv_heads == 0 || base.num_kv_heads == base.num_heads))
+    c.num_kv_heads = c.num_heads;
+  if (!has("ffn-hidden-size") &&
+      (base.ffn_hidden_size == 0 ||
+       (base.ffn_hidden_size == 4 * base.hidden_size && c.activation != Activation::swiglu)))
+    c.ffn_hidden_size = 4 * c.hidden_size;
+  if (!has("padded-vocab-size") && c.make_vocab_size_divisible_by > 0) c.pad_vocab();
+  return c;
+}
+
+ModelConfig load_model_config(const std::string& path) {
+  return ModelConfig::from_json(read_json_file(path), path);
+}
+
+void apply_overrides(ModelConfig& c, const ModelOverrides& o) {
+  const ModelConfig base = c;
+  if (o.num_layers) c.num_layers = *o.num_layers;
+  if (o.hidden_size) c.hidden_size = *o.hidden_size;
+  if (o.num_heads) c.num_heads = *o.num_heads;
+  if (o.num_kv_heads) c.num_kv_heads = *o.num_kv_heads;
+  if (o.ffn_hidden_size) c.ffn_hidden_size = *o.ffn_hidden_size;
+  if (o.seq_length) c.seq_length = *o.seq_length;
+  if (o.vocab_size) c.vocab_size = *o.vocab_size;
+
+  if (o.num_heads && !o.num_kv_heads && base.num_kv_heads == base.num_heads)
+    c.num_kv_heads = c.num_heads;
+  if (o.hidden_size && !o.ffn_hidden_size && base.ffn_hidden_size == 4 * base.hidden_size &&
+      c.activation != Activation::swiglu)
+    c.ffn_hidden_size = 4 * c.hidden_size;
+  if (o.vocab_size && c.make_vocab_size_divisible_by > 0) c.pad_vocab();
+}
+
+ModelConfig resolve_model_config(const std::string& preset, const std::string& config_file,
+                                 const ModelOverrides& overrides) {
+  ModelConfig c;
+  std::string where = "model config";
+  if (!config_file.empty()) {
+    where = config_file;
+    nlohmann::json j = read_json_file(config_file);
+    if (j.is_object() && !preset.empty()) {
+      if (j.contains("preset") && j["preset"] != preset)
+        input_error("{}: preset {} differs from the preset '{}' given on the command line",
+                    config_file, j["preset"].dump(), preset);
+      j["preset"] = preset;
+    }
+    c = ModelConfig::from_json(j, config_file);
+  } else if (!preset.empty()) {
+    c = ModelConfig::preset(preset);
+  } else {
+    input_error("model config: give a model preset ({}) or a model config file",
+                fmt::join(ModelConfig::preset_names(), ", "));
+  }
+  apply_overrides(c, overrides);
+  c.validate(where);
+  return c;
+}
+
+}  // namespace meg

@@ -1,0 +1,158 @@
+// The shape and hyperparameters of a decoder-only language model: GPT-2 or Llama.
+//
+// A configuration comes from a preset (ModelConfig::preset), a JSON file (load_model_config), or
+// both, then single-field overrides from the command line (apply_overrides), then validate().
+// to_json()/from_json() round-trip every field, so a checkpoint stores the exact configuration.
+//
+// JSON keys are the long option names without dashes (unknown keys are an error, to catch typos):
+//
+//   preset                        name of a preset to start from (files only; never written)
+//   family                        "gpt2" | "llama" (sets the family's defaults, below)
+//   num-layers                    transformer blocks L
+//   hidden-size                   model width C
+//   num-heads                     query heads NH; head size HS = C / NH
+//   num-kv-heads                  key/value heads NKV (grouped-query attention); default NH
+//   ffn-hidden-size               MLP width; default 4 * C (also after a new hidden-size, for
+//                                 GELU configs whose ffn was 4 * C)
+//   seq-length                    training sequence length T; for GPT-2 also the number of
+//                                 learned positions (rows of wpe)
+//   vocab-size                    the tokenizer's vocabulary V (0 = not yet known)
+//   make-vocab-size-divisible-by  Megatron's padding unit, default 128
+//   padded-vocab-size             rows of the embedding Vp (default: V padded for TP 1)
+//   norm-eps                      LayerNorm / RMSNorm epsilon
+//   rope-theta                    RoPE base (Llama)
+//   tie-embeddings                output layer shares the token embedding
+//   use-bias                      linear layers have biases
+//   activation                    "gelu_tanh" | "swiglu"
+//   norm                          "layernorm" | "rmsnorm"
+//   init-std                      standard deviation of the normal weight initialisation
+//   hidden-dropout, attention-dropout
+//
+// Family defaults. gpt2: gelu_tanh, layernorm, biases, tied embeddings, learned absolute positions,
+// NKV = NH. llama: swiglu, rmsnorm, no biases, untied output layer, RoPE (theta 500000 as in
+// Llama 3), grouped-query attention allowed. Both: norm-eps 1e-5, init-std 0.02, no dropout.
+//
+// Presets (ModelConfig::preset_names()):
+//   gpt2-124m, gpt2-355m, gpt2-774m, gpt2-1.5b   OpenAI GPT-2 shapes, seq 1024, vocab 50257
+//   llama-1b    Llama 3.2 1B: 16 x 2048, 32 heads, 8 KV heads, ffn 8192, vocab 128256, theta
+//               500000. Embeddings are TIED, as in the released model (1,235,814,400 parameters).
+//               Seq length 2048 by default (the released model has 131072 positions; RoPE has no
+//               learned positions, so this is only the training length; raise it with
+//               --seq-length). Llama 3.2's "llama3" RoPE frequency scaling is not modelled.
+//   llama-8b    Llama 3 8B: 32 x 4096, 32 heads, 8 KV heads, ffn 14336, vocab 128256, theta
+//               500000, untied. Seq length 2048 by default (the released model uses 8192).
+//   tiny        demo and tests: GPT-2 family, 2 x 64, 4 heads, ffn 256, seq 64
+//   tiny-llama  demo and tests: Llama family, 2 x 64, 4 heads, 2 KV heads, ffn 176, seq 64
+//               (176 ~ Llama's 2/3 * 4C = 171 rounded up to a multiple of 16, so it splits
+//               evenly under tensor parallelism up to 16)
+// The tiny presets leave vocab-size 0: it comes from the tokenizer (set_vocab_from_tokenizer) or
+// --vocab-size.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace meg {
+
+enum class ModelFamily { gpt2, llama };
+enum class Activation { gelu_tanh, swiglu };
+enum class NormKind { layernorm, rmsnorm };
+
+std::string to_string(ModelFamily f);
+std::string to_string(Activation a);
+std::string to_string(NormKind n);
+// Parse a name; WHERE prefixes the InputError, which lists the valid names.
+ModelFamily parse_model_family(const std::string& name, const std::string& where);
+Activation parse_activation(const std::string& name, const std::string& where);
+NormKind parse_norm(const std::string& name, const std::string& where);
+
+// Megatron's rule: VOCAB rounded up to a multiple of DIVISIBLE_BY * TP.
+int64_t pad_vocab_size(int64_t vocab, int64_t divisible_by = 128, int64_t tp = 1);
+
+struct ModelConfig {
+  ModelFamily family = ModelFamily::gpt2;
+  int64_t num_layers = 0;
+  int64_t hidden_size = 0;
+  int64_t num_heads = 0;
+  int64_t num_kv_heads = 0;
+  int64_t ffn_hidden_size = 0;
+  int64_t seq_length = 0;
+  int64_t vocab_size = 0;
+  int64_t make_vocab_size_divisible_by = 128;
+  int64_t padded_vocab_size = 0;
+  double norm_eps = 1e-5;
+  double rope_theta = 500000.0;
+  bool tie_embeddings = true;
+  bool use_bias = true;
+  Activation activation = Activation::gelu_tanh;
+  NormKind norm = NormKind::layernorm;
+  double init_std = 0.02;
+  double hidden_dropout = 0.0;
+  double attention_dropout = 0.0;
+
+  // The family's defaults with all sizes zero.
+  static ModelConfig defaults(ModelFamily family);
+  // A named preset (see the table above); InputError listing the names for an unknown one.
+  static ModelConfig preset(const std::string& name);
+  static const std::vector<std::string>& preset_names();
+
+  int64_t head_size() const { return num_heads > 0 ? hidden_size / num_heads : 0; }
+  bool learned_positions() const { return family == ModelFamily::gpt2; }
+  bool uses_rope() const { return family == ModelFamily::llama; }
+
+  // Sets padded_vocab_size from vocab_size for tensor-parallel size TP (Megatron's rule).
+  void pad_vocab(int64_t tp = 1);
+  // Takes the tokenizer's vocabulary: fills vocab_size when unset (0); an InputError when the
+  // configured vocabulary is smaller than the tokenizer's (its ids would fall outside the
+  // embedding). A larger configured vocabulary is kept. Re-pads for TP 1 when vocab_size changes.
+  void set_vocab_from_tokenizer(int64_t tokenizer_vocab);
+
+  // InputError (prefixed with WHERE, e.g. a file name or "model config") naming the first problem.
+  void validate(const std::string& where = "model config") const;
+
+  // Exact parameter count of the model as built (padded vocabulary; a tied embedding once).
+  int64_t num_parameters() const;
+  // Training FLOPs per token at sequence length T: 6 N + 12 L C T (N from num_parameters()).
+  int64_t flops_per_token(int64_t seq_length) const;
+
+  nlohmann::ordered_json to_json() const;
+  // Reads the keys documented above; WHERE prefixes errors. Missing keys keep the values of the
+  // preset named by "preset", else of the family's defaults. Does not validate.
+  static ModelConfig from_json(const nlohmann::json& j, const std::string& where = "model config");
+
+  bool operator==(const ModelConfig&) const = default;
+};
+
+// Reads a JSON model configuration file (from_json; the file name prefixes errors).
+ModelConfig load_model_config(const std::string& path);
+
+// Single-field overrides from the command line (--num-layers, --hidden-size, --num-heads,
+// --num-kv-heads, --ffn-hidden-size, --seq-length, --vocab-size); unset fields leave the config.
+struct ModelOverrides {
+  std::optional<int64_t> num_layers;
+  std::optional<int64_t> hidden_size;
+  std::optional<int64_t> num_heads;
+  std::optional<int64_t> num_kv_heads;
+  std::optional<int64_t> ffn_hidden_size;
+  std::optional<int64_t> seq_length;
+  std::optional<int64_t> vocab_size;
+};
+
+// Applies the overrides. Derived sizes follow their base when the user did not set them too:
+// with --num-heads and no --num-kv-heads, a config without grouped-query attention (NKV == NH)
+// keeps NKV == NH; with --hidden-size and no --ffn-hidden-size, a GELU config (GPT-2) whose ffn is
+// 4 * C keeps ffn = 4 * C (a SwiGLU width is never derived: give --ffn-hidden-size). --vocab-size
+// re-pads the vocabulary (TP 1). Does not validate.
+void apply_overrides(ModelConfig& config, const ModelOverrides& overrides);
+
+// The whole resolution meg-pretrain does: PRESET (may be empty) and then CONFIG_FILE (may be
+// empty; its keys win over the preset's), then the overrides, then validate(). At least one of
+// PRESET and CONFIG_FILE must be given.
+ModelConfig resolve_model_config(const std::string& preset, const std::string& config_file,
+                                 const ModelOverrides& overrides);
+
+}  // namespace meg
