@@ -40,7 +40,7 @@ bench: setup
 	@bash scripts/bench.sh $(BUILD)/bin
 
 install: all
-	cmake --install $(BUILD)
+	cmake --install $(BUILD) --prefix $(PREFIX)
 
 clean:
 	rm -rf $(BUILD)
