@@ -67,6 +67,7 @@ void add_common_options(CLI::App& app, const std::string& example) {
   app.add_flag_callback("-q,--quiet", [] { log::set_quiet(true); }, "Print no progress or summary");
   app.config_formatter(std::make_shared<JsonConfig>());
   app.set_config("--config", "", "Read options from a JSON settings file (command line wins)");
+  app.allow_config_extras(CLI::config_extras_mode::error);  // a misspelt key is an error, not ignored
   app.footer("Example:\n  " + example);
 }
 
@@ -81,7 +82,13 @@ int run_tool(CLI::App& app, int argc, char** argv, const std::function<int()>& b
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    log::write_line(std::string(e.what()) + " (try --help)");
+    // Errors found in the settings file name it, as every diagnostic names its file.
+    const CLI::Option* config = app.get_config_ptr();
+    const std::string where = config != nullptr && config->count() > 0 ? config->as<std::string>() + ": " : "";
+    std::string what = e.what();
+    if (const auto at = what.find("INI was not able to parse "); at != std::string::npos)
+      what = "unknown setting '" + what.substr(at + 26) + "'";  // CLI11 words it for INI files
+    log::write_line(where + what + " (try --help)");
     return kExitBadInput;
   }
   try {

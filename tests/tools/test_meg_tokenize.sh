@@ -82,3 +82,13 @@ expect_fail 1 "--format" -- meg-tokenize $SPM --format xml lines.txt
 expect_fail 1 "vocab.json: a GPT-2 vocabulary needs its merges" -- meg-tokenize --tokenizer vocab.json lines.txt
 no_file out.tok
 echo "meg-tokenize: ok"
+
+# Settings files: the same keys as the long options; the command line wins; mistakes are named.
+printf '{"tokenizer": "%s", "append-eod": true, "workers": 3}\n' "$M/fortunes_spm.model" > settings.json
+meg-tokenize -q --config settings.json $M/fortunes_fixture.jsonl | meg-index -q -o fromsettings
+same_file fromsettings.bin $M/fortunes_spm.bin
+printf '{"tokenizer": \n' > broken.json
+expect_fail 1 "broken.json: settings file is not valid JSON" -- meg-tokenize --config broken.json lines.txt
+printf '{"workerz": 2}\n' > typo.json
+expect_fail 1 "typo.json: unknown setting 'workerz'" -- meg-tokenize --config typo.json lines.txt
+echo "meg-tokenize settings: ok"
