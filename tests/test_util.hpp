@@ -9,6 +9,9 @@
 #include <sstream>
 #include <string>
 
+#include "catch.hpp"
+#include "core/error.hpp"
+
 namespace meg {
 
 // A fresh folder under TMPDIR, removed with everything in it at the end of the test.
@@ -42,6 +45,18 @@ inline std::string random_bytes(size_t n, uint32_t seed) {
   // Compressible but not trivial: short runs of a few symbols.
   for (size_t i = 0; i < n; ++i) s[i] = static_cast<char>("abcdefgh \n"[rng() % 10]);
   return s;
+}
+
+// The message of the InputError that F must throw (the test fails when F throws none).
+template <typename F>
+std::string input_error_of(F&& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  FAIL("expected an InputError");
+  return "";
 }
 
 }  // namespace meg

@@ -50,16 +50,6 @@ const std::vector<Sample>& parity_samples() {
   return samples;
 }
 
-// The message of the InputError that F throws ("" when it throws none; other errors escape).
-template <typename F>
-std::string input_error_of(F&& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
-}
 }  // namespace
 
 TEST_CASE("GPT-2 vocabulary, end of document and identity", "[gpt2]") {

@@ -13,18 +13,6 @@ using Catch::Matchers::ContainsSubstring;
 
 namespace {
 
-// The error message of F, which must throw InputError.
-template <typename Fn>
-std::string input_error_of(Fn&& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  FAIL("expected an InputError");
-  return "";
-}
-
 ModelConfig tiny_with_vocab(const std::string& name, int64_t vocab) {
   ModelConfig c = ModelConfig::preset(name);
   c.set_vocab_from_tokenizer(vocab);
