@@ -164,7 +164,9 @@ TEST_CASE("GPT-2 bad vocabulary and merges files are input errors", "[gpt2]") {
     return input_error_of([&] { Gpt2BpeTokenizer(vocab, merges); });
   };
   const std::string good_vocab = read_file(kVocab), good_merges = read_file(kMerges);
-  REQUIRE(error(good_vocab, good_merges).empty());
+  write_file(vocab, good_vocab);  // the copies themselves load: what fails below is the edit
+  write_file(merges, good_merges);
+  REQUIRE_NOTHROW(Gpt2BpeTokenizer(vocab, merges));
 
   CHECK_THAT(input_error_of([&] { Gpt2BpeTokenizer(dir.path("none.json"), kMerges); }),
              ContainsSubstring("none.json"));
