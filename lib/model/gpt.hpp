@@ -1,0 +1,165 @@
+// The decoder-only language model on the CPU: GPT-2 and Llama, forward and backward by hand.
+//
+// GptModel<F> follows llm.c's train_gpt2.c: every parameter lives in ONE flat contiguous array,
+// described by a table of named tensors (ParamTensor), and the gradients live in a second flat array
+// of the same layout. Activations live in one flat buffer sized for the (B, T) of the last forward
+// (grown, never shrunk). Forward runs the ops of ops/cpu/ops.hpp; backward runs their backwards in
+// reverse order and ACCUMULATES into the gradient array, so gradient accumulation over
+// micro-batches is forward + backward per micro-batch between two zero_grad() calls.
+//
+// One block (pre-norm, as in both GPT-2 and Llama), with N = B*T rows:
+//   h    = norm1(x)                                   LayerNorm (gpt2) or RMSNorm (llama)
+//   qkv  = h @ Wqkv^T + bqkv                          [N, C + 2*NKV*HS]
+//   q, k, v = split(qkv)                              [B,T,NH,HS], [B,T,NKV,HS], [B,T,NKV,HS]
+//   q, k = rope(q), rope(k)                           llama only
+//   y    = causal_attention(q, k, v)                  grouped-query when NKV < NH
+//   x    = x + y @ Wproj^T + bproj
+//   h    = norm2(x)
+//   x    = x + act(h @ Wfc1^T + bfc1) @ Wfc2^T + bfc2  act: GELU (tanh) or SwiGLU (fc1 = [gate; up])
+// then logits = norm_f(x) @ Wout^T over the padded vocabulary Vp (Wout is the token embedding when
+// tied); columns >= vocab_size take no part in the loss.
+//
+// Parameter names (Megatron core's local-spec names; L layers, i = 0..L-1), in storage order:
+//   embedding.word_embeddings.weight                      [Vp, C]
+//   embedding.position_embeddings.weight                  [seq_length, C]   (gpt2 only)
+//   decoder.layers.i.input_layernorm.weight               [C]
+//   decoder.layers.i.input_layernorm.bias                 [C]               (layernorm only)
+//   decoder.layers.i.self_attention.linear_qkv.weight     [C + 2*NKV*HS, C]
+//   decoder.layers.i.self_attention.linear_qkv.bias       [C + 2*NKV*HS]    (use_bias only)
+//   decoder.layers.i.self_attention.linear_proj.weight    [C, C]
+//   decoder.layers.i.self_attention.linear_proj.bias      [C]               (use_bias only)
+//   decoder.layers.i.pre_mlp_layernorm.weight             [C]
+//   decoder.layers.i.pre_mlp_layernorm.bias               [C]               (layernorm only)
+//   decoder.layers.i.mlp.linear_fc1.weight                [FC, C]  FC = F, or 2F for SwiGLU
+//   decoder.layers.i.mlp.linear_fc1.bias                  [FC]              (use_bias only)
+//   decoder.layers.i.mlp.linear_fc2.weight                [C, F]
+//   decoder.layers.i.mlp.linear_fc2.bias                  [C]               (use_bias only)
+//   decoder.final_layernorm.weight                        [C]
+//   decoder.final_layernorm.bias                          [C]               (layernorm only)
+//   output_layer.weight                                   [Vp, C]           (untied only)
+// The "layernorm" names are kept for RMSNorm too, as Megatron does. Row layouts of the fused
+// tensors: linear_qkv's rows are [q (NH*HS rows); k (NKV*HS); v (NKV*HS)], i.e. Hugging Face's
+// q_proj, k_proj, v_proj (GPT-2's c_attn, transposed) stacked, NOT Megatron's per-group
+// interleaving; linear_fc1's rows for SwiGLU are [gate (F rows); up (F rows)], i.e. Hugging Face's
+// gate_proj and up_proj stacked (Megatron's order). Checkpoint conversion maps these.
+//
+// Initialisation (Megatron's): normal(0, init_std) for every weight matrix and embedding,
+// normal(0, init_std / sqrt(2 L)) for the output projections of each block (linear_proj and
+// linear_fc2 weights), zeros for biases, ones for norm weights. The normals come from a
+// std::mt19937_64 seeded with the seed, through Box-Muller, tensor by tensor in storage order, so
+// a seed gives the same parameters with every standard library (and for float and double up to
+// the final rounding).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/config.hpp"
+
+namespace meg {
+
+// How init() fills a tensor.
+enum class ParamInit { normal, normal_scaled, zeros, ones };
+
+// One named tensor of the flat parameter array.
+struct ParamTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  size_t offset = 0;         // in elements, into the flat array
+  size_t numel = 0;          // product of shape
+  bool weight_decay = true;  // false for norm weights and biases
+  ParamInit init = ParamInit::normal;
+};
+
+// The tensor table of CONFIG (which must be valid) in storage order, offsets contiguous from 0;
+// the last tensor ends at config.num_parameters(). Allocates no parameters.
+std::vector<ParamTensor> gpt_parameter_table(const ModelConfig& config);
+
+template <typename F>
+class GptModel {
+ public:
+  // Validates CONFIG (InputError on a bad one) and allocates parameters and gradients (zeroed;
+  // call init() for Megatron's initialisation). Activations are allocated by forward().
+  explicit GptModel(const ModelConfig& config);
+
+  const ModelConfig& config() const { return config_; }
+  const std::vector<ParamTensor>& tensors() const { return tensors_; }
+  // The tensor named NAME; std::out_of_range for an unknown name.
+  const ParamTensor& tensor(const std::string& name) const;
+  size_t num_parameters() const { return params_.size(); }
+
+  F* params() { return params_.data(); }
+  const F* params() const { return params_.data(); }
+  F* grads() { return grads_.data(); }
+  const F* grads() const { return grads_.data(); }
+  F* param(const std::string& name) { return params_.data() + tensor(name).offset; }
+  F* grad(const std::string& name) { return grads_.data() + tensor(name).offset; }
+
+  // Megatron's initialisation (see the top of this file), deterministic in SEED.
+  void init(uint64_t seed);
+  void zero_grad();
+
+  // Runs the model on TOKENS[B*T] (row-major [B,T], each in [0, vocab_size); InputError
+  // otherwise). With TARGETS[B*T] (each in [0, vocab_size) or -1 to ignore the position) returns
+  // the mean cross-entropy over the counted positions and keeps what backward() needs; with
+  // TARGETS null returns 0 and only the logits are meaningful. For gpt2, T <= seq_length (the
+  // number of learned positions); InputError otherwise.
+  double forward(const int32_t* tokens, const int32_t* targets, int B, int T);
+
+  // Gradient of the mean loss of the last forward (which must have had targets; std::logic_error
+  // otherwise), ACCUMULATED into grads().
+  void backward();
+
+  // From the last forward: logits [B,T,Vp] (Vp = padded_vocab_size) and per-position losses [B*T]
+  // (0 at ignored positions; meaningful only with targets).
+  const F* logits() const { return logits_; }
+  const F* losses() const { return losses_; }
+
+ private:
+  // Offsets of one block's tensors into the flat arrays; kAbsent for a tensor the config lacks.
+  struct LayerOffsets {
+    size_t ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc1_w, fc1_b, fc2_w, fc2_b;
+  };
+  // Pointers into the activation buffer for one block.
+  struct LayerActs {
+    F *ln1, *ln1_mean, *ln1_rstd, *qkv, *q, *k, *v, *att, *atty, *mid, *ln2, *ln2_mean, *ln2_rstd,
+        *fc1, *act;
+  };
+
+  void allocate_activations(int B, int T);
+  F* p(size_t offset) { return offset == kAbsent ? nullptr : params_.data() + offset; }
+  F* g(size_t offset) { return offset == kAbsent ? nullptr : grads_.data() + offset; }
+  void norm_forward(F* out, F* mean, F* rstd, const F* inp, size_t w, size_t b, int N);
+  void norm_backward(F* dinp, const F* dout, const F* inp, size_t w, size_t b, const F* mean,
+                     const F* rstd, int N);
+
+  static constexpr size_t kAbsent = static_cast<size_t>(-1);
+
+  ModelConfig config_;
+  std::vector<ParamTensor> tensors_;
+  std::vector<F> params_;
+  std::vector<F> grads_;
+  size_t wte_ = 0, wpe_ = kAbsent, lnf_w_ = 0, lnf_b_ = kAbsent, out_w_ = 0;
+  std::vector<LayerOffsets> layers_;
+
+  // Activations for (B_, T_), carved out of acts_ (which grows when a forward needs more).
+  std::vector<F> acts_;
+  int B_ = 0, T_ = 0;
+  std::vector<LayerActs> la_;
+  std::vector<F*> res_;  // res_[l]: input of block l; res_[L]: output of the last block
+  F *lnf_ = nullptr, *lnf_mean_ = nullptr, *lnf_rstd_ = nullptr, *logits_ = nullptr,
+    *losses_ = nullptr, *scratch_ = nullptr;
+  // Backward scratch (also in acts_).
+  F *dres_ = nullptr, *dln_ = nullptr, *dqkv_ = nullptr, *dq_ = nullptr, *dk_ = nullptr,
+    *dv_ = nullptr, *dqr_ = nullptr, *dkr_ = nullptr, *datty_ = nullptr, *dfc1_ = nullptr,
+    *dact_ = nullptr, *dlogits_ = nullptr;
+  std::vector<int32_t> tokens_, targets_;
+  bool have_targets_ = false;
+};
+
+extern template class GptModel<float>;
+extern template class GptModel<double>;
+
+}  // namespace meg
