@@ -1,0 +1,440 @@
+#include "ckpt/checkpoint.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <system_error>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "core/byte_stream.hpp"
+#include "core/error.hpp"
+#include "core/hash.hpp"
+#include "core/log.hpp"
+#include "core/mapped_file.hpp"
+
+namespace meg {
+
+namespace fs = std::filesystem;
+using ojson = nlohmann::ordered_json;
+
+namespace {
+
+constexpr uint64_t kMaxRecordBytes = uint64_t{1} << 30;  // checkpoint.json: a sanity limit
+constexpr uint64_t kMaxLatestBytes = 4096;
+
+std::string join(const std::string& dir, const std::string& name) { return (fs::path(dir) / name).string(); }
+
+std::string quote(const std::string& s) { return ojson(s).dump(-1, ' ', false, ojson::error_handler_t::replace); }
+
+std::string shape_string(const std::vector<uint64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ",")); }
+
+// Makes what a directory holds (new names, renames) durable.
+void sync_dir(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) system_error(dir, "cannot open directory to sync it");
+  if (::fsync(fd) != 0) {
+    const int err = errno;
+    ::close(fd);
+    errno = err;
+    system_error(dir, "fsync of directory failed");
+  }
+  ::close(fd);
+}
+
+void rename_or_throw(const std::string& from, const std::string& to) {
+  if (::rename(from.c_str(), to.c_str()) != 0) system_error(to, fmt::format("cannot rename {} to it", from));
+}
+
+// A name a checkpoint may hold a file under: plain, visible, not the record itself.
+bool valid_file_name(const std::string& name) {
+  return !name.empty() && name.find('/') == std::string::npos && name.find('\0') == std::string::npos &&
+         name[0] != '.' && name != kCheckpointRecordFile && name != kCheckpointLatestFile;
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// Temporary directories and files that saves leave behind when they crash.
+bool is_leftover(const std::string& name) {
+  if (name.rfind(".iter_", 0) == 0)
+    return name.find(".tmp-") != std::string::npos || name.find(".old-") != std::string::npos;
+  return name.rfind(".latest.tmp.", 0) == 0;
+}
+
+std::string aside_path(const std::string& dir, int64_t iteration) {
+  return join(dir, fmt::format(".{}.old-{}", checkpoint_dir_name(iteration), ::getpid()));
+}
+
+// Reads a small file whole; InputError when it cannot be read or exceeds LIMIT bytes.
+std::string read_small_file(const std::string& path, uint64_t limit) {
+  std::error_code ec;
+  const uint64_t size = fs::file_size(path, ec);
+  if (ec) throw InputError(fmt::format("{}: cannot read: {}", path, ec.message()));
+  if (size > limit) input_error("{}: {} bytes, more than the {}-byte limit", path, size, limit);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) system_error(path, "cannot open");
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+bool is_complete(const std::string& path) {
+  std::error_code ec;
+  return fs::is_directory(path, ec) && fs::is_regular_file(join(path, kCheckpointRecordFile), ec);
+}
+
+// PATH without a trailing separator, so that its filename() is the directory's name.
+fs::path strip_trailing(const std::string& path) {
+  fs::path p(path);
+  if (p.filename().empty() && p.has_parent_path()) p = p.parent_path();
+  return p;
+}
+
+}  // namespace
+
+std::string checkpoint_dir_name(int64_t iteration) {
+  if (iteration < 0) throw std::invalid_argument(fmt::format("negative checkpoint iteration {}", iteration));
+  return fmt::format("iter_{:07d}", iteration);
+}
+
+std::optional<int64_t> parse_checkpoint_dir_name(const std::string& name) {
+  if (name.size() < 12 || name.size() > 24 || name.rfind("iter_", 0) != 0) return std::nullopt;
+  int64_t v = 0;
+  for (size_t i = 5; i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9') return std::nullopt;
+    if (v > (INT64_MAX - 9) / 10) return std::nullopt;
+    v = v * 10 + (name[i] - '0');
+  }
+  if (checkpoint_dir_name(v) != name) return std::nullopt;  // one spelling per iteration
+  return v;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Saving
+
+CheckpointWriter::CheckpointWriter(const std::string& dir, int64_t iteration, CheckpointSaveOptions options)
+    : dir_(dir), iteration_(iteration), options_(options) {
+  if (options.keep < 0) throw std::invalid_argument(fmt::format("negative checkpoint keep {}", options.keep));
+  const std::string name = checkpoint_dir_name(iteration);
+  final_ = join(dir_, name);
+
+  std::error_code ec;
+  fs::create_directories(dir_, ec);
+  if (ec) throw InputError(fmt::format("{}: cannot create checkpoint directory: {}", dir_, ec.message()));
+  if (!fs::is_directory(dir_, ec)) input_error("{}: not a directory", dir_);
+  if (fs::exists(final_, ec) && !options_.overwrite)
+    input_error("{}: checkpoint of iteration {} already exists; refusing to overwrite it", final_, iteration);
+
+  // Leftovers of crashed saves.
+  for (const auto& entry : fs::directory_iterator(dir_, ec)) {
+    const std::string leftover = entry.path().filename().string();
+    if (!is_leftover(leftover)) continue;
+    std::error_code rm;
+    fs::remove_all(entry.path(), rm);
+    if (rm) log::warn("{}: cannot remove leftover of an earlier save: {}", entry.path().string(), rm.message());
+  }
+  if (ec) throw InputError(fmt::format("{}: cannot list checkpoint directory: {}", dir_, ec.message()));
+
+  temp_ = join(dir_, fmt::format(".{}.tmp-{}", name, ::getpid()));
+  if (!fs::create_directory(temp_, ec) || ec)
+    throw InputError(fmt::format("{}: cannot create temporary checkpoint directory: {}", temp_,
+                                 ec ? ec.message() : "it exists"));
+}
+
+CheckpointWriter::~CheckpointWriter() {
+  if (committed_) return;
+  files_.clear();  // their temporary files go first
+  std::error_code ec;
+  fs::remove_all(temp_, ec);
+}
+
+SafetensorsWriter& CheckpointWriter::file(const std::string& name, SafetensorsMetadata metadata) {
+  if (committed_) throw std::logic_error("CheckpointWriter::file after commit");
+  if (!valid_file_name(name) || !ends_with(name, ".safetensors"))
+    throw std::invalid_argument(fmt::format("checkpoint file name {} is not a plain NAME.safetensors", quote(name)));
+  if (files_.count(name)) throw std::invalid_argument(fmt::format("checkpoint file {} added twice", quote(name)));
+  auto& state = files_[name];
+  state.writer = std::make_unique<SafetensorsWriter>(join(temp_, name), std::move(metadata));
+  return *state.writer;
+}
+
+void CheckpointWriter::close_file(const std::string& name) {
+  const auto it = files_.find(name);
+  if (it == files_.end()) throw std::invalid_argument(fmt::format("no checkpoint file {} to close", quote(name)));
+  auto& state = it->second;
+  if (!state.writer) return;
+  state.xxh64 = state.writer->commit();
+  state.writer.reset();
+  const std::string path = join(temp_, name);
+  std::error_code ec;
+  state.bytes = fs::file_size(path, ec);
+  if (ec) throw InputError(fmt::format("{}: cannot stat written file: {}", path, ec.message()));
+}
+
+void CheckpointWriter::write_file(const std::string& name, const std::vector<CheckpointTensor>& tensors,
+                                  const SafetensorsMetadata& metadata) {
+  SafetensorsWriter& w = file(name, metadata);
+  std::map<std::string, const CheckpointTensor*> by_name;
+  for (const auto& t : tensors) {
+    w.declare(t.name, t.dtype, t.shape);
+    by_name[t.name] = &t;
+  }
+  w.write_header();
+  for (const auto& n : w.order()) {
+    const CheckpointTensor& t = *by_name.at(n);
+    uint64_t bytes = dtype_size(t.dtype);
+    for (uint64_t d : t.shape) bytes *= d;
+    w.write(n, t.data, bytes);
+  }
+  close_file(name);
+}
+
+std::string CheckpointWriter::commit(const ojson& record) {
+  if (committed_) throw std::logic_error("CheckpointWriter::commit called twice");
+  ojson files = ojson::object();
+  for (auto& [name, state] : files_) {
+    close_file(name);
+    files[name] = {{"xxh64", hex64(state.xxh64)}, {"bytes", state.bytes}};
+  }
+  ojson j = {{"format", kCheckpointFormat},
+             {"version", kCheckpointVersion},
+             {"iteration", iteration_},
+             {"meg_version", MEG_VERSION},
+             {"record", record},
+             {"files", std::move(files)}};
+  {
+    ByteWriter out(join(temp_, kCheckpointRecordFile));
+    const std::string text = j.dump(2, ' ', false, ojson::error_handler_t::replace) + "\n";
+    out.write(text.data(), text.size());
+    out.commit();
+  }
+  sync_dir(temp_);
+
+  // Into place. An existing checkpoint of this iteration (overwrite) is moved aside first, so
+  // that the name never holds a mix of the two.
+  std::string aside;
+  std::error_code ec;
+  if (fs::exists(final_, ec)) {
+    if (!options_.overwrite)
+      input_error("{}: checkpoint of iteration {} already exists; refusing to overwrite it", final_, iteration_);
+    aside = aside_path(dir_, iteration_);
+    rename_or_throw(final_, aside);
+  }
+  if (::rename(temp_.c_str(), final_.c_str()) != 0) {
+    const int err = errno;
+    if (!aside.empty()) ::rename(aside.c_str(), final_.c_str());  // put the replaced one back
+    errno = err;
+    system_error(final_, fmt::format("cannot rename {} to it", temp_));
+  }
+  committed_ = true;
+  sync_dir(dir_);
+
+  {
+    ByteWriter latest(join(dir_, kCheckpointLatestFile));
+    const std::string text = checkpoint_dir_name(iteration_) + "\n";
+    latest.write(text.data(), text.size());
+    latest.commit();
+  }
+  sync_dir(dir_);
+
+  if (!aside.empty()) {
+    fs::remove_all(aside, ec);
+    if (ec) log::warn("{}: cannot remove replaced checkpoint: {}", aside, ec.message());
+  }
+
+  // Old checkpoints beyond keep: never the one just written, which counts as one of them.
+  if (options_.keep > 0) {
+    std::vector<CheckpointEntry> others;
+    for (auto& e : list_checkpoints(dir_))
+      if (e.iteration != iteration_) others.push_back(std::move(e));
+    const size_t keep_others = static_cast<size_t>(options_.keep) - 1;
+    if (others.size() > keep_others) {
+      others.resize(others.size() - keep_others);  // oldest first: these go
+      for (const auto& e : others) {
+        const std::string to = aside_path(dir_, e.iteration);
+        if (::rename(e.path.c_str(), to.c_str()) != 0) {
+          log::warn("{}: cannot remove old checkpoint: {}", e.path, std::strerror(errno));
+          continue;
+        }
+        fs::remove_all(to, ec);
+        if (ec) log::warn("{}: cannot remove old checkpoint: {}", to, ec.message());
+      }
+    }
+  }
+  return final_;
+}
+
+std::string save_checkpoint(const std::string& dir, int64_t iteration, const ojson& record,
+                            const std::map<std::string, std::vector<CheckpointTensor>>& files,
+                            CheckpointSaveOptions options) {
+  CheckpointWriter w(dir, iteration, options);
+  for (const auto& [name, tensors] : files) w.write_file(name, tensors);
+  return w.commit(record);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Finding
+
+std::vector<CheckpointEntry> list_checkpoints(const std::string& dir) {
+  std::vector<CheckpointEntry> out;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return out;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const auto it = parse_checkpoint_dir_name(entry.path().filename().string());
+    if (it && is_complete(entry.path().string())) out.push_back({*it, entry.path().string()});
+  }
+  if (ec) throw InputError(fmt::format("{}: cannot list checkpoint directory: {}", dir, ec.message()));
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.iteration < b.iteration; });
+  return out;
+}
+
+std::string find_latest(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) input_error("{}: no such checkpoint directory", dir);
+  const std::string latest = join(dir, kCheckpointLatestFile);
+  if (fs::exists(latest, ec)) {
+    std::string text = read_small_file(latest, kMaxLatestBytes);
+    while (!text.empty() && (text.back() == '\n' || text.back() == '\r' || text.back() == ' ')) text.pop_back();
+    if (!parse_checkpoint_dir_name(text))
+      input_error("{}: names {}, not a checkpoint directory iter_NNNNNNN", latest, quote(text));
+    const std::string path = join(dir, text);
+    if (!fs::is_directory(path, ec))
+      input_error("{}: names {}, which does not exist (removed, or not copied with it?)", latest, text);
+    if (!is_complete(path))
+      input_error("{}: names {}, which is incomplete: it has no {}", latest, text, kCheckpointRecordFile);
+    return path;
+  }
+  auto all = list_checkpoints(dir);
+  if (all.empty()) input_error("{}: no checkpoint: neither a `latest` file nor a complete iter_NNNNNNN directory", dir);
+  return all.back().path;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Loading
+
+std::vector<std::string> Checkpoint::file_names() const {
+  std::vector<std::string> out;
+  for (const auto& [name, f] : files_) out.push_back(name);
+  return out;
+}
+
+const SafetensorsFile& Checkpoint::file(const std::string& name) const {
+  const auto it = files_.find(name);
+  if (it == files_.end()) input_error("{}: checkpoint has no file {}", path_, quote(name));
+  return *it->second;
+}
+
+const SafetensorsTensor& Checkpoint::tensor(const std::string& file_name, const std::string& name) const {
+  return file(file_name).tensor(name);
+}
+
+const SafetensorsTensor& Checkpoint::tensor(const std::string& file_name, const std::string& name,
+                                            SafetensorsDtype dtype, const std::vector<uint64_t>& shape) const {
+  const SafetensorsFile& f = file(file_name);
+  const SafetensorsTensor& t = f.tensor(name);
+  if (t.dtype != dtype)
+    input_error("{}: tensor {} has dtype {}, expected {}", f.path(), quote(name), dtype_name(t.dtype),
+                dtype_name(dtype));
+  if (t.shape != shape)
+    input_error("{}: tensor {} has shape {}, expected {}", f.path(), quote(name), shape_string(t.shape),
+                shape_string(shape));
+  return t;
+}
+
+Checkpoint load_checkpoint(const std::string& path, CheckpointLoadOptions options) {
+  const fs::path p = strip_trailing(path);
+  std::error_code ec;
+  std::string dir;
+  if (fs::exists(p / kCheckpointRecordFile, ec)) {
+    dir = p.string();
+  } else if (parse_checkpoint_dir_name(p.filename().string()) && fs::is_directory(p, ec)) {
+    input_error("{}: incomplete checkpoint: it has no {}", p.string(), kCheckpointRecordFile);
+  } else {
+    dir = find_latest(p.string());
+  }
+
+  Checkpoint ck;
+  ck.path_ = dir;
+  const std::string record_path = join(dir, kCheckpointRecordFile);
+  const std::string text = read_small_file(record_path, kMaxRecordBytes);
+  try {
+    ck.json_ = ojson::parse(text);
+  } catch (const ojson::parse_error& e) {
+    std::string what = e.what();
+    if (const auto q = what.find("] "); what.rfind("[json.exception", 0) == 0 && q != std::string::npos)
+      what = what.substr(q + 2);
+    input_error("{}: not valid JSON: {}", record_path, what);
+  }
+  const ojson& j = ck.json_;
+  if (!j.is_object()) input_error("{}: not a JSON object", record_path);
+  const auto format = j.find("format");
+  if (format == j.end() || !format->is_string() || format->get<std::string>() != kCheckpointFormat)
+    input_error("{}: not a meg checkpoint record (\"format\" is not \"{}\")", record_path, kCheckpointFormat);
+  const auto version = j.find("version");
+  if (version == j.end() || !version->is_number_integer())
+    input_error("{}: no integer \"version\"", record_path);
+  if (version->get<int64_t>() != kCheckpointVersion)
+    input_error("{}: checkpoint format version {} is not supported (this meg reads version {})", record_path,
+                version->get<int64_t>(), kCheckpointVersion);
+  const auto iteration = j.find("iteration");
+  if (iteration == j.end() || !iteration->is_number_unsigned() || iteration->get<uint64_t>() > INT64_MAX)
+    input_error("{}: \"iteration\" is not a non-negative integer", record_path);
+  ck.iteration_ = iteration->get<int64_t>();
+  if (const auto named = parse_checkpoint_dir_name(strip_trailing(dir).filename().string());
+      named && *named != ck.iteration_)
+    input_error("{}: records iteration {} but its directory is named for iteration {}", record_path, ck.iteration_,
+                *named);
+  if (!j.contains("record")) input_error("{}: no \"record\"", record_path);
+  const auto files = j.find("files");
+  if (files == j.end() || !files->is_object()) input_error("{}: no \"files\" object", record_path);
+
+  for (const auto& [name, entry] : files->items()) {
+    if (!valid_file_name(name)) input_error("{}: file name {} is not a plain file name", record_path, quote(name));
+    const std::string where = fmt::format("{}: file {}", record_path, quote(name));
+    if (!entry.is_object()) input_error("{}: entry is not an object", where);
+    const auto xxh = entry.find("xxh64");
+    const auto bytes = entry.find("bytes");
+    if (xxh == entry.end() || !xxh->is_string() || xxh->get<std::string>().size() != 16 ||
+        xxh->get<std::string>().find_first_not_of("0123456789abcdef") != std::string::npos)
+      input_error("{}: \"xxh64\" is not 16 lowercase hex digits", where);
+    if (bytes == entry.end() || !bytes->is_number_unsigned())
+      input_error("{}: \"bytes\" is not a non-negative integer", where);
+    const uint64_t want_bytes = bytes->get<uint64_t>();
+    const uint64_t want_xxh = std::stoull(xxh->get<std::string>(), nullptr, 16);
+
+    const std::string file_path = join(dir, name);
+    if (!fs::exists(file_path, ec))
+      input_error("{}: missing file (listed in {})", file_path, kCheckpointRecordFile);
+    const uint64_t size = fs::file_size(file_path, ec);
+    if (ec) throw InputError(fmt::format("{}: cannot read: {}", file_path, ec.message()));
+    if (size < want_bytes)
+      input_error("{}: truncated: {} bytes, {} recorded in {}", file_path, size, want_bytes, kCheckpointRecordFile);
+    if (size > want_bytes)
+      input_error("{}: {} bytes, longer than the {} recorded in {}", file_path, size, want_bytes,
+                  kCheckpointRecordFile);
+    // The checksum comes before the structure: a corrupt file is named as such rather than
+    // reported through whatever its damaged header happens to say.
+    if (options.verify_checksums) {
+      MappedFile raw(file_path);
+      const uint64_t got = xxh64(raw.data(), raw.size());
+      if (got != want_xxh)
+        input_error("{}: checksum mismatch: xxh64 {} but {} recorded in {} (corrupt or replaced file)", file_path,
+                    hex64(got), hex64(want_xxh), kCheckpointRecordFile);
+    }
+    ck.files_[name] = std::make_unique<SafetensorsFile>(file_path);
+  }
+  return ck;
+}
+
+}  // namespace meg
