@@ -1,0 +1,66 @@
+// meg-pretrain: train a GPT-2 or Llama model on a blend, with checkpoints, metrics and exact resume.
+#include <optional>
+#include <string>
+
+#include "core/cli.hpp"
+#include "core/error.hpp"
+#include "optim/lr_schedule.hpp"
+#include "train/trainer.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{"Pretrain a decoder-only language model on a blend (CPU; one process).", "meg-pretrain"};
+  meg::TrainOptions o;
+  std::string decay = "cosine";
+  auto& ov = o.overrides;
+
+  app.add_option("--model", o.model, "Model preset (tiny, tiny-llama, gpt2-124m, llama-1b, ...)");
+  app.add_option("--model-config", o.model_config, "JSON model config file (its keys win over the preset)");
+  app.add_option("--num-layers", ov.num_layers, "Override: transformer blocks");
+  app.add_option("--hidden-size", ov.hidden_size, "Override: model width");
+  app.add_option("--num-heads", ov.num_heads, "Override: attention heads");
+  app.add_option("--num-kv-heads", ov.num_kv_heads, "Override: key/value heads");
+  app.add_option("--ffn-hidden-size", ov.ffn_hidden_size, "Override: MLP width");
+  app.add_option("--seq-length", ov.seq_length, "Sequence length (default and must-match: the blend's)");
+  app.add_option("--vocab-size", ov.vocab_size, "Override: vocabulary size");
+
+  app.add_option("--data", o.data, "The blend file (meg-blend)");
+  app.add_option("--tokenizer", o.tokenizer, "Tokenizer model (gives the vocabulary size)");
+  app.add_option("--merges", o.merges, "merges.txt of a GPT-2 vocab.json tokenizer");
+
+  app.add_option("--iters", o.iters, "Optimizer steps to train to");
+  app.add_option("--micro-batch", o.micro_batch, "Samples per forward/backward")->capture_default_str();
+  app.add_option("--global-batch", o.global_batch, "Samples per optimizer step (a multiple of --micro-batch)");
+  app.add_option("--lr", o.lr.lr, "Peak learning rate")->capture_default_str();
+  app.add_option("--min-lr", o.lr.min_lr, "Learning rate at the end of the decay")->capture_default_str();
+  app.add_option("--warmup-iters", o.lr.warmup_iters, "Linear warmup steps")->capture_default_str();
+  app.add_option("--lr-decay-iters", o.lr.decay_iters, "Decay length (0: --iters)")->capture_default_str();
+  app.add_option("--lr-decay", decay, "constant, linear, cosine or inverse-square-root")->capture_default_str();
+  app.add_option("--weight-decay", o.adam.weight_decay, "AdamW decoupled weight decay")->capture_default_str();
+  app.add_option("--clip-grad", o.clip_grad, "Clip gradients to this global norm (0: off)")->capture_default_str();
+  app.add_option("--adam-beta1", o.adam.beta1, "AdamW beta1")->capture_default_str();
+  app.add_option("--adam-beta2", o.adam.beta2, "AdamW beta2")->capture_default_str();
+  app.add_option("--adam-eps", o.adam.eps, "AdamW epsilon")->capture_default_str();
+  app.add_option("--seed", o.seed, "Seed of the initialisation")->capture_default_str();
+
+  app.add_option("--eval-interval", o.eval_interval, "Evaluate every N steps (0: never)")->capture_default_str();
+  app.add_option("--eval-iters", o.eval_iters, "Validation micro-batches per evaluation")->capture_default_str();
+  app.add_option("--log-interval", o.log_interval, "Log every N steps")->capture_default_str();
+  app.add_option("--metrics", o.metrics, "JSON-lines metrics file (default: SAVE/metrics.jsonl)");
+
+  app.add_option("--save", o.save, "Checkpoint directory");
+  app.add_option("--save-interval", o.save_interval, "Save every N steps (0: at the end only)")->capture_default_str();
+  app.add_option("--keep", o.keep, "Keep the newest N checkpoints (0: all)")->capture_default_str();
+  app.add_option("--load", o.load, "Resume from the latest checkpoint in DIR");
+  app.add_option("--exit-after-minutes", o.exit_after_minutes, "Save and exit after M minutes");
+  app.add_option("--exit-interval", o.exit_interval, "Save and exit when the iteration is a multiple of N");
+  app.add_option("--device", o.device, "cpu or cuda")->capture_default_str();
+  meg::cli::add_common_options(
+      app, "meg-pretrain --model tiny --data run.blend --tokenizer spm.model --iters 100 --micro-batch 4 "
+           "--global-batch 8 --lr 1e-3 --warmup-iters 10 --save ckpt --save-interval 50");
+
+  return meg::cli::run_tool(app, argc, argv, [&] {
+    o.lr.style = meg::parse_lr_decay_style(decay);
+    meg::Trainer trainer(o);
+    return trainer.run();
+  });
+}

@@ -1,0 +1,360 @@
+#include "train/trainer.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <map>
+
+#include "ckpt/checkpoint.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "data/tokenizer.hpp"
+#include "train/signals.hpp"
+
+namespace meg {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::vector<uint64_t> shape_of(const ParamTensor& t) {
+  return {t.shape.begin(), t.shape.end()};
+}
+
+// The first key whose value differs between two model configs, as "key A vs B".
+std::string first_difference(const nlohmann::ordered_json& a, const nlohmann::ordered_json& b) {
+  for (const auto& [key, value] : a.items()) {
+    if (!b.contains(key)) return key + " missing";
+    if (b[key] != value) return fmt::format("{} {} vs {}", key, value.dump(), b[key].dump());
+  }
+  for (const auto& [key, value] : b.items())
+    if (!a.contains(key)) return key + " " + value.dump() + " not in the checkpoint";
+  return "unknown field";
+}
+
+}  // namespace
+
+nlohmann::ordered_json TrainOptions::to_json() const {
+  nlohmann::ordered_json j;
+  j["model"] = model;
+  j["model-config"] = model_config;
+  j["data"] = data;
+  j["tokenizer"] = tokenizer;
+  j["iters"] = iters;
+  j["micro-batch"] = micro_batch;
+  j["global-batch"] = global_batch;
+  j["lr"] = lr.lr;
+  j["min-lr"] = lr.min_lr;
+  j["warmup-iters"] = lr.warmup_iters;
+  j["lr-decay"] = std::string(lr_decay_style_name(lr.style));
+  j["weight-decay"] = adam.weight_decay;
+  j["clip-grad"] = clip_grad;
+  j["adam-beta1"] = adam.beta1;
+  j["adam-beta2"] = adam.beta2;
+  j["adam-eps"] = adam.eps;
+  j["seed"] = seed;
+  j["eval-interval"] = eval_interval;
+  j["eval-iters"] = eval_iters;
+  j["log-interval"] = log_interval;
+  j["save"] = save;
+  j["save-interval"] = save_interval;
+  j["keep"] = keep;
+  j["load"] = load;
+  j["metrics"] = metrics;
+  j["exit-after-minutes"] = exit_after_minutes;
+  j["exit-interval"] = exit_interval;
+  j["device"] = device;
+  return j;
+}
+
+Trainer::Trainer(TrainOptions options) : opt_(std::move(options)) {
+  if (opt_.device == "cuda")
+    input_error("--device cuda: the CUDA training path is not implemented yet; use --device cpu");
+  if (opt_.device != "cpu") input_error("--device '{}': expected cpu or cuda", opt_.device);
+  if (opt_.data.empty()) input_error("--data BLEND is required");
+  if (opt_.iters <= 0) input_error("--iters must be positive, got {}", opt_.iters);
+  if (opt_.micro_batch <= 0) input_error("--micro-batch must be positive, got {}", opt_.micro_batch);
+  if (opt_.global_batch == 0) opt_.global_batch = opt_.micro_batch;
+  if (opt_.global_batch <= 0 || opt_.global_batch % opt_.micro_batch != 0)
+    input_error("--global-batch {} must be a positive multiple of --micro-batch {}", opt_.global_batch,
+                opt_.micro_batch);
+  if (opt_.log_interval <= 0) input_error("--log-interval must be positive, got {}", opt_.log_interval);
+  if (opt_.eval_interval < 0) input_error("--eval-interval must not be negative, got {}", opt_.eval_interval);
+  if (opt_.eval_iters < 0) input_error("--eval-iters must not be negative, got {}", opt_.eval_iters);
+  if (opt_.save_interval < 0) input_error("--save-interval must not be negative, got {}", opt_.save_interval);
+  if (opt_.keep < 0) input_error("--keep must not be negative, got {}", opt_.keep);
+  if (opt_.exit_after_minutes < 0)
+    input_error("--exit-after-minutes must not be negative, got {}", opt_.exit_after_minutes);
+  if (opt_.exit_interval < 0) input_error("--exit-interval must not be negative, got {}", opt_.exit_interval);
+  if (opt_.save_interval > 0 && opt_.save.empty()) input_error("--save-interval needs --save DIR");
+
+  data_ = std::make_unique<GptDataset>(opt_.data);
+  const auto blend_seq = static_cast<int64_t>(data_->seq_length());
+  if (opt_.overrides.seq_length && *opt_.overrides.seq_length != blend_seq)
+    input_error("--seq-length {} differs from the sequence length {} of {}", *opt_.overrides.seq_length,
+                blend_seq, opt_.data);
+  ModelOverrides overrides = opt_.overrides;
+  overrides.seq_length = blend_seq;
+
+  if (!opt_.tokenizer.empty()) {
+    tokenizer_vocab_ = load_tokenizer(opt_.tokenizer, opt_.merges)->vocab_size();
+    if (!overrides.vocab_size) {
+      int64_t base_vocab = 0;
+      if (!opt_.model_config.empty()) base_vocab = load_model_config(opt_.model_config).vocab_size;
+      else if (!opt_.model.empty()) base_vocab = ModelConfig::preset(opt_.model).vocab_size;
+      if (base_vocab == 0) overrides.vocab_size = tokenizer_vocab_;
+    }
+  }
+  config_ = resolve_model_config(opt_.model, opt_.model_config, overrides);
+  if (config_.seq_length != blend_seq)
+    input_error("model config: seq-length {} differs from the sequence length {} of {}", config_.seq_length,
+                blend_seq, opt_.data);
+  if (tokenizer_vocab_ > 0) config_.set_vocab_from_tokenizer(tokenizer_vocab_);
+
+  const uint64_t needed = static_cast<uint64_t>(opt_.iters) * static_cast<uint64_t>(opt_.global_batch);
+  if (data_->num_samples(Split::kTrain) < needed)
+    input_error("{}: {} train samples, but --iters {} x --global-batch {} needs {}", opt_.data,
+                data_->num_samples(Split::kTrain), opt_.iters, opt_.global_batch, needed);
+
+  model_ = std::make_unique<GptModel<float>>(config_);
+  model_->init(opt_.seed);
+  std::vector<ParamGroup> groups;
+  for (const auto& t : model_->tensors()) groups.push_back({t.offset, t.offset + t.numel, t.weight_decay});
+  adam_ = std::make_unique<AdamW>(model_->num_parameters(), std::move(groups), opt_.adam);
+  opt_.lr.train_iters = opt_.iters;
+  schedule_ = std::make_unique<LrSchedule>(opt_.lr);
+
+  const size_t T = data_->seq_length();
+  const size_t BT = static_cast<size_t>(opt_.micro_batch) * T;
+  sample_.resize(T + 1);
+  tokens_.resize(BT);
+  targets_.resize(BT);
+
+  if (!opt_.load.empty()) {
+    const bool has_latest = std::filesystem::exists(std::filesystem::path(opt_.load) / kCheckpointLatestFile);
+    if (std::filesystem::exists(std::filesystem::path(opt_.load) / kCheckpointRecordFile) || has_latest ||
+        !list_checkpoints(opt_.load).empty()) {
+      load_from(opt_.load);
+    } else {
+      if (!std::filesystem::is_directory(opt_.load)) input_error("--load {}: no such directory", opt_.load);
+      log::info("no checkpoint in {}: starting from iteration 0", opt_.load);
+    }
+  }
+
+  std::string metrics = opt_.metrics;
+  if (metrics.empty() && !opt_.save.empty()) {
+    std::filesystem::create_directories(opt_.save);
+    metrics = (std::filesystem::path(opt_.save) / "metrics.jsonl").string();
+  }
+  if (!metrics.empty()) {
+    metrics_.open(metrics, std::ios::app);
+    if (!metrics_) system_error(metrics, "cannot open for appending");
+  }
+}
+
+Trainer::~Trainer() = default;
+
+nlohmann::ordered_json Trainer::settings() const {
+  nlohmann::ordered_json j;
+  j["options"] = opt_.to_json();
+  j["model"] = config_.to_json();
+  j["parameters"] = config_.num_parameters();
+  j["data"] = {{"blend", opt_.data},
+               {"seq_length", data_->seq_length()},
+               {"train_samples", data_->num_samples(Split::kTrain)},
+               {"valid_samples", data_->num_samples(Split::kValid)},
+               {"fingerprint", fmt::format("{:016x}", data_->fingerprint())}};
+  j["start_iteration"] = iteration_;
+  return j;
+}
+
+void Trainer::write_metrics(const nlohmann::ordered_json& line) {
+  if (!metrics_.is_open()) return;
+  metrics_ << line.dump() << '\n';
+  metrics_.flush();
+}
+
+double Trainer::train_step(double* grad_norm_out) {
+  const int B = static_cast<int>(opt_.micro_batch), T = static_cast<int>(data_->seq_length());
+  const int64_t micro_batches = opt_.global_batch / opt_.micro_batch;
+  model_->zero_grad();
+  double loss_sum = 0;
+  for (int64_t m = 0; m < micro_batches; ++m) {
+    for (int j = 0; j < B; ++j) {
+      const uint64_t index = static_cast<uint64_t>(iteration_ * opt_.global_batch + m * opt_.micro_batch + j);
+      data_->sample(Split::kTrain, index, sample_.data());
+      std::memcpy(tokens_.data() + static_cast<size_t>(j) * T, sample_.data(), sizeof(int32_t) * T);
+      std::memcpy(targets_.data() + static_cast<size_t>(j) * T, sample_.data() + 1, sizeof(int32_t) * T);
+    }
+    loss_sum += model_->forward(tokens_.data(), targets_.data(), B, T);
+    model_->backward();
+  }
+  std::span<float> grads(model_->grads(), model_->num_parameters());
+  if (micro_batches > 1) {
+    const float scale = 1.0f / static_cast<float>(micro_batches);
+    for (float& g : grads) g *= scale;
+  }
+  const double norm = clip_grad_norm(grads, opt_.clip_grad);
+  const double loss = loss_sum / static_cast<double>(micro_batches);
+  if (!std::isfinite(norm) || !std::isfinite(loss))
+    input_error("iteration {}: the loss ({}) or gradient norm ({}) is not finite; lower --lr", iteration_ + 1,
+                loss, norm);
+  adam_->step(std::span<float>(model_->params(), model_->num_parameters()), grads, schedule_->lr_at(iteration_));
+  *grad_norm_out = norm;
+  return loss;
+}
+
+double Trainer::evaluate() {
+  const uint64_t n = data_->num_samples(Split::kValid);
+  const int B = static_cast<int>(opt_.micro_batch), T = static_cast<int>(data_->seq_length());
+  double sum = 0;
+  for (int64_t k = 0; k < opt_.eval_iters; ++k) {
+    for (int j = 0; j < B; ++j) {
+      data_->sample(Split::kValid, static_cast<uint64_t>(k * B + j) % n, sample_.data());
+      std::memcpy(tokens_.data() + static_cast<size_t>(j) * T, sample_.data(), sizeof(int32_t) * T);
+      std::memcpy(targets_.data() + static_cast<size_t>(j) * T, sample_.data() + 1, sizeof(int32_t) * T);
+    }
+    sum += model_->forward(tokens_.data(), targets_.data(), B, T);
+  }
+  return sum / static_cast<double>(opt_.eval_iters);
+}
+
+void Trainer::save_checkpoint_now() {
+  if (opt_.save.empty() || last_saved_ == iteration_) return;
+  const auto start = Clock::now();
+  std::vector<CheckpointTensor> model_tensors, optim_tensors;
+  const float* m = adam_->m().data();
+  const float* v = adam_->v().data();
+  for (const auto& t : model_->tensors()) {
+    model_tensors.push_back({t.name, SafetensorsDtype::kF32, shape_of(t), model_->params() + t.offset});
+    optim_tensors.push_back({"exp_avg." + t.name, SafetensorsDtype::kF32, shape_of(t), m + t.offset});
+    optim_tensors.push_back({"exp_avg_sq." + t.name, SafetensorsDtype::kF32, shape_of(t), v + t.offset});
+  }
+  nlohmann::ordered_json record;
+  record["model"] = config_.to_json();
+  record["options"] = opt_.to_json();
+  record["iteration"] = iteration_;
+  record["consumed_samples"] = iteration_ * opt_.global_batch;
+  record["optimizer_step"] = adam_->step_count();
+  record["blend_fingerprint"] = fmt::format("{:016x}", data_->fingerprint());
+  record["seed"] = opt_.seed;
+  record["parallel"] = {{"tp", 1}, {"pp", 1}, {"dp", 1}, {"cp", 1}, {"ep", 1}};
+  const std::string path = save_checkpoint(
+      opt_.save, iteration_, record,
+      {{"model.safetensors", model_tensors}, {"optimizer.safetensors", optim_tensors}},
+      {.keep = opt_.keep, .overwrite = true});
+  last_saved_ = iteration_;
+  log::info("saved {} in {:.2f} s", path, std::chrono::duration<double>(Clock::now() - start).count());
+}
+
+void Trainer::load_from(const std::string& dir) {
+  const Checkpoint ck = load_checkpoint(dir);
+  const std::string where = (std::filesystem::path(ck.path()) / kCheckpointRecordFile).string();
+  const auto& rec = ck.record();
+  try {
+    const ModelConfig saved = ModelConfig::from_json(rec.at("model"), where);
+    if (!(saved == config_))
+      input_error("{}: the checkpoint's model config differs from the requested one ({})", where,
+                  first_difference(saved.to_json(), config_.to_json()));
+    const std::string fp = fmt::format("{:016x}", data_->fingerprint());
+    if (rec.at("blend_fingerprint").get<std::string>() != fp)
+      input_error("{}: the checkpoint was trained on a blend with fingerprint {}, but {} has {}", where,
+                  rec.at("blend_fingerprint").get<std::string>(), opt_.data, fp);
+    if (rec.contains("options")) {
+      // The data position and the schedule follow these; a change is allowed but ends exactness.
+      const auto now = opt_.to_json();
+      for (const char* key : {"global-batch", "iters", "lr", "min-lr", "warmup-iters", "lr-decay"})
+        if (rec["options"].contains(key) && rec["options"][key] != now[key])
+          log::warn("{}: --{} was {} and is now {}: the run will not repeat an uninterrupted one", where, key,
+                    rec["options"][key].dump(), now[key].dump());
+    }
+    const int64_t it = rec.at("iteration").get<int64_t>();
+    const int64_t step = rec.at("optimizer_step").get<int64_t>();
+    std::vector<float> m(model_->num_parameters()), v(model_->num_parameters());
+    for (const auto& t : model_->tensors()) {
+      const auto shape = shape_of(t);
+      const auto copy = [&](const std::string& file, const std::string& name, float* dst) {
+        const auto& st = ck.tensor(file, name, SafetensorsDtype::kF32, shape);
+        std::memcpy(dst, st.bytes.data(), t.numel * sizeof(float));
+      };
+      copy("model.safetensors", t.name, model_->params() + t.offset);
+      copy("optimizer.safetensors", "exp_avg." + t.name, m.data() + t.offset);
+      copy("optimizer.safetensors", "exp_avg_sq." + t.name, v.data() + t.offset);
+    }
+    adam_->restore(m, v, step);
+    iteration_ = it;
+    last_saved_ = it;
+  } catch (const nlohmann::json::exception& e) {
+    input_error("{}: malformed record: {}", where, e.what());
+  }
+  log::info("loaded {} (iteration {})", ck.path(), iteration_);
+}
+
+int Trainer::run() {
+  install_stop_handlers();
+  log::info("settings {}", settings().dump());
+  if (iteration_ >= opt_.iters) {
+    log::info("iteration {} already reaches --iters {}: nothing to train", iteration_, opt_.iters);
+    return 0;
+  }
+  const auto start = Clock::now();
+  const double tokens_per_iter = static_cast<double>(opt_.global_batch) * static_cast<double>(data_->seq_length());
+  double loss_acc = 0;
+  int64_t acc_iters = 0;
+  auto window_start = Clock::now();
+  bool stopped = false;
+  while (iteration_ < opt_.iters) {
+    double norm = 0;
+    const double lr = schedule_->lr_at(iteration_);
+    const double loss = train_step(&norm);
+    ++iteration_;
+    loss_acc += loss;
+    ++acc_iters;
+    if (iteration_ % opt_.log_interval == 0 || iteration_ == opt_.iters) {
+      const double secs = std::chrono::duration<double>(Clock::now() - window_start).count();
+      const double ms = 1000.0 * secs / static_cast<double>(acc_iters);
+      const double tps = tokens_per_iter * static_cast<double>(acc_iters) / std::max(secs, 1e-9);
+      const double mean_loss = loss_acc / static_cast<double>(acc_iters);
+      const auto consumed = static_cast<int64_t>(tokens_per_iter) * iteration_;
+      log::info("iter {}/{} | tokens {} | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | {:.1f} ms/iter | {:.0f} tokens/s",
+                iteration_, opt_.iters, consumed, mean_loss, lr, norm, ms, tps);
+      write_metrics({{"iteration", iteration_}, {"consumed_tokens", consumed}, {"loss", mean_loss}, {"lr", lr},
+                     {"grad_norm", norm}, {"ms_per_iter", ms}, {"tokens_per_s", tps}});
+      loss_acc = 0;
+      acc_iters = 0;
+      window_start = Clock::now();
+    }
+    if (opt_.eval_interval > 0 && opt_.eval_iters > 0 && iteration_ % opt_.eval_interval == 0) {
+      if (data_->num_samples(Split::kValid) == 0) {
+        log::warn("{} has no validation samples: no evaluation", opt_.data);
+        opt_.eval_interval = 0;
+      } else {
+        const double vl = evaluate();
+        log::info("iter {} | valid loss {:.4f} | valid ppl {:.3f}", iteration_, vl, std::exp(vl));
+        write_metrics({{"iteration", iteration_}, {"valid_loss", vl}, {"valid_ppl", std::exp(vl)}});
+      }
+    }
+    if (opt_.save_interval > 0 && iteration_ % opt_.save_interval == 0) save_checkpoint_now();
+    if (stop_requested()) {
+      log::info("signal {} received: stopping after iteration {}", stop_signal(), iteration_);
+      stopped = true;
+      break;
+    }
+    if (opt_.exit_interval > 0 && iteration_ % opt_.exit_interval == 0 && iteration_ < opt_.iters) {
+      log::info("--exit-interval {} reached: stopping after iteration {}", opt_.exit_interval, iteration_);
+      stopped = true;
+      break;
+    }
+    if (opt_.exit_after_minutes > 0 &&
+        std::chrono::duration<double>(Clock::now() - start).count() >= opt_.exit_after_minutes * 60.0) {
+      log::info("--exit-after-minutes {} reached: stopping after iteration {}", opt_.exit_after_minutes, iteration_);
+      stopped = true;
+      break;
+    }
+  }
+  save_checkpoint_now();
+  if (!stopped) log::info("done: {} iterations", iteration_);
+  return 0;
+}
+
+}  // namespace meg

@@ -1,0 +1,107 @@
+// The single-process training loop of meg-pretrain on the CPU: GPT model, AdamW, learning-rate
+// schedule, gradient accumulation, clipping, evaluation, metrics and checkpoints.
+//
+// One iteration is one optimizer step over a global batch of G samples, taken as G / B micro-batches
+// of B samples (forward + backward each, gradients accumulated and divided by G / B). The sample of
+// global step s, micro-batch m, row j is train sample s*G + m*B + j of the blend: the data position
+// is a function of the step alone, so a run resumed from a checkpoint (parameters, AdamW moments
+// and step count, iteration) continues bit for bit as the uninterrupted run would have.
+//
+// Metrics are JSON lines (one per --log-interval, one per evaluation):
+//   {"iteration": 10, "consumed_tokens": 1280, "loss": 6.9, "lr": 0.001, "grad_norm": 1.2,
+//    "ms_per_iter": 12.3, "tokens_per_s": 10400.0}
+//   {"iteration": 10, "valid_loss": 6.8, "valid_ppl": 900.2}
+//
+// Checkpoints (ckpt/checkpoint.hpp): model.safetensors holds the parameters by their table names,
+// optimizer.safetensors the AdamW moments as "exp_avg.<name>" and "exp_avg_sq.<name>"; the record
+// holds the model config, the resolved options, iteration, consumed samples, optimizer step, the
+// blend fingerprint, the seed and the parallel layout.
+#pragma once
+
+#include <cstdint>
+#include <fstream>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "data/gpt_dataset.hpp"
+#include "model/config.hpp"
+#include "model/gpt.hpp"
+#include "optim/adamw.hpp"
+#include "optim/lr_schedule.hpp"
+
+namespace meg {
+
+struct TrainOptions {
+  // Model: a preset and/or a JSON config file, then single-field overrides.
+  std::string model;
+  std::string model_config;
+  ModelOverrides overrides;
+
+  std::string data;       // the blend file
+  std::string tokenizer;  // gives the vocabulary size (optional when the config has one)
+  std::string merges;     // GPT-2 BPE merges.txt, with a vocab.json tokenizer
+
+  int64_t iters = 0;
+  int64_t micro_batch = 1;
+  int64_t global_batch = 0;  // 0: the micro-batch
+
+  LrScheduleOptions lr;  // train_iters is set from iters
+  AdamWOptions adam;
+  double clip_grad = 1.0;
+  uint64_t seed = 1234;
+
+  int64_t eval_interval = 0;  // 0: no evaluation during training
+  int64_t eval_iters = 10;
+  int64_t log_interval = 10;
+
+  std::string save;
+  int64_t save_interval = 0;  // 0: save only at the end (and on a stop request)
+  int keep = 0;
+  std::string load;
+  std::string metrics;  // default: SAVE/metrics.jsonl when --save is given
+  double exit_after_minutes = 0;
+  int64_t exit_interval = 0;  // save and stop when the iteration is a multiple of N (0: never)
+  std::string device = "cpu";
+
+  // The options as stored with checkpoints and printed at start.
+  nlohmann::ordered_json to_json() const;
+};
+
+class Trainer {
+ public:
+  // Resolves and checks everything (InputError on a bad option, data or checkpoint), builds the
+  // model and optimizer, and loads the checkpoint of --load when there is one.
+  explicit Trainer(TrainOptions options);
+  ~Trainer();
+
+  // Trains to options.iters (or until a stop request / the time limit); returns the exit status.
+  int run();
+
+  const ModelConfig& config() const { return config_; }
+  int64_t iteration() const { return iteration_; }
+  // The resolved settings (options, model, data), one JSON object.
+  nlohmann::ordered_json settings() const;
+
+ private:
+  double train_step(double* grad_norm);
+  double evaluate();
+  void save_checkpoint_now();
+  void load_from(const std::string& dir);
+  void write_metrics(const nlohmann::ordered_json& line);
+
+  TrainOptions opt_;
+  ModelConfig config_;
+  std::unique_ptr<GptDataset> data_;
+  std::unique_ptr<GptModel<float>> model_;
+  std::unique_ptr<AdamW> adam_;
+  std::unique_ptr<LrSchedule> schedule_;
+  std::ofstream metrics_;
+  int64_t iteration_ = 0;
+  int64_t last_saved_ = -1;
+  int64_t tokenizer_vocab_ = 0;
+  std::vector<int32_t> sample_, tokens_, targets_;
+};
+
+}  // namespace meg

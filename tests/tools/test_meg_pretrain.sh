@@ -1,0 +1,67 @@
+# meg-pretrain: the tiny model learns, metrics are logged, a stopped and resumed run repeats the
+# uninterrupted one loss for loss, SIGTERM saves and exits 0, and bad options are refused.
+source "$(dirname "$0")/lib.sh"
+M=$MEG_TEST_DATA/megatron
+meg-blend -q --seq-length 32 --samples 400 -o run.blend 1 $M/fortunes_spm
+BASE="meg-pretrain -q --model tiny --tokenizer $M/fortunes_spm.model --micro-batch 4 --lr 3e-3 --warmup-iters 3 --log-interval 1"
+TRAIN="$BASE --data run.blend"
+losses() { grep -o '"loss":[^,]*' "$1"; }
+
+# (1) The loss falls; metrics carry every field; evaluation lines appear.
+$TRAIN --iters 30 --global-batch 8 --eval-interval 10 --eval-iters 2 --metrics learn.jsonl
+[ "$(losses learn.jsonl | wc -l)" -eq 30 ] || fail "expected 30 training lines: $(cat learn.jsonl)"
+for f in iteration consumed_tokens loss lr grad_norm ms_per_iter tokens_per_s; do
+  grep -q "\"$f\":" learn.jsonl || fail "metrics lack $f"
+done
+[ "$(grep -c '"valid_loss":.*"valid_ppl":' learn.jsonl)" -eq 3 ] || fail "expected 3 evaluations: $(cat learn.jsonl)"
+first=$(losses learn.jsonl | head -1 | cut -d: -f2)
+last=$(losses learn.jsonl | tail -1 | cut -d: -f2)
+awk -v a="$first" -v b="$last" 'BEGIN { exit !(a - b > 0.5) }' || fail "loss did not fall: $first -> $last"
+grep -q '"consumed_tokens":7680,' learn.jsonl || fail "consumed tokens at iteration 30"
+
+# (2) Exact resume: 20 straight == 10, save, load, 10 more (gradient accumulation on). The first
+# leg stops through --exit-interval, so both legs share the 20-iteration learning-rate schedule.
+$TRAIN --iters 20 --global-batch 8 --metrics a.jsonl
+$TRAIN --iters 20 --global-batch 8 --save b --exit-interval 10
+[ "$(cat b/latest)" = iter_0000010 ] || fail "--exit-interval 10 saved $(cat b/latest)"
+[ -f b/iter_0000010/model.safetensors ] && [ -f b/iter_0000010/optimizer.safetensors ] || fail "checkpoint files"
+python3 - b/iter_0000010/checkpoint.json <<'PY' || fail "checkpoint record: $(cat b/iter_0000010/checkpoint.json)"
+import json, sys
+r = json.load(open(sys.argv[1]))["record"]
+assert r["parallel"] == {"tp": 1, "pp": 1, "dp": 1, "cp": 1, "ep": 1}
+assert r["iteration"] == 10 and r["optimizer_step"] == 10 and r["consumed_samples"] == 80
+assert r["model"]["hidden-size"] == 64 and r["options"]["global-batch"] == 8 and r["seed"] == 1234
+assert len(r["blend_fingerprint"]) == 16
+PY
+$TRAIN --iters 20 --global-batch 8 --save b --load b
+losses a.jsonl > a.loss
+losses b/metrics.jsonl > b.loss
+[ "$(wc -l < a.loss)" -eq 20 ] || fail "run A logged $(wc -l < a.loss) losses"
+same_file a.loss b.loss
+
+# (3) SIGTERM: finish the iteration, save, exit 0; the checkpoint resumes.
+meg-blend -q --seq-length 32 --samples 20000 -o big.blend 1 $M/fortunes_spm
+BIG="meg-pretrain -q --model tiny --data big.blend --tokenizer $M/fortunes_spm.model --micro-batch 4 --lr 1e-3"
+$BIG --iters 5000 --save s --save-interval 5 &
+pid=$!
+for _ in $(seq 100); do [ -f s/iter_0000005/checkpoint.json ] && break; sleep 0.1; done
+[ -f s/iter_0000005/checkpoint.json ] || fail "no first checkpoint"
+kill -TERM $pid
+rc=0; wait $pid || rc=$?
+[ "$rc" -eq 0 ] || fail "SIGTERM exited $rc"
+stopped=$(sed 's/^iter_0*//' s/latest)
+[ "$stopped" -ge 5 ] && [ "$stopped" -lt 5000 ] || fail "latest after SIGTERM: $(cat s/latest)"
+$BIG --iters $((stopped + 2)) --save s --load s --log-interval 1
+grep -q "\"iteration\":$((stopped + 2))," s/metrics.jsonl || fail "resume after SIGTERM did not continue"
+
+# (4) Bad options.
+expect_fail 1 "--global-batch 6 must be a positive multiple of --micro-batch 4" -- $TRAIN --iters 2 --global-batch 6
+expect_fail 1 "nothere.blend" -- $BASE --iters 2 --data nothere.blend
+expect_fail 1 "--device cuda: the CUDA training path is not implemented" -- $TRAIN --iters 2 --device cuda
+expect_fail 1 "checkpoint.json: the checkpoint's model config differs .*hidden-size" -- \
+  $TRAIN --iters 20 --global-batch 8 --load b --hidden-size 128
+meg-blend -q --seq-length 32 --samples 400 --seed 7 -o other.blend 1 $M/fortunes_spm
+expect_fail 1 "checkpoint.json: .*fingerprint .*other.blend" -- $BASE --iters 20 --global-batch 8 --load b --data other.blend
+expect_fail 1 "--seq-length 64 differs from the sequence length 32 of run.blend" -- $TRAIN --iters 2 --seq-length 64
+expect_fail 1 "needs 4000" -- $TRAIN --iters 1000 --global-batch 4
+echo "meg-pretrain: all tests passed"
