@@ -13,7 +13,7 @@ int main(int argc, char** argv) {
   CLI::App app{"Build, describe, verify or merge Megatron-compatible indexed datasets (.bin/.idx).", "meg-index"};
   std::vector<std::string> args;
   std::string output;
-  bool info = false, verify = false, merge = false, json = false;
+  bool info = false, verify = false, merge = false, json = false, entropy = false;
   uint64_t vocab_size = 0;
 
   app.add_option("inputs", args, "Token streams to index (default: stdin), or dataset prefixes");
@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   info_flag->excludes(verify_flag)->excludes(merge_flag);
   verify_flag->excludes(merge_flag);
   app.add_flag("--json", json, "--info: print JSON (one object per line)");
+  app.add_flag("--entropy", entropy, "--info: also the unigram entropy of the tokens (reads them all)");
   app.add_option("--vocab-size", vocab_size, "--verify: also check every token is below this");
   meg::cli::add_common_options(app, "meg-tokenize --tokenizer spm.model --append-eod docs.jsonl | meg-index -o data/docs");
 
@@ -37,7 +38,7 @@ int main(int argc, char** argv) {
           dataset.verify(vocab_size);
           meg::log::info("{}: ok ({} documents, {} tokens)", prefix, dataset.num_documents(), dataset.num_tokens());
         } else {
-          const auto description = meg::describe_dataset(dataset);
+          const auto description = meg::describe_dataset(dataset, entropy);
           std::cout << (json ? description.dump() + "\n" : meg::format_description(description));
         }
       }

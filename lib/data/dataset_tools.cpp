@@ -1,6 +1,7 @@
 #include "data/dataset_tools.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include <fmt/format.h>
 
@@ -58,7 +59,29 @@ IndexStats merge_datasets(const std::vector<std::string>& inputs, const std::str
   return stats;
 }
 
-nlohmann::ordered_json describe_dataset(const IndexedDataset& d) {
+namespace {
+double unigram_entropy(const IndexedDataset& d) {
+  std::vector<uint64_t> counts;
+  const uint64_t n = d.num_tokens();
+  std::vector<int32_t> chunk;
+  for (size_t i = 0; i < d.num_documents(); ++i) {
+    const TokenView doc = d.document(i);
+    chunk.resize(doc.size);
+    doc.copy_to(chunk.data(), 0, doc.size);
+    for (const int32_t t : chunk) {
+      if (t < 0) input_error("{}.bin: negative token {} in document {}", d.prefix(), t, i);
+      if (size_t(t) >= counts.size()) counts.resize(size_t(t) + 1);
+      ++counts[t];
+    }
+  }
+  double h = 0;
+  for (const uint64_t c : counts)
+    if (c > 0) h -= double(c) / n * std::log(double(c) / n);
+  return h;
+}
+}  // namespace
+
+nlohmann::ordered_json describe_dataset(const IndexedDataset& d, bool entropy) {
   std::vector<uint64_t> lengths(d.num_documents());
   for (size_t i = 0; i < lengths.size(); ++i) lengths[i] = d.document_length(i);
   std::sort(lengths.begin(), lengths.end());
@@ -80,6 +103,7 @@ nlohmann::ordered_json describe_dataset(const IndexedDataset& d) {
                           {"p99", pct(99)},
                           {"max", lengths.empty() ? 0 : lengths.back()},
                           {"mean", lengths.empty() ? 0.0 : double(d.num_tokens()) / lengths.size()}};
+  if (entropy) j["unigram_entropy_nats"] = unigram_entropy(d);
   return j;
 }
 
@@ -96,7 +120,10 @@ std::string format_description(const nlohmann::ordered_json& j) {
       j["prefix"].get<std::string>(), j["documents"].get<uint64_t>(), j["sequences"].get<uint64_t>(),
       j["tokens"].get<uint64_t>(), j["dtype"].get<std::string>(), human_count(j["bin_bytes"].get<double>(), "B"),
       l["min"].get<uint64_t>(), l["p10"].get<uint64_t>(), l["p50"].get<uint64_t>(), l["p90"].get<uint64_t>(),
-      l["p99"].get<uint64_t>(), l["max"].get<uint64_t>(), l["mean"].get<double>());
+      l["p99"].get<uint64_t>(), l["max"].get<uint64_t>(), l["mean"].get<double>()) +
+         (j.contains("unigram_entropy_nats")
+              ? fmt::format("entropy     {:.3f} nats per token (unigram)\n", j["unigram_entropy_nats"].get<double>())
+              : "");
 }
 
 }  // namespace meg

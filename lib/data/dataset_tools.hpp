@@ -24,8 +24,10 @@ IndexStats index_streams(const std::vector<std::string>& streams, const std::str
 // Concatenates the datasets INPUTS (one dtype) into OUTPUT.
 IndexStats merge_datasets(const std::vector<std::string>& inputs, const std::string& output);
 
-// What --info shows: counts, dtype, sizes and document length percentiles.
-nlohmann::ordered_json describe_dataset(const IndexedDataset& dataset);
+// What --info shows: counts, dtype, sizes and document length percentiles; with ENTROPY also the
+// unigram entropy of the tokens in nats (a reads-every-token pass: the loss a model that knows only
+// token frequencies reaches, the bar a trained model's loss should fall well below).
+nlohmann::ordered_json describe_dataset(const IndexedDataset& dataset, bool entropy = false);
 std::string format_description(const nlohmann::ordered_json& info);
 
 }  // namespace meg

@@ -1,4 +1,5 @@
 // Token streams, indexed datasets and document reading, on small files written here.
+#include <cmath>
 #include <filesystem>
 
 #include "catch.hpp"
@@ -147,4 +148,15 @@ TEST_CASE("Records keep their line numbers across batch edges", "[data]") {
     CHECK(got[0] == std::make_pair(std::string("line 0"), uint64_t(0)));
     CHECK(got[1] == std::make_pair(std::string("line 1\nline 2\nline 3\nline 4\nline 5\nline 6\nline 7"), uint64_t(2)));
   }
+}
+
+TEST_CASE("--info's unigram entropy is that of the token frequencies", "[data]") {
+  TempDir dir;
+  IndexedDatasetWriter w(dir.path("e"), TokenDtype::kUint16);
+  w.add_document(std::vector<int32_t>{0, 1, 2, 3});
+  w.add_document(std::vector<int32_t>{0, 1, 2, 3, 0, 1, 2, 3});
+  w.finish();
+  const IndexedDataset d(dir.path("e"));
+  CHECK(std::abs(describe_dataset(d, true)["unigram_entropy_nats"].get<double>() - std::log(4.0)) < 1e-12);
+  CHECK_FALSE(describe_dataset(d).contains("unigram_entropy_nats"));
 }
