@@ -1,5 +1,6 @@
 # meg-pretrain: the tiny model learns, metrics are logged, a stopped and resumed run repeats the
-# uninterrupted one loss for loss, SIGTERM saves and exits 0, and bad options are refused.
+# uninterrupted one loss for loss (after --exit-interval and after kill -9), SIGTERM saves and exits
+# 0, and bad options are refused.
 source "$(dirname "$0")/lib.sh"
 M=$MEG_TEST_DATA/megatron
 meg-blend -q --seq-length 32 --samples 400 -o run.blend 1 $M/fortunes_spm
@@ -54,7 +55,23 @@ stopped=$(sed 's/^iter_0*//' s/latest)
 $BIG --iters $((stopped + 2)) --save s --load s --log-interval 1
 grep -q "\"iteration\":$((stopped + 2))," s/metrics.jsonl || fail "resume after SIGTERM did not continue"
 
-# (4) Bad options.
+# (4) kill -9 after a saved checkpoint: the resumed run repeats the uninterrupted one loss for loss.
+$BIG --iters 5000 --save k --save-interval 5 --log-interval 1 &
+pid=$!
+for _ in $(seq 100); do [ -f k/iter_0000010/checkpoint.json ] && break; sleep 0.1; done
+[ -f k/iter_0000010/checkpoint.json ] || fail "no checkpoint at iteration 10"
+kill -KILL $pid
+wait $pid || true
+saved=$(sed 's/^iter_0*//' k/latest)
+$BIG --iters 5000 --save k --load k --log-interval 1 --exit-interval 5 --metrics resumed.jsonl
+$BIG --iters 5000 --log-interval 1 --exit-interval $((saved + 5)) --metrics straight.jsonl
+pairs() { sed -n 's/.*"iteration":\([0-9]*\),.*"loss":\([^,]*\),.*/\1 \2/p' "$1"; }
+pairs resumed.jsonl > resumed.pairs
+pairs straight.jsonl > straight.pairs
+[ "$(wc -l < resumed.pairs)" -eq 5 ] || fail "the resumed run logged $(wc -l < resumed.pairs) steps"
+[ "$(grep -cxFf resumed.pairs straight.pairs)" -eq 5 ] || fail "resumed losses differ: $(cat resumed.pairs)"
+
+# (5) Bad options.
 expect_fail 1 "--global-batch 6 must be a positive multiple of --micro-batch 4" -- $TRAIN --iters 2 --global-batch 6
 expect_fail 1 "nothere.blend" -- $BASE --iters 2 --data nothere.blend
 expect_fail 1 "--device cuda: the CUDA training path is not implemented" -- $TRAIN --iters 2 --device cuda
