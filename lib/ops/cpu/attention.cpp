@@ -9,12 +9,19 @@
 // using the row stride (heads*HS) as the leading dimension, so nothing is transposed or copied.
 // The full [T,T] products include the masked upper triangle, twice the necessary flops but BLAS
 // speed; the mask is applied by zeroing P there.
+//
+// The GEMMs stay on the calling thread, where BLAS threads them itself (BLAS calls made from
+// several of our threads at once contend inside OpenBLAS and run slower than one at a time). What
+// is split over threads is the softmax and its backward, chunks of rows of one head's [T,T]
+// matrix, each row computed by one chunk; the (batch, head) loop stays in order, so the sums of
+// dk and dv over the heads of a group are added as before, whatever the number of threads.
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <stdexcept>
 #include <vector>
 
+#include "core/parallel.hpp"
 #include "ops/cpu/blas.hpp"
 #include "ops/cpu/ops.hpp"
 
@@ -23,6 +30,9 @@ namespace meg::cpu {
 using detail::gemm;
 
 namespace {
+// Rows of a [T,T] softmax per chunk: about 8k elements of work (a row averages T/2 of them).
+size_t row_grain(int T) { return 16384 / size_t(T) + 1; }
+
 void check_heads(int NH, int NKV) {
   if (NKV <= 0 || NH % NKV != 0)
     throw std::invalid_argument("attention: query heads must be a multiple of key/value heads");
@@ -46,19 +56,21 @@ void attention_forward(F* out, F* att, const F* q, const F* k, const F* v, int B
       gemm(false, true, T, T, HS, scale, q + qoff, ldq, k + koff, ldk, F(0), P, T);
 
       // Causal softmax of each row, max-subtracted for stability; zero above the diagonal.
-      for (int t = 0; t < T; ++t) {
-        F* row = P + size_t(t) * T;
-        F maxval = row[0];
-        for (int t2 = 1; t2 <= t; ++t2) maxval = std::max(maxval, row[t2]);
-        double sum = 0;
-        for (int t2 = 0; t2 <= t; ++t2) {
-          row[t2] = F(std::exp(double(row[t2] - maxval)));
-          sum += row[t2];
+      parallel_for(size_t(T), row_grain(T), [&](size_t begin, size_t end) {
+        for (int t = int(begin); t < int(end); ++t) {
+          F* row = P + size_t(t) * T;
+          F maxval = row[0];
+          for (int t2 = 1; t2 <= t; ++t2) maxval = std::max(maxval, row[t2]);
+          double sum = 0;
+          for (int t2 = 0; t2 <= t; ++t2) {
+            row[t2] = F(std::exp(double(row[t2] - maxval)));
+            sum += row[t2];
+          }
+          const double inv = 1.0 / sum;
+          for (int t2 = 0; t2 <= t; ++t2) row[t2] = F(row[t2] * inv);
+          for (int t2 = t + 1; t2 < T; ++t2) row[t2] = F(0);
         }
-        const double inv = 1.0 / sum;
-        for (int t2 = 0; t2 <= t; ++t2) row[t2] = F(row[t2] * inv);
-        for (int t2 = t + 1; t2 < T; ++t2) row[t2] = F(0);
-      }
+      });
 
       // O = P V, written into out's head h
       gemm(false, false, T, HS, T, F(1), P, T, v + koff, ldk, F(0), out + qoff, ldq);
@@ -89,14 +101,16 @@ void attention_backward(nd<F>* dq, nd<F>* dk, nd<F>* dv, const F* dout, const F*
 
       // Softmax backward per row: dS = P * (dP - sum_t2(P * dP)), with the score scale folded
       // in; zero above the diagonal where P is zero.
-      for (int t = 0; t < T; ++t) {
-        const F* p = P + size_t(t) * T;
-        F* d = dS.data() + size_t(t) * T;
-        double dot = 0;
-        for (int t2 = 0; t2 <= t; ++t2) dot += double(p[t2]) * d[t2];
-        for (int t2 = 0; t2 <= t; ++t2) d[t2] = F(p[t2] * (d[t2] - dot) * scale);
-        for (int t2 = t + 1; t2 < T; ++t2) d[t2] = F(0);
-      }
+      parallel_for(size_t(T), row_grain(T), [&](size_t begin, size_t end) {
+        for (int t = int(begin); t < int(end); ++t) {
+          const F* p = P + size_t(t) * T;
+          F* d = dS.data() + size_t(t) * T;
+          double dot = 0;
+          for (int t2 = 0; t2 <= t; ++t2) dot += double(p[t2]) * d[t2];
+          for (int t2 = 0; t2 <= t; ++t2) d[t2] = F(p[t2] * (d[t2] - dot) * scale);
+          for (int t2 = t + 1; t2 < T; ++t2) d[t2] = F(0);
+        }
+      });
 
       // dQ += dS K;  dK += dS^T Q
       if (dq) gemm(false, false, T, HS, T, F(1), dS.data(), T, k + koff, ldk, F(1), dq + qoff, ldq);

@@ -3,16 +3,22 @@
 // Padded columns [V,Vp) exist only so the vocabulary matrix has a GEMM-friendly width (GPT-2's
 // 50257 padded to 50304); they never enter the softmax, so they get no probability and no
 // gradient. Targets of -1 mark positions that do not count (padding, prompt tokens).
+// Rows (positions) are independent and are split over threads; the targets are checked and the
+// mean is summed on the calling thread, in position order.
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <vector>
 
 #include "core/error.hpp"
+#include "core/parallel.hpp"
 #include "ops/cpu/ops.hpp"
 
 namespace meg::cpu {
 
 namespace {
+
+constexpr size_t kGrain = 65536;  // logits per chunk of rows
 
 // Count of the targets that take part, checking every one of them.
 int count_targets(const int32_t* targets, int N, int V) {
@@ -44,16 +50,19 @@ template <typename F>
 double cross_entropy_forward(nd<F>* losses, const F* logits, const int32_t* targets, int N, int V,
                              int Vp) {
   const int count = count_targets(targets, N, V);
+  std::vector<double> loss(size_t(N), 0.0);
+  parallel_for(size_t(N), kGrain / Vp + 1, [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) {
+      if (targets[i] == -1) continue;
+      const F* row = logits + i * Vp;
+      // -log softmax(row)[target] = logsumexp(row) - row[target]
+      loss[i] = log_sum_exp(row, V) - row[targets[i]];
+    }
+  });
   double total = 0;
   for (int i = 0; i < N; ++i) {
-    double loss = 0;
-    if (targets[i] != -1) {
-      const F* row = logits + size_t(i) * Vp;
-      // -log softmax(row)[target] = logsumexp(row) - row[target]
-      loss = log_sum_exp(row, V) - row[targets[i]];
-      total += loss;
-    }
-    if (losses) losses[i] = F(loss);
+    if (targets[i] != -1) total += loss[i];
+    if (losses) losses[i] = F(loss[i]);
   }
   return count > 0 ? total / count : 0.0;
 }
@@ -63,18 +72,20 @@ void cross_entropy_backward(F* dlogits, const F* logits, const int32_t* targets,
                             nd<F> dloss) {
   const int count = count_targets(targets, N, V);
   const double factor = count > 0 ? double(dloss) / count : 0.0;
-  for (int i = 0; i < N; ++i) {
-    const F* row = logits + size_t(i) * Vp;
-    F* drow = dlogits + size_t(i) * Vp;
-    std::fill(drow, drow + Vp, F(0));  // ignored rows and padded columns stay zero
-    if (targets[i] == -1) continue;
-    // d(-log softmax[target]) / d logit_j = softmax_j - [j == target]
-    const double lse = log_sum_exp(row, V);
-    for (int j = 0; j < V; ++j) {
-      const double onehot = j == targets[i] ? 1.0 : 0.0;
-      drow[j] = F(factor * (std::exp(row[j] - lse) - onehot));
+  parallel_for(size_t(N), kGrain / Vp + 1, [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) {
+      const F* row = logits + i * Vp;
+      F* drow = dlogits + i * Vp;
+      std::fill(drow, drow + Vp, F(0));  // ignored rows and padded columns stay zero
+      if (targets[i] == -1) continue;
+      // d(-log softmax[target]) / d logit_j = softmax_j - [j == target]
+      const double lse = log_sum_exp(row, V);
+      for (int j = 0; j < V; ++j) {
+        const double onehot = j == targets[i] ? 1.0 : 0.0;
+        drow[j] = F(factor * (std::exp(row[j] - lse) - onehot));
+      }
     }
-  }
+  });
 }
 
 #define MEG_INSTANTIATE(F)                                                                  \

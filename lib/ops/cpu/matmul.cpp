@@ -1,7 +1,10 @@
-// Linear layer: out = inp @ W^T + bias, and its backward. All three products go to BLAS.
+// Linear layer: out = inp @ W^T + bias, and its backward. All three products go to BLAS (which
+// has threads of its own); the bias loops around them are split over threads here, by rows for
+// the fill and by output channels for the bias gradient, so every sum keeps its order.
 #include <cstddef>
 #include <vector>
 
+#include "core/parallel.hpp"
 #include "ops/cpu/blas.hpp"
 #include "ops/cpu/ops.hpp"
 
@@ -12,10 +15,12 @@ using detail::gemm;
 template <typename F>
 void linear_forward(F* out, const F* inp, const F* W, const nd<F>* bias, int N, int C, int OC) {
   // Start each output row from the bias (or zero), then let the GEMM add inp @ W^T onto it.
-  for (size_t i = 0; i < size_t(N); ++i) {
-    F* row = out + i * OC;
-    for (int o = 0; o < OC; ++o) row[o] = bias ? bias[o] : F(0);
-  }
+  parallel_for(size_t(N), 8192 / size_t(OC) + 1, [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) {
+      F* row = out + i * OC;
+      for (int o = 0; o < OC; ++o) row[o] = bias ? bias[o] : F(0);
+    }
+  });
   // out[N,OC] += inp[N,C] @ W[OC,C]^T
   gemm(false, true, N, OC, C, F(1), inp, C, W, C, F(1), out, OC);
 }
@@ -30,10 +35,12 @@ void linear_backward(nd<F>* dinp, nd<F>* dW, nd<F>* dbias, const F* dout, const 
   // dbias[OC] += sum over rows of dout, row by row (cache friendly), summed in double so long
   // batches lose nothing.
   if (dbias) {
-    std::vector<double> sum(OC, 0.0);
-    for (size_t i = 0; i < size_t(N); ++i)
-      for (int o = 0; o < OC; ++o) sum[o] += dout[i * OC + o];
-    for (int o = 0; o < OC; ++o) dbias[o] += F(sum[o]);
+    parallel_for(size_t(OC), 64, [&](size_t o0, size_t o1) {
+      std::vector<double> sum(o1 - o0, 0.0);
+      for (size_t i = 0; i < size_t(N); ++i)
+        for (size_t o = o0; o < o1; ++o) sum[o - o0] += dout[i * OC + o];
+      for (size_t o = o0; o < o1; ++o) dbias[o] += F(sum[o - o0]);
+    });
   }
 }
 

@@ -2,8 +2,9 @@
 //
 // These are the "obviously right" versions the model's CPU path runs and the CUDA kernels are
 // tested against. They follow llm.c's train_gpt2.c: plain functions over contiguous row-major
-// arrays with explicit shape arguments, single-threaded except the matrix products, which go to
-// OpenBLAS.
+// arrays with explicit shape arguments. The matrix products go to OpenBLAS, which threads them;
+// the rest is split over the cores in fixed chunks (core/parallel.hpp), so every result is the
+// same bit for bit whatever the number of threads.
 //
 // Conventions shared by every function here:
 //   - Shapes: B batch, T sequence, C channels, OC output channels, NH query heads, NKV key/value

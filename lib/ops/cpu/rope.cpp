@@ -12,6 +12,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "core/parallel.hpp"
 #include "ops/cpu/ops.hpp"
 
 namespace meg::cpu {
@@ -39,17 +40,20 @@ struct RopeTables {
 
 // Rotates every head of x[B,T,NH,HS] by the tables' angles times `sign` (+1 forward, -1 backward)
 // and adds (accumulate) or writes the result to out. Both elements of a pair are read before
-// either is written, so out may equal x when writing.
+// either is written, so out may equal x when writing. Each (b, t) row of NH heads is rotated on
+// its own, so the rows are split over threads.
 template <typename F>
 void rotate(F* out, const F* x, int B, int T, int NH, int HS, const RopeTables& tab, double sign,
             bool accumulate) {
   const int half = HS / 2;
-  for (int b = 0; b < B; ++b) {
-    for (int t = 0; t < T; ++t) {
-      const double* c = tab.cos.data() + size_t(t) * half;
-      const double* s = tab.sin.data() + size_t(t) * half;
+  const size_t grain = 8192 / (size_t(NH) * HS) + 1;  // rows per chunk
+  parallel_for(size_t(B) * T, grain, [&](size_t begin, size_t end) {
+    for (size_t bt = begin; bt < end; ++bt) {
+      const size_t t = bt % T;
+      const double* c = tab.cos.data() + t * half;
+      const double* s = tab.sin.data() + t * half;
       for (int h = 0; h < NH; ++h) {
-        const size_t off = ((size_t(b) * T + t) * NH + h) * HS;
+        const size_t off = (bt * NH + h) * HS;
         for (int i = 0; i < half; ++i) {
           const double x1 = x[off + i], x2 = x[off + i + half];
           const double sn = sign * s[i];
@@ -65,7 +69,7 @@ void rotate(F* out, const F* x, int B, int T, int NH, int HS, const RopeTables& 
         }
       }
     }
-  }
+  });
 }
 
 }  // namespace
