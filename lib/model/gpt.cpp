@@ -187,14 +187,9 @@ void GptModel<F>::zero_grad() {
 
 template <typename F>
 void GptModel<F>::allocate_activations(int B, int T) {
-  const size_t N = static_cast<size_t>(B) * static_cast<size_t>(T);
-  const size_t C = static_cast<size_t>(config_.hidden_size);
-  const size_t NH = static_cast<size_t>(config_.num_heads);
-  const size_t KV = static_cast<size_t>(config_.num_kv_heads * config_.head_size());
-  const size_t QKV = C + 2 * KV;
-  const size_t Fh = static_cast<size_t>(config_.ffn_hidden_size);
-  const size_t FC = (config_.activation == Activation::swiglu ? 2 : 1) * Fh;
-  const size_t Vp = static_cast<size_t>(config_.padded_vocab_size);
+  const Dims d = dims(B, T);
+  const size_t N = size_t(d.N), C = size_t(d.C), NH = size_t(d.NH), KV = size_t(d.KV), QKV = size_t(d.QKV),
+               Fh = size_t(d.Fh), FC = size_t(d.FC), Vp = size_t(d.Vp);
   const size_t L = static_cast<size_t>(config_.num_layers);
   const size_t BTT = static_cast<size_t>(B) * NH * static_cast<size_t>(T) * static_cast<size_t>(T);
 
@@ -280,25 +275,32 @@ void GptModel<F>::norm_backward(F* dinp, const F* dout, const F* inp, size_t w, 
 }
 
 template <typename F>
+typename GptModel<F>::Dims GptModel<F>::dims(int B, int T) const {
+  Dims d;
+  d.N = B * T;
+  d.C = static_cast<int>(config_.hidden_size);
+  d.NH = static_cast<int>(config_.num_heads);
+  d.NKV = static_cast<int>(config_.num_kv_heads);
+  d.HS = static_cast<int>(config_.head_size());
+  d.KV = d.NKV * d.HS;
+  d.QKV = d.C + 2 * d.KV;
+  d.Fh = static_cast<int>(config_.ffn_hidden_size);
+  d.FC = (config_.activation == Activation::swiglu ? 2 : 1) * d.Fh;
+  d.V = static_cast<int>(config_.vocab_size);
+  d.Vp = static_cast<int>(config_.padded_vocab_size);
+  d.NC = static_cast<size_t>(d.N) * static_cast<size_t>(d.C);
+  return d;
+}
+
+template <typename F>
 double GptModel<F>::forward(const int32_t* tokens, const int32_t* targets, int B, int T) {
   if (B <= 0 || T <= 0) input_error("model forward: batch {} x sequence {} must be positive", B, T);
   if (config_.learned_positions() && T > config_.seq_length)
     input_error("model forward: sequence length {} exceeds the {} learned positions", T,
                 config_.seq_length);
   allocate_activations(B, T);
-  const int N = B * T;
-  const int C = static_cast<int>(config_.hidden_size);
-  const int NH = static_cast<int>(config_.num_heads);
-  const int NKV = static_cast<int>(config_.num_kv_heads);
-  const int HS = static_cast<int>(config_.head_size());
-  const int KV = NKV * HS;
-  const int QKV = C + 2 * KV;
-  const int Fh = static_cast<int>(config_.ffn_hidden_size);
-  const int FC = (config_.activation == Activation::swiglu ? 2 : 1) * Fh;
-  const int V = static_cast<int>(config_.vocab_size);
-  const int Vp = static_cast<int>(config_.padded_vocab_size);
+  const auto [N, C, NH, NKV, HS, KV, QKV, Fh, FC, V, Vp, NC] = dims(B, T);
   const F theta = static_cast<F>(config_.rope_theta);
-  const size_t NC = static_cast<size_t>(N) * static_cast<size_t>(C);
 
   have_targets_ = false;  // set only once a forward with targets has succeeded
   tokens_.assign(tokens, tokens + N);
@@ -346,20 +348,10 @@ template <typename F>
 void GptModel<F>::backward() {
   if (!have_targets_ || B_ == 0)
     throw std::logic_error("GptModel::backward: the last forward had no targets");
-  const int B = B_, T = T_, N = B * T;
-  const int C = static_cast<int>(config_.hidden_size);
-  const int NH = static_cast<int>(config_.num_heads);
-  const int NKV = static_cast<int>(config_.num_kv_heads);
-  const int HS = static_cast<int>(config_.head_size());
-  const int KV = NKV * HS;
-  const int QKV = C + 2 * KV;
-  const int Fh = static_cast<int>(config_.ffn_hidden_size);
-  const int FC = (config_.activation == Activation::swiglu ? 2 : 1) * Fh;
-  const int V = static_cast<int>(config_.vocab_size);
-  const int Vp = static_cast<int>(config_.padded_vocab_size);
+  const int B = B_, T = T_;
+  const auto [N, C, NH, NKV, HS, KV, QKV, Fh, FC, V, Vp, NC] = dims(B, T);
   const F theta = static_cast<F>(config_.rope_theta);
   const size_t n = static_cast<size_t>(N);
-  const size_t NC = n * static_cast<size_t>(C);
 
   // Loss and output layer (for tied embeddings, g(out_w_) is the embedding's gradient).
   cpu::cross_entropy_backward(dlogits_, logits_, targets_.data(), N, V, Vp);

@@ -128,6 +128,13 @@ class GptModel {
         *fc1, *act;
   };
 
+  // The shapes of one forward/backward of a B x T batch, as the ops take them.
+  struct Dims {
+    int N, C, NH, NKV, HS, KV, QKV, Fh, FC, V, Vp;
+    size_t NC;  // N * C, the size of the residual stream
+  };
+  Dims dims(int B, int T) const;
+
   void allocate_activations(int B, int T);
   F* p(size_t offset) { return offset == kAbsent ? nullptr : params_.data() + offset; }
   F* g(size_t offset) { return offset == kAbsent ? nullptr : grads_.data() + offset; }
