@@ -22,6 +22,10 @@ int main(int argc, char** argv) {
   app.add_option("--ffn-hidden-size", ov.ffn_hidden_size, "Override: MLP width");
   app.add_option("--seq-length", ov.seq_length, "Sequence length (default and must-match: the blend's)");
   app.add_option("--vocab-size", ov.vocab_size, "Override: vocabulary size");
+  app.add_option("--hidden-dropout", o.hidden_dropout,
+                 "Override: dropout probability of the embedding and block outputs (default 0)");
+  app.add_option("--attention-dropout", o.attention_dropout,
+                 "Override: dropout probability of the attention probabilities (default 0)");
 
   app.add_option("--data", o.data, "The blend file (meg-blend)");
   app.add_option("--tokenizer", o.tokenizer, "Tokenizer model (gives the vocabulary size)");

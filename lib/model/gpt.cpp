@@ -305,8 +305,16 @@ double GptModel<F>::forward(const int32_t* tokens, const int32_t* targets, int B
   have_targets_ = false;  // set only once a forward with targets has succeeded
   tokens_.assign(tokens, tokens + N);
   if (targets) targets_.assign(targets, targets + N);
+  fwd_hidden_p_ = training_ ? config_.hidden_dropout : 0.0;
+  fwd_attn_p_ = training_ ? config_.attention_dropout : 0.0;
+  fwd_seed_ = drop_seed_;
+  fwd_step_ = drop_step_;
+  fwd_micro_ = drop_micro_;
+  const double hp = fwd_hidden_p_, ap = fwd_attn_p_;
+  auto key = [&](uint64_t site) { return cpu::DropoutKey{fwd_seed_, fwd_step_, fwd_micro_, site}; };
 
   cpu::embedding_forward(res_[0], tokens, p(wte_), p(wpe_), B, T, C, V);
+  if (hp > 0) cpu::dropout_forward(res_[0], res_[0], NC, hp, key(0));
   for (size_t l = 0; l < layers_.size(); ++l) {
     const LayerOffsets& w = layers_[l];
     LayerActs& a = la_[l];
@@ -320,8 +328,13 @@ double GptModel<F>::forward(const int32_t* tokens, const int32_t* targets, int B
       cpu::rope_forward(a.q, a.q, B, T, NH, HS, theta);
       cpu::rope_forward(a.k, a.k, B, T, NKV, HS, theta);
     }
-    cpu::attention_forward(a.atty, a.att, a.q, a.k, a.v, B, T, NH, NKV, HS);
+    const uint64_t site = 3 * static_cast<uint64_t>(l);
+    if (ap > 0)
+      cpu::attention_forward(a.atty, a.att, a.q, a.k, a.v, B, T, NH, NKV, HS, ap, key(site + 1));
+    else
+      cpu::attention_forward(a.atty, a.att, a.q, a.k, a.v, B, T, NH, NKV, HS);
     cpu::linear_forward(scratch_, a.atty, p(w.proj_w), p(w.proj_b), N, C, C);
+    if (hp > 0) cpu::dropout_forward(scratch_, scratch_, NC, hp, key(site + 2));
     for (size_t i = 0; i < NC; ++i) a.mid[i] = x[i] + scratch_[i];
     norm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.mid, w.ln2_w, w.ln2_b, N);
     cpu::linear_forward(a.fc1, a.ln2, p(w.fc1_w), p(w.fc1_b), N, C, FC);
@@ -330,6 +343,7 @@ double GptModel<F>::forward(const int32_t* tokens, const int32_t* targets, int B
     else
       cpu::gelu_forward(a.act, a.fc1, static_cast<size_t>(N) * static_cast<size_t>(Fh));
     cpu::linear_forward(scratch_, a.act, p(w.fc2_w), p(w.fc2_b), N, Fh, C);
+    if (hp > 0) cpu::dropout_forward(scratch_, scratch_, NC, hp, key(site + 3));
     F* out = res_[l + 1];
     for (size_t i = 0; i < NC; ++i) out[i] = a.mid[i] + scratch_[i];
   }
@@ -352,6 +366,8 @@ void GptModel<F>::backward() {
   const auto [N, C, NH, NKV, HS, KV, QKV, Fh, FC, V, Vp, NC] = dims(B, T);
   const F theta = static_cast<F>(config_.rope_theta);
   const size_t n = static_cast<size_t>(N);
+  const double hp = fwd_hidden_p_, ap = fwd_attn_p_;
+  auto key = [&](uint64_t site) { return cpu::DropoutKey{fwd_seed_, fwd_step_, fwd_micro_, site}; };
 
   // Loss and output layer (for tied embeddings, g(out_w_) is the embedding's gradient).
   cpu::cross_entropy_backward(dlogits_, logits_, targets_.data(), N, V, Vp);
@@ -364,9 +380,17 @@ void GptModel<F>::backward() {
   for (size_t l = layers_.size(); l-- > 0;) {
     const LayerOffsets& w = layers_[l];
     const LayerActs& a = la_[l];
-    // MLP: out = mid + fc2(act(fc1(norm2(mid)))).
+    const uint64_t site = 3 * static_cast<uint64_t>(l);
+    // With hidden dropout, the gradient of a branch output is dres_ through the branch's mask
+    // (in scratch_); the residual path takes dres_ itself.
+    const F* dbranch = dres_;
+    // MLP: out = mid + dropout(fc2(act(fc1(norm2(mid))))).
+    if (hp > 0) {
+      cpu::dropout_forward(scratch_, dres_, NC, hp, key(site + 3));
+      dbranch = scratch_;
+    }
     zero(dact_, n * static_cast<size_t>(Fh));
-    cpu::linear_backward(dact_, g(w.fc2_w), g(w.fc2_b), dres_, a.act, p(w.fc2_w), N, Fh, C);
+    cpu::linear_backward(dact_, g(w.fc2_w), g(w.fc2_b), dbranch, a.act, p(w.fc2_w), N, Fh, C);
     zero(dfc1_, n * static_cast<size_t>(FC));
     if (config_.activation == Activation::swiglu)
       cpu::swiglu_backward(dfc1_, dact_, a.fc1, N, Fh);
@@ -375,13 +399,18 @@ void GptModel<F>::backward() {
     zero(dln_, NC);
     cpu::linear_backward(dln_, g(w.fc1_w), g(w.fc1_b), dfc1_, a.ln2, p(w.fc1_w), N, C, FC);
     norm_backward(dres_, dln_, a.mid, w.ln2_w, w.ln2_b, a.ln2_mean, a.ln2_rstd, N);
-    // Attention: mid = x + proj(attention(split(qkv(norm1(x))))).
+    // Attention: mid = x + dropout(proj(attention(split(qkv(norm1(x)))))).
+    if (hp > 0) cpu::dropout_forward(scratch_, dres_, NC, hp, key(site + 2));
     zero(datty_, NC);
-    cpu::linear_backward(datty_, g(w.proj_w), g(w.proj_b), dres_, a.atty, p(w.proj_w), N, C, C);
+    cpu::linear_backward(datty_, g(w.proj_w), g(w.proj_b), dbranch, a.atty, p(w.proj_w), N, C, C);
     zero(dq_, NC);
     zero(dk_, n * static_cast<size_t>(KV));
     zero(dv_, n * static_cast<size_t>(KV));
-    cpu::attention_backward(dq_, dk_, dv_, datty_, a.q, a.k, a.v, a.att, B, T, NH, NKV, HS);
+    if (ap > 0)
+      cpu::attention_backward(dq_, dk_, dv_, datty_, a.q, a.k, a.v, a.att, B, T, NH, NKV, HS, ap,
+                              key(site + 1));
+    else
+      cpu::attention_backward(dq_, dk_, dv_, datty_, a.q, a.k, a.v, a.att, B, T, NH, NKV, HS);
     const F* dq = dq_;
     const F* dk = dk_;
     if (config_.uses_rope()) {
@@ -399,6 +428,7 @@ void GptModel<F>::backward() {
     cpu::linear_backward(dln_, g(w.qkv_w), g(w.qkv_b), dqkv_, a.ln1, p(w.qkv_w), N, C, QKV);
     norm_backward(dres_, dln_, res_[l], w.ln1_w, w.ln1_b, a.ln1_mean, a.ln1_rstd, N);
   }
+  if (hp > 0) cpu::dropout_forward(dres_, dres_, NC, hp, key(0));  // dres_ is not needed after
   cpu::embedding_backward(g(wte_), g(wpe_), dres_, tokens_.data(), B, T, C);
 }
 

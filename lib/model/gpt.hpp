@@ -19,6 +19,16 @@
 // then logits = norm_f(x) @ Wout^T over the padded vocabulary Vp (Wout is the token embedding when
 // tied); columns >= vocab_size take no part in the loss.
 //
+// Dropout, as Megatron's GPT applies it (only in training mode, and only where the config's
+// probability is above 0; p == 0 runs exactly the code without dropout): hidden_dropout on the
+// embedding output and on the outputs of linear_proj and linear_fc2 (biases included) before each
+// residual add; attention_dropout on the softmax probabilities. The masks are the counter-based
+// ones of ops/cpu/ops.hpp (dropout_forward), keyed by set_dropout_key()'s (seed, step, micro) and a
+// site id: 0 for the embedding, 3l+1 for block l's attention probabilities, 3l+2 for its
+// linear_proj output, 3l+3 for its linear_fc2 output. The same key gives the same masks, so a
+// forward can be repeated exactly (finite differences, exact resume); backward() regenerates the
+// masks of the last forward instead of storing them.
+//
 // Parameter names (Megatron core's local-spec names; L layers, i = 0..L-1), in storage order:
 //   embedding.word_embeddings.weight                      [Vp, C]
 //   embedding.position_embeddings.weight                  [seq_length, C]   (gpt2 only)
@@ -108,6 +118,16 @@ class GptModel {
   // number of learned positions); InputError otherwise.
   double forward(const int32_t* tokens, const int32_t* targets, int B, int T);
 
+  // The dropout key of the following forwards (see the top of this file); default (0, 0, 0).
+  void set_dropout_key(uint64_t seed, uint64_t step, uint64_t micro) {
+    drop_seed_ = seed;
+    drop_step_ = step;
+    drop_micro_ = micro;
+  }
+  // Training mode (the default) applies the config's dropout; evaluation mode applies none.
+  void set_training(bool training) { training_ = training; }
+  bool training() const { return training_; }
+
   // Gradient of the mean loss of the last forward (which must have had targets; std::logic_error
   // otherwise), ACCUMULATED into grads().
   void backward();
@@ -164,6 +184,11 @@ class GptModel {
     *dact_ = nullptr, *dlogits_ = nullptr;
   std::vector<int32_t> tokens_, targets_;
   bool have_targets_ = false;
+  // Dropout: the key and mode for the next forward, and what the last forward used.
+  uint64_t drop_seed_ = 0, drop_step_ = 0, drop_micro_ = 0;
+  bool training_ = true;
+  double fwd_hidden_p_ = 0, fwd_attn_p_ = 0;
+  uint64_t fwd_seed_ = 0, fwd_step_ = 0, fwd_micro_ = 0;
 };
 
 extern template class GptModel<float>;

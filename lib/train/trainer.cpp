@@ -106,6 +106,11 @@ Trainer::Trainer(TrainOptions options) : opt_(std::move(options)) {
     }
   }
   config_ = resolve_model_config(opt_.model, opt_.model_config, overrides);
+  if (opt_.hidden_dropout || opt_.attention_dropout) {
+    if (opt_.hidden_dropout) config_.hidden_dropout = *opt_.hidden_dropout;
+    if (opt_.attention_dropout) config_.attention_dropout = *opt_.attention_dropout;
+    config_.validate("--hidden-dropout/--attention-dropout");
+  }
   if (config_.seq_length != blend_seq)
     input_error("model config: seq-length {} differs from the sequence length {} of {}", config_.seq_length,
                 blend_seq, opt_.data);
@@ -186,6 +191,7 @@ double Trainer::train_step(double* grad_norm_out) {
       std::memcpy(tokens_.data() + static_cast<size_t>(j) * T, sample_.data(), sizeof(int32_t) * T);
       std::memcpy(targets_.data() + static_cast<size_t>(j) * T, sample_.data() + 1, sizeof(int32_t) * T);
     }
+    model_->set_dropout_key(opt_.seed, static_cast<uint64_t>(iteration_), static_cast<uint64_t>(m));
     loss_sum += model_->forward(tokens_.data(), targets_.data(), B, T);
     model_->backward();
   }
@@ -208,6 +214,7 @@ double Trainer::evaluate() {
   const uint64_t n = data_->num_samples(Split::kValid);
   const int B = static_cast<int>(opt_.micro_batch), T = static_cast<int>(data_->seq_length());
   double sum = 0;
+  model_->set_training(false);  // no dropout
   for (int64_t k = 0; k < opt_.eval_iters; ++k) {
     for (int j = 0; j < B; ++j) {
       data_->sample(Split::kValid, static_cast<uint64_t>(k * B + j) % n, sample_.data());
@@ -216,6 +223,7 @@ double Trainer::evaluate() {
     }
     sum += model_->forward(tokens_.data(), targets_.data(), B, T);
   }
+  model_->set_training(true);
   return sum / static_cast<double>(opt_.eval_iters);
 }
 

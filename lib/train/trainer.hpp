@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -38,6 +39,10 @@ struct TrainOptions {
   std::string model;
   std::string model_config;
   ModelOverrides overrides;
+  // Dropout probabilities (--hidden-dropout, --attention-dropout); unset: the config's. Training
+  // forwards use the dropout key (seed, iteration, micro-batch); evaluation runs without dropout.
+  std::optional<double> hidden_dropout;
+  std::optional<double> attention_dropout;
 
   std::string data;       // the blend file
   std::string tokenizer;  // gives the vocabulary size (optional when the config has one)

@@ -1,6 +1,6 @@
 # meg-pretrain: the tiny model learns, metrics are logged, a stopped and resumed run repeats the
-# uninterrupted one loss for loss (after --exit-interval and after kill -9), SIGTERM saves and exits
-# 0, and bad options are refused.
+# uninterrupted one loss for loss (after --exit-interval, with dropout, and after kill -9), SIGTERM
+# saves and exits 0, and bad options are refused.
 source "$(dirname "$0")/lib.sh"
 M=$MEG_TEST_DATA/megatron
 meg-blend -q --seq-length 32 --samples 400 -o run.blend 1 $M/fortunes_spm
@@ -39,6 +39,28 @@ losses a.jsonl > a.loss
 losses b/metrics.jsonl > b.loss
 [ "$(wc -l < a.loss)" -eq 20 ] || fail "run A logged $(wc -l < a.loss) losses"
 same_file a.loss b.loss
+
+# (2b) Exact resume with dropout: the masks are a function of (seed, iteration, micro-batch), so
+# the resumed run repeats the straight one; dropout changes the losses and is in the record.
+DROP="--hidden-dropout 0.1 --attention-dropout 0.1"
+$TRAIN --iters 20 --global-batch 8 $DROP --eval-interval 10 --eval-iters 2 --metrics da.jsonl
+$TRAIN --iters 20 --global-batch 8 $DROP --eval-interval 10 --eval-iters 2 --save d --exit-interval 10
+[ "$(cat d/latest)" = iter_0000010 ] || fail "--exit-interval 10 with dropout saved $(cat d/latest)"
+python3 - d/iter_0000010/checkpoint.json <<'PY' || fail "dropout not in the record: $(cat d/iter_0000010/checkpoint.json)"
+import json, sys
+m = json.load(open(sys.argv[1]))["record"]["model"]
+assert m["hidden-dropout"] == 0.1 and m["attention-dropout"] == 0.1
+PY
+$TRAIN --iters 20 --global-batch 8 $DROP --eval-interval 10 --eval-iters 2 --save d --load d
+losses da.jsonl > da.loss
+losses d/metrics.jsonl > db.loss
+[ "$(wc -l < da.loss)" -eq 20 ] || fail "run A with dropout logged $(wc -l < da.loss) losses"
+same_file da.loss db.loss
+grep -o '"valid_loss":[^,]*' da.jsonl > da.valid
+grep -o '"valid_loss":[^,]*' d/metrics.jsonl > db.valid
+[ "$(wc -l < da.valid)" -eq 2 ] || fail "run A with dropout logged $(wc -l < da.valid) evaluations"
+same_file da.valid db.valid
+! cmp -s a.loss da.loss || fail "dropout did not change the losses"
 
 # (3) SIGTERM: finish the iteration, save, exit 0; the checkpoint resumes.
 meg-blend -q --seq-length 32 --samples 20000 -o big.blend 1 $M/fortunes_spm
@@ -81,4 +103,7 @@ meg-blend -q --seq-length 32 --samples 400 --seed 7 -o other.blend 1 $M/fortunes
 expect_fail 1 "checkpoint.json: .*fingerprint .*other.blend" -- $BASE --iters 20 --global-batch 8 --load b --data other.blend
 expect_fail 1 "--seq-length 64 differs from the sequence length 32 of run.blend" -- $TRAIN --iters 2 --seq-length 64
 expect_fail 1 "needs 4000" -- $TRAIN --iters 1000 --global-batch 4
+expect_fail 1 "hidden-dropout must be in \[0, 1\)" -- $TRAIN --iters 2 --hidden-dropout 1
+expect_fail 1 "checkpoint.json: the checkpoint's model config differs .*attention-dropout" -- \
+  $TRAIN --iters 20 --global-batch 8 --load d --hidden-dropout 0.1
 echo "meg-pretrain: all tests passed"

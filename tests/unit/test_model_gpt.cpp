@@ -1,5 +1,6 @@
-// The CPU decoder model: parameter table, gradients against finite differences (GPT-2 and Llama),
-// float vs double, overfitting one batch, causality, loss at initialisation.
+// The CPU decoder model: parameter table, gradients against finite differences (GPT-2 and Llama,
+// with and without dropout), dropout keys and modes, float vs double, overfitting one batch,
+// causality, loss at initialisation.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -7,10 +8,12 @@
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "catch.hpp"
 #include "core/error.hpp"
+#include "core/parallel.hpp"
 #include "model/config.hpp"
 #include "model/gpt.hpp"
 #include "ops/cpu/ops.hpp"
@@ -123,13 +126,20 @@ TEST_CASE("gpt model: init follows Megatron and is deterministic", "[model]") {
   CHECK(f.params()[5] == static_cast<float>(a.params()[5]));
 }
 
-TEST_CASE("gpt model: gradients match finite differences", "[model]") {
+namespace {
+
+// Checks the gradients of every tensor against finite differences; with dropout P > 0 (hidden and
+// attention), every forward runs with the same key, hence the same masks.
+void check_gradients(double p) {
   for (ModelFamily family : {ModelFamily::gpt2, ModelFamily::llama}) {
-    INFO(family_name(family));
+    INFO(family_name(family) << ", dropout " << p);
     ModelConfig c = micro_config(family);
     c.init_std = 0.2;  // larger weights make every path's gradient clearly non-zero
+    c.hidden_dropout = p;
+    c.attention_dropout = p;
     GptModel<double> m(c);
     m.init(1);
+    m.set_dropout_key(17, 4, 1);
     // Perturb norms and biases away from their 1/0 initialisation.
     std::mt19937_64 rng(3);
     std::normal_distribution<double> noise(0.0, 0.1);
@@ -191,6 +201,86 @@ TEST_CASE("gpt model: gradients match finite differences", "[model]") {
     CHECK(checked >= 5 * static_cast<int>(m.tensors().size()));
     CHECK(significant > checked * 3 / 4);
   }
+}
+
+}  // namespace
+
+TEST_CASE("gpt model: gradients match finite differences", "[model]") { check_gradients(0.0); }
+
+TEST_CASE("gpt model: gradients with dropout match finite differences", "[model]") {
+  check_gradients(0.1);
+}
+
+TEST_CASE("gpt model: dropout is keyed, off in eval mode, and a no-op at p = 0", "[model]") {
+  for (ModelFamily family : {ModelFamily::gpt2, ModelFamily::llama}) {
+    INFO(family_name(family));
+    const ModelConfig plain = micro_config(family);
+    ModelConfig drop = plain;
+    drop.hidden_dropout = 0.1;
+    drop.attention_dropout = 0.1;
+    const int B = 2, T = 8;
+    const auto tokens = random_tokens(B * T, 50, 21);
+    const auto targets = random_tokens(B * T, 50, 22);
+    // Loss and gradient of one forward/backward with the given config, mode and key.
+    auto run = [&](const ModelConfig& c, bool training, uint64_t step) {
+      GptModel<double> m(c);
+      m.init(3);
+      m.set_training(training);
+      m.set_dropout_key(99, step, 0);
+      m.zero_grad();
+      const double loss = m.forward(tokens.data(), targets.data(), B, T);
+      m.backward();
+      return std::make_pair(loss, std::vector<double>(m.grads(), m.grads() + m.num_parameters()));
+    };
+    const auto base = run(plain, false, 0);
+    // p = 0: training mode changes nothing, whatever the key.
+    CHECK(run(plain, true, 0) == base);
+    CHECK(run(plain, true, 5) == base);
+    // Eval mode: the dropout config gives the no-dropout result.
+    CHECK(run(drop, false, 5) == base);
+    // Training mode: dropout changes the loss; the same key repeats it exactly, another differs.
+    const auto d5 = run(drop, true, 5);
+    CHECK(d5.first != base.first);
+    CHECK(run(drop, true, 5) == d5);
+    const auto d6 = run(drop, true, 6);
+    CHECK(d6.first != d5.first);
+    CHECK(std::abs(d5.first - base.first) < 0.5);
+    // A mode switch on one model, as the trainer does between training and evaluation.
+    GptModel<double> m(drop);
+    m.init(3);
+    m.set_dropout_key(99, 5, 0);
+    CHECK(m.forward(tokens.data(), targets.data(), B, T) == d5.first);
+    m.set_training(false);
+    CHECK(m.forward(tokens.data(), targets.data(), B, T) == base.first);
+    m.set_training(true);
+    CHECK(m.forward(tokens.data(), targets.data(), B, T) == d5.first);
+  }
+}
+
+TEST_CASE("gpt model: dropout results are bit-identical with 1 and 4 threads", "[model]") {
+  ModelConfig c = micro_config(ModelFamily::gpt2);
+  c.seq_length = 64;
+  c.hidden_dropout = 0.1;
+  c.attention_dropout = 0.1;
+  c.validate();
+  const int B = 4, T = 64;
+  const auto tokens = random_tokens(B * T, 50, 31);
+  const auto targets = random_tokens(B * T, 50, 32);
+  auto run = [&](unsigned threads) {
+    set_num_threads(threads);
+    GptModel<float> m(c);
+    m.init(4);
+    m.set_dropout_key(1, 2, 3);
+    m.zero_grad();
+    const double loss = m.forward(tokens.data(), targets.data(), B, T);
+    m.backward();
+    return std::make_pair(loss, std::vector<float>(m.grads(), m.grads() + m.num_parameters()));
+  };
+  const auto one = run(1);
+  const auto four = run(4);
+  set_num_threads(0);
+  CHECK(one.first == four.first);
+  CHECK(one.second == four.second);
 }
 
 TEST_CASE("gpt model: float and double forward agree", "[model]") {

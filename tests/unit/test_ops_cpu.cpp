@@ -12,6 +12,7 @@
 
 #include "catch.hpp"
 #include "core/error.hpp"
+#include "core/parallel.hpp"
 #include "ops/cpu/ops.hpp"
 
 using namespace meg::cpu;
@@ -608,4 +609,84 @@ TEST_CASE("the float instantiations agree with double", "[ops]") {
   cross_entropy_backward(dlogits.data(), logits.data(), targets.data(), N, V, Vp);
   cross_entropy_backward(fdlogits.data(), flogits.data(), targets.data(), N, V, Vp);
   CHECK(max_rel_diff(fdlogits, dlogits) < 1e-7);  // entries are O(1/count); compare absolutely
+}
+
+TEST_CASE("dropout drops a fraction p, scales the rest, and depends only on its key", "[ops]") {
+  const size_t n = size_t(1) << 20;
+  const std::vector<double> ones(n, 1.0);
+  std::vector<double> out(n), out4(n);
+  for (double p : {0.1, 0.5}) {
+    INFO("p " << p);
+    const DropoutKey key{7, 3, 1, 5};
+    meg::set_num_threads(1);
+    dropout_forward(out.data(), ones.data(), n, p, key);
+    meg::set_num_threads(4);
+    dropout_forward(out4.data(), ones.data(), n, p, key);
+    meg::set_num_threads(0);
+    CHECK(out == out4);
+    size_t dropped = 0;
+    bool scaled = true;
+    for (double x : out) {
+      if (x == 0) ++dropped;
+      else scaled = scaled && x == 1.0 / (1.0 - p);
+    }
+    CHECK(scaled);
+    const double frac = double(dropped) / double(n);
+    // The binomial standard deviation is below 5e-4 here.
+    CHECK(std::abs(frac - p) < 3e-3);
+    // The backward masks the gradient with the same mask and accumulates.
+    std::vector<double> din(n, 1.0);
+    dropout_backward(din.data(), ones.data(), n, p, key);
+    bool same_mask = true;
+    for (size_t i = 0; i < n; ++i) same_mask = same_mask && din[i] == 1.0 + out[i];
+    CHECK(same_mask);
+    // Another key (any of its four parts) gives another mask.
+    for (const DropoutKey other : {DropoutKey{8, 3, 1, 5}, DropoutKey{7, 4, 1, 5},
+                                        DropoutKey{7, 3, 2, 5}, DropoutKey{7, 3, 1, 6}}) {
+      dropout_forward(out4.data(), ones.data(), n, p, other);
+      CHECK(out4 != out);
+    }
+  }
+  // p = 0 copies.
+  std::vector<double> x(100);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = double(i) - 3.5;
+  std::vector<double> y(100);
+  dropout_forward(y.data(), x.data(), x.size(), 0.0, DropoutKey{});
+  CHECK(y == x);
+}
+
+TEST_CASE("attention dropout drops the probabilities the forward's key names", "[ops]") {
+  const int B = 2, T = 6, NH = 4, NKV = 2, HS = 4;
+  std::mt19937_64 rng(5);
+  std::normal_distribution<double> nd(0.0, 1.0);
+  auto rnd = [&](size_t n) {
+    std::vector<double> v(n);
+    for (auto& x : v) x = nd(rng);
+    return v;
+  };
+  const auto q = rnd(size_t(B) * T * NH * HS), k = rnd(size_t(B) * T * NKV * HS),
+             v = rnd(size_t(B) * T * NKV * HS);
+  std::vector<double> out(q.size()), att(size_t(B) * NH * T * T), out_d(q.size()),
+      att_d(att.size());
+  const double p = 0.3;
+  const DropoutKey key{1, 2, 3, 4};
+  attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), B, T, NH, NKV, HS);
+  attention_forward(out_d.data(), att_d.data(), q.data(), k.data(), v.data(), B, T, NH, NKV,
+                         HS, p, key);
+  CHECK(att_d == att);  // the undropped probabilities are saved
+  // out = (P o M / (1 - p)) V, naively.
+  std::vector<double> Pd(att.size());
+  dropout_forward(Pd.data(), att.data(), att.size(), p, key);
+  double worst = 0;
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < NH; ++h)
+      for (int t = 0; t < T; ++t)
+        for (int d = 0; d < HS; ++d) {
+          double s = 0;
+          for (int t2 = 0; t2 < T; ++t2)
+            s += Pd[((size_t(b) * NH + h) * T + t) * T + t2] *
+                 v[(size_t(b) * T + t2) * NKV * HS + size_t(h / (NH / NKV)) * HS + d];
+          worst = std::max(worst, std::abs(s - out_d[(size_t(b) * T + t) * NH * HS + size_t(h) * HS + d]));
+        }
+  CHECK(worst < 1e-12);
 }

@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <stdexcept>
 #include <vector>
 
@@ -41,8 +42,13 @@ void check_heads(int NH, int NKV) {
 
 template <typename F>
 void attention_forward(F* out, F* att, const F* q, const F* k, const F* v, int B, int T, int NH,
-                       int NKV, int HS) {
+                       int NKV, int HS, double dropout_p, const DropoutKey& key) {
   check_heads(NH, NKV);
+  const bool drop = dropout_p > 0;
+  const uint64_t stream = drop ? dropout_stream(key) : 0;
+  const uint64_t threshold = drop ? dropout_threshold(dropout_p) : 0;
+  const F keep_scale = drop ? F(1.0 / (1.0 - dropout_p)) : F(1);
+  std::vector<F> Pd(drop ? size_t(T) * T : 0);  // the dropped-out P of one head
   const int group = NH / NKV;               // query heads per key/value head
   const int ldq = NH * HS, ldk = NKV * HS;  // row strides of q/out and of k/v
   const F scale = F(1.0 / std::sqrt(double(HS)));
@@ -72,16 +78,36 @@ void attention_forward(F* out, F* att, const F* q, const F* k, const F* v, int B
         }
       });
 
-      // O = P V, written into out's head h
-      gemm(false, false, T, HS, T, F(1), P, T, v + koff, ldk, F(0), out + qoff, ldq);
+      // With dropout, Pd = P o M / (1 - p) (P itself is kept for the backward).
+      const F* PV = P;
+      if (drop) {
+        const uint64_t base = (size_t(b) * NH + h) * size_t(T) * T;
+        parallel_for(size_t(T), row_grain(T), [&](size_t begin, size_t end) {
+          for (size_t t = begin; t < end; ++t)
+            for (size_t t2 = 0; t2 < size_t(T); ++t2) {
+              const size_t e = t * T + t2;
+              Pd[e] = dropout_bits(stream, base + e) >= threshold ? F(P[e] * keep_scale) : F(0);
+            }
+        });
+        PV = Pd.data();
+      }
+
+      // O = P V (Pd V with dropout), written into out's head h
+      gemm(false, false, T, HS, T, F(1), PV, T, v + koff, ldk, F(0), out + qoff, ldq);
     }
   }
 }
 
 template <typename F>
 void attention_backward(nd<F>* dq, nd<F>* dk, nd<F>* dv, const F* dout, const F* q, const F* k,
-                        const F* v, const F* att, int B, int T, int NH, int NKV, int HS) {
+                        const F* v, const F* att, int B, int T, int NH, int NKV, int HS,
+                        double dropout_p, const DropoutKey& key) {
   check_heads(NH, NKV);
+  const bool drop = dropout_p > 0;
+  const uint64_t stream = drop ? dropout_stream(key) : 0;
+  const uint64_t threshold = drop ? dropout_threshold(dropout_p) : 0;
+  const F keep_scale = drop ? F(1.0 / (1.0 - dropout_p)) : F(1);
+  std::vector<F> Pd(drop ? size_t(T) * T : 0);  // the forward's dropped-out P of one head
   const int group = NH / NKV;
   const int ldq = NH * HS, ldk = NKV * HS;
   const F scale = F(1.0 / std::sqrt(double(HS)));
@@ -93,8 +119,21 @@ void attention_backward(nd<F>* dq, nd<F>* dk, nd<F>* dv, const F* dout, const F*
       const F* P = att + (size_t(b) * NH + h) * T * T;
       const F* dO = dout + qoff;
 
-      // dV += P^T dO (summed over the heads of the group because every head adds into it)
-      if (dv) gemm(true, false, T, HS, T, F(1), P, T, dO, ldq, F(1), dv + koff, ldk);
+      const uint64_t base = (size_t(b) * NH + h) * size_t(T) * T;
+      auto kept = [&](size_t e) { return dropout_bits(stream, base + e) >= threshold; };
+
+      // dV += P^T dO (Pd^T dO with dropout; summed over the heads of the group because every
+      // head adds into it)
+      if (dv) {
+        const F* PV = P;
+        if (drop) {
+          parallel_for(size_t(T), row_grain(T), [&](size_t begin, size_t end) {
+            for (size_t e = begin * T; e < end * T; ++e) Pd[e] = kept(e) ? F(P[e] * keep_scale) : F(0);
+          });
+          PV = Pd.data();
+        }
+        gemm(true, false, T, HS, T, F(1), PV, T, dO, ldq, F(1), dv + koff, ldk);
+      }
 
       // dP = dO V^T
       gemm(false, true, T, T, HS, F(1), dO, ldq, v + koff, ldk, F(0), dS.data(), T);
@@ -105,6 +144,9 @@ void attention_backward(nd<F>* dq, nd<F>* dk, nd<F>* dv, const F* dout, const F*
         for (int t = int(begin); t < int(end); ++t) {
           const F* p = P + size_t(t) * T;
           F* d = dS.data() + size_t(t) * T;
+          if (drop)  // dP = (dO V^T) o M / (1 - p)
+            for (int t2 = 0; t2 <= t; ++t2)
+              d[t2] = kept(size_t(t) * T + size_t(t2)) ? F(d[t2] * keep_scale) : F(0);
           double dot = 0;
           for (int t2 = 0; t2 <= t; ++t2) dot += double(p[t2]) * d[t2];
           for (int t2 = 0; t2 <= t; ++t2) d[t2] = F(p[t2] * (d[t2] - dot) * scale);
@@ -121,9 +163,9 @@ void attention_backward(nd<F>* dq, nd<F>* dk, nd<F>* dv, const F* dout, const F*
 
 #define MEG_INSTANTIATE(F)                                                                        \
   template void attention_forward<F>(F*, F*, const F*, const F*, const F*, int, int, int, int,    \
-                                     int);                                                        \
+                                     int, double, const DropoutKey&);                             \
   template void attention_backward<F>(F*, F*, F*, const F*, const F*, const F*, const F*,         \
-                                      const F*, int, int, int, int, int);
+                                      const F*, int, int, int, int, int, double, const DropoutKey&);
 MEG_INSTANTIATE(float)
 MEG_INSTANTIATE(double)
 #undef MEG_INSTANTIATE

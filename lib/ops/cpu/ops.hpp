@@ -110,6 +110,58 @@ void rope_forward(F* out, const F* inp, int B, int T, int NH, int HS, nd<F> thet
 template <typename F>
 void rope_backward(F* dinp, const F* dout, int B, int T, int NH, int HS, nd<F> theta = 10000);
 
+// ---- dropout.cpp -------------------------------------------------------------------------------
+//
+// Inverted dropout with a counter-based mask: element i of the array at dropout site SITE is kept
+// iff dropout_bits(key, i) >= p * 2^32, and kept values are scaled by 1 / (1 - p). The 32 bits are
+// a SplitMix64 mix of (seed, step, micro-batch, site, i), so there is no generator state: the mask
+// is a pure function of the key and the element index. A resumed run regenerates the same masks,
+// results do not depend on the number of threads, and the backward regenerates the forward's mask
+// instead of storing it. p must be in [0, 1); p == 0 keeps everything (callers skip the call).
+
+struct DropoutKey {
+  uint64_t seed = 0;   // the run's seed
+  uint64_t step = 0;   // the training iteration
+  uint64_t micro = 0;  // the micro-batch within the iteration
+  uint64_t site = 0;   // which dropout in the model (embedding, one per block and kind)
+};
+
+namespace detail {
+constexpr uint64_t splitmix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+}  // namespace detail
+
+// The per-array part of the hash: a mix of the key's four integers.
+constexpr uint64_t dropout_stream(const DropoutKey& key) {
+  constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ULL;
+  uint64_t h = detail::splitmix64(key.seed + kGolden);
+  h = detail::splitmix64(h ^ (key.step + 2 * kGolden));
+  h = detail::splitmix64(h ^ (key.micro + 3 * kGolden));
+  h = detail::splitmix64(h ^ (key.site + 4 * kGolden));
+  return h;
+}
+
+// The 32 bits of element INDEX of the stream STREAM (= dropout_stream(key)): SplitMix64's output
+// number INDEX from state STREAM, top half.
+constexpr uint32_t dropout_bits(uint64_t stream, uint64_t index) {
+  return static_cast<uint32_t>(detail::splitmix64(stream + (index + 1) * 0x9e3779b97f4a7c15ULL) >> 32);
+}
+
+// floor(p * 2^32): element kept iff dropout_bits(...) >= this.
+inline uint64_t dropout_threshold(double p) { return static_cast<uint64_t>(p * 4294967296.0); }
+
+// out[i] = keep(i) ? inp[i] / (1 - p) : 0 over n values. out may equal inp. With p == 0 a copy.
+// Applied to a gradient with the same key it is also the gradient of the dropout (written).
+template <typename F>
+void dropout_forward(F* out, const F* inp, size_t n, double p, const DropoutKey& key);
+
+// dinp[i] += keep(i) ? dout[i] / (1 - p) : 0, the mask regenerated from KEY (that of the forward).
+template <typename F>
+void dropout_backward(F* dinp, const F* dout, size_t n, double p, const DropoutKey& key);
+
 // ---- attention.cpp -----------------------------------------------------------------------------
 
 // Causal multi-head attention with grouped-query support.
@@ -117,15 +169,21 @@ void rope_backward(F* dinp, const F* dout, int B, int T, int NH, int HS, nd<F> t
 //   h / (NH/NKV) (Hugging Face's repeat_kv and Megatron's grouping). NKV == NH is plain MHA.
 //   out [B,T,NH,HS]; att [B,NH,T,T] receives the softmax probabilities (zero above the diagonal),
 //   which the backward needs. Scores are scaled by 1/sqrt(HS).
+//   Attention dropout (DROPOUT_P > 0): out = (P o M / (1 - p)) V with the mask M of dropout.cpp,
+//   element (b, h, t, t2) of M being element index ((b*NH + h)*T + t)*T + t2 of KEY's stream. att
+//   still receives the undropped P (the backward regenerates M). DROPOUT_P == 0 is exactly the
+//   plain attention.
 template <typename F>
 void attention_forward(F* out, F* att, const F* q, const F* k, const F* v, int B, int T, int NH,
-                       int NKV, int HS);
+                       int NKV, int HS, double dropout_p = 0, const DropoutKey& key = {});
 
 // dq [B,T,NH,HS] +=, dk and dv [B,T,NKV,HS] += (summed over the query heads of each group).
-// Uses one [T,T] scratch buffer of its own.
+// Uses one [T,T] scratch buffer of its own (two with dropout). With dropout (the forward's p and
+// key): dV += (P o M / (1-p))^T dO; dP = (dO V^T) o M / (1-p); dS = P o (dP - rowsum(P o dP)).
 template <typename F>
 void attention_backward(nd<F>* dq, nd<F>* dk, nd<F>* dv, const F* dout, const F* q, const F* k,
-                        const F* v, const F* att, int B, int T, int NH, int NKV, int HS);
+                        const F* v, const F* att, int B, int T, int NH, int NKV, int HS,
+                        double dropout_p = 0, const DropoutKey& key = {});
 
 // ---- loss.cpp ----------------------------------------------------------------------------------
 
