@@ -8,6 +8,7 @@
 
 #include "ckpt/checkpoint.hpp"
 #include "core/error.hpp"
+#include "core/hash.hpp"
 #include "core/log.hpp"
 #include "data/tokenizer.hpp"
 #include "train/signals.hpp"
@@ -168,7 +169,7 @@ nlohmann::ordered_json Trainer::settings() const {
                {"seq_length", data_->seq_length()},
                {"train_samples", data_->num_samples(Split::kTrain)},
                {"valid_samples", data_->num_samples(Split::kValid)},
-               {"fingerprint", fmt::format("{:016x}", data_->fingerprint())}};
+               {"fingerprint", hex64(data_->fingerprint())}};
   j["start_iteration"] = iteration_;
   return j;
 }
@@ -244,7 +245,7 @@ void Trainer::save_checkpoint_now() {
   record["iteration"] = iteration_;
   record["consumed_samples"] = iteration_ * opt_.global_batch;
   record["optimizer_step"] = adam_->step_count();
-  record["blend_fingerprint"] = fmt::format("{:016x}", data_->fingerprint());
+  record["blend_fingerprint"] = hex64(data_->fingerprint());
   record["seed"] = opt_.seed;
   record["parallel"] = {{"tp", 1}, {"pp", 1}, {"dp", 1}, {"cp", 1}, {"ep", 1}};
   const std::string path = save_checkpoint(
@@ -264,7 +265,7 @@ void Trainer::load_from(const std::string& dir) {
     if (!(saved == config_))
       input_error("{}: the checkpoint's model config differs from the requested one ({})", where,
                   first_difference(saved.to_json(), config_.to_json()));
-    const std::string fp = fmt::format("{:016x}", data_->fingerprint());
+    const std::string fp = hex64(data_->fingerprint());
     if (rec.at("blend_fingerprint").get<std::string>() != fp)
       input_error("{}: the checkpoint was trained on a blend with fingerprint {}, but {} has {}", where,
                   rec.at("blend_fingerprint").get<std::string>(), opt_.data, fp);
