@@ -3,11 +3,13 @@
 
 #include <unistd.h>
 
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "catch.hpp"
 #include "core/error.hpp"
@@ -45,6 +47,14 @@ inline std::string random_bytes(size_t n, uint32_t seed) {
   // Compressible but not trivial: short runs of a few symbols.
   for (size_t i = 0; i < n; ++i) s[i] = static_cast<char>("abcdefgh \n"[rng() % 10]);
   return s;
+}
+
+// N token ids below VOCAB from a seeded generator.
+inline std::vector<int32_t> random_tokens(size_t n, int vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> t(n);
+  for (auto& x : t) x = static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab));
+  return t;
 }
 
 // The message of the InputError that F must throw (the test fails when F throws none).

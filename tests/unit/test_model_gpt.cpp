@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "catch.hpp"
+#include "test_util.hpp"
 #include "core/error.hpp"
 #include "core/parallel.hpp"
 #include "model/config.hpp"
@@ -38,13 +39,6 @@ ModelConfig micro_config(ModelFamily family) {
   if (family == ModelFamily::llama) c.rope_theta = 10000;
   c.validate();
   return c;
-}
-
-std::vector<int32_t> random_tokens(size_t n, int vocab, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<int32_t> t(n);
-  for (auto& x : t) x = static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab));
-  return t;
 }
 
 // |a - b| <= rel * |b|.

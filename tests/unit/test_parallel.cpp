@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "catch.hpp"
+#include "test_util.hpp"
 #include "core/parallel.hpp"
 #include "model/config.hpp"
 #include "model/gpt.hpp"
@@ -35,13 +36,6 @@ std::vector<std::pair<size_t, size_t>> chunks_of(size_t n, size_t grain) {
   });
   std::sort(chunks.begin(), chunks.end());
   return chunks;
-}
-
-std::vector<int32_t> random_tokens(size_t n, int vocab, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<int32_t> t(n);
-  for (auto& x : t) x = static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab));
-  return t;
 }
 
 }  // namespace
