@@ -184,19 +184,7 @@ void CheckpointWriter::close_file(const std::string& name) {
 
 void CheckpointWriter::write_file(const std::string& name, const std::vector<CheckpointTensor>& tensors,
                                   const SafetensorsMetadata& metadata) {
-  SafetensorsWriter& w = file(name, metadata);
-  std::map<std::string, const CheckpointTensor*> by_name;
-  for (const auto& t : tensors) {
-    w.declare(t.name, t.dtype, t.shape);
-    by_name[t.name] = &t;
-  }
-  w.write_header();
-  for (const auto& n : w.order()) {
-    const CheckpointTensor& t = *by_name.at(n);
-    uint64_t bytes = dtype_size(t.dtype);
-    for (uint64_t d : t.shape) bytes *= d;
-    w.write(n, t.data, bytes);
-  }
+  write_tensors(file(name, metadata), tensors);
   close_file(name);
 }
 

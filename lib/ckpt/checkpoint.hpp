@@ -65,13 +65,8 @@ std::string checkpoint_dir_name(int64_t iteration);
 // The iteration of a directory name "iter_NNNNNNN" (7 or more digits), or nullopt.
 std::optional<int64_t> parse_checkpoint_dir_name(const std::string& name);
 
-// One tensor to save: DATA holds numel * dtype_size(dtype) bytes, row-major.
-struct CheckpointTensor {
-  std::string name;
-  SafetensorsDtype dtype;
-  std::vector<uint64_t> shape;  // [] is a scalar
-  const void* data;
-};
+// One tensor to save, as safetensors files take them.
+using CheckpointTensor = SafetensorsInput;
 
 struct CheckpointSaveOptions {
   int keep = 0;            // keep the newest N complete checkpoints; 0 keeps all

@@ -365,9 +365,7 @@ void SafetensorsWriter::emit(const void* data, size_t n) {
   hasher_.update(data, n);
 }
 
-uint64_t write_safetensors(const std::string& path, const std::vector<SafetensorsInput>& tensors,
-                           const SafetensorsMetadata& metadata, SafetensorsWriter::Order order) {
-  SafetensorsWriter w(path, metadata, order);
+void write_tensors(SafetensorsWriter& w, const std::vector<SafetensorsInput>& tensors) {
   std::unordered_map<std::string, const SafetensorsInput*> by_name;
   for (const auto& t : tensors) {
     w.declare(t.name, t.dtype, t.shape);
@@ -378,6 +376,12 @@ uint64_t write_safetensors(const std::string& path, const std::vector<Safetensor
     const SafetensorsInput& t = *by_name.at(name);
     w.write(name, t.data, static_cast<size_t>(*byte_size(t.shape, t.dtype)));
   }
+}
+
+uint64_t write_safetensors(const std::string& path, const std::vector<SafetensorsInput>& tensors,
+                           const SafetensorsMetadata& metadata, SafetensorsWriter::Order order) {
+  SafetensorsWriter w(path, metadata, order);
+  write_tensors(w, tensors);
   return w.commit();
 }
 

@@ -141,13 +141,16 @@ class SafetensorsWriter {
   Hasher hasher_;
 };
 
-// One tensor for write_safetensors(): DATA holds its nbytes (numel * dtype size) bytes.
+// One tensor held in memory: DATA holds its numel * dtype size bytes, row-major; [] is a scalar.
 struct SafetensorsInput {
   std::string name;
   SafetensorsDtype dtype;
   std::vector<uint64_t> shape;
   const void* data;
 };
+
+// Declares TENSORS on W, writes its header, then every tensor's bytes in W's order (no commit).
+void write_tensors(SafetensorsWriter& w, const std::vector<SafetensorsInput>& tensors);
 
 // Writes TENSORS to PATH in one go; returns the file's XXH64.
 uint64_t write_safetensors(const std::string& path, const std::vector<SafetensorsInput>& tensors,
