@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 
 namespace meg {
 
@@ -21,6 +22,7 @@ class MappedFile {
   const uint8_t* data() const { return data_; }
   size_t size() const { return size_; }
   std::span<const uint8_t> bytes() const { return {data_, size_}; }
+  std::string_view text() const { return {reinterpret_cast<const char*>(data_), size_}; }
   const std::string& path() const { return path_; }
 
  private:

@@ -172,7 +172,6 @@ size_t line_of(std::string_view text, size_t pos) {
   return 1 + std::count(text.begin(), text.begin() + static_cast<ptrdiff_t>(pos), '\n');
 }
 
-std::string_view view(const MappedFile& f) { return {reinterpret_cast<const char*>(f.data()), f.size()}; }
 
 
 }  // namespace
@@ -344,11 +343,11 @@ Gpt2BpeTokenizer::Gpt2BpeTokenizer(const std::string& vocab_json, const std::str
   impl_->vocab_path = vocab_json;
   const MappedFile vocab(vocab_json), merges(merges_txt);
   std::unordered_map<std::string, int32_t> ids;
-  impl_->load_vocab(view(vocab), ids);
-  impl_->load_merges(view(merges), merges_txt, ids);
+  impl_->load_vocab(vocab.text(), ids);
+  impl_->load_merges(merges.text(), merges_txt, ids);
   Hasher h;
-  h.update(view(vocab));
-  h.update(view(merges));
+  h.update(vocab.text());
+  h.update(merges.text());
   impl_->fingerprint = h.digest();
 }
 

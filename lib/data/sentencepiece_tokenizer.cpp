@@ -110,7 +110,7 @@ SentencePieceTokenizer::SentencePieceTokenizer(const std::string& model_path)
       sp_(std::make_unique<sentencepiece::SentencePieceProcessor>()),
       cache_owner_(WordCache::new_owner_id()) {
   const MappedFile file(model_path);
-  const std::string_view bytes(reinterpret_cast<const char*>(file.data()), file.size());
+  const std::string_view bytes = file.text();
   const auto status = sp_->LoadFromSerializedProto(bytes);
   if (!status.ok()) input_error("{}: not a SentencePiece model: {}", model_path, status.ToString());
   fingerprint_ = xxh64(bytes.data(), bytes.size());
