@@ -8,7 +8,7 @@
 #include "train/trainer.hpp"
 
 int main(int argc, char** argv) {
-  CLI::App app{"Pretrain a decoder-only language model on a blend (CPU; one process).", "meg-pretrain"};
+  CLI::App app{"Pretrain a decoder-only language model on a blend (CPU or one GPU; one process).", "meg-pretrain"};
   meg::TrainOptions o;
   std::string decay = "cosine";
   auto& ov = o.overrides;
@@ -57,7 +57,14 @@ int main(int argc, char** argv) {
   app.add_option("--load", o.load, "Resume from the latest checkpoint in DIR");
   app.add_option("--exit-after-minutes", o.exit_after_minutes, "Save and exit after M minutes");
   app.add_option("--exit-interval", o.exit_interval, "Save and exit when the iteration is a multiple of N");
-  app.add_option("--device", o.device, "cpu or cuda")->capture_default_str();
+  app.add_option("--device", o.device, "cpu or cuda (default: cuda when a GPU is present)");
+  app.add_option("--precision", o.precision,
+                 "bf16 (default on cuda: bf16 compute, fp32 master weights), fp16 (with dynamic loss scaling) "
+                 "or fp32");
+  app.add_option("--recompute", o.recompute,
+                 "Activation recomputation on cuda: none, selective (norms and MLP activation) or full (whole "
+                 "blocks)")
+      ->capture_default_str();
   meg::cli::add_common_options(
       app, "meg-pretrain --model tiny --data run.blend --tokenizer spm.model --iters 100 --micro-batch 4 "
            "--global-batch 8 --lr 1e-3 --warmup-iters 10 --save ckpt --save-interval 50");

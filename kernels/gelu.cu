@@ -1,12 +1,26 @@
-// GELU (tanh approximation, GPT-2's "gelu_new") forward and backward on the GPU, fp32.
+// GELU (tanh approximation, GPT-2's "gelu_new") forward and backward on the GPU, for activations
+// of type X (fp32, bf16 or fp16) with fp32 arithmetic.
 //
 // The CPU reference is ops/cpu/activations.cpp; the launchers are declared in ops/cuda/ops.hpp.
 //
+// The formula. 0.5 x (1 + tanh u) is the same function as x * sigmoid(2u), and we compute the
+// latter: for very negative x, 1 + tanh u cancels to a few ulps of 1 in fp32 while
+// sigmoid(2u) = 1 / (1 + exp(-2u)) keeps its full relative precision, and the derivative
+// simplifies the same way (below). The backward needs both sigmoid(2u) and 1 - sigmoid(2u); both
+// come from one exp(-|2u|), which can neither overflow (to inf * 0 = NaN for large |x|) nor
+// cancel.
+//
 // Purely elementwise and memory-bound, so the only thing that matters is moving bytes: each thread
-// handles 4 consecutive floats per step with one 16-byte load/store (float4) per array, in a
-// grid-stride loop. float4 accesses need 16-byte aligned addresses, so the launcher checks the
-// pointers and falls back to scalar accesses (same kernel, kVec = false) when one is misaligned,
-// e.g. a view that starts mid-tensor. The ragged tail (n not a multiple of 4) is done scalar too.
+// handles one 16-byte pack per step (4 floats, or 8 bf16/fp16 values) with one load/store per
+// array, in a grid-stride loop. 16-byte accesses need 16-byte aligned addresses, so the launcher
+// checks the pointers and falls back to one element per access (the same kernel with W = 1) when
+// one is misaligned, e.g. a view that starts mid-tensor. The ragged tail (n not a multiple of W)
+// is done one element at a time.
+//
+// In place: out may equal inp, and dinp may equal dout. Every element is read before it is
+// written, by the same thread, so aliasing is safe (and the pointers are not __restrict__).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -21,94 +35,128 @@ namespace meg::cuda {
 namespace {
 
 constexpr int kBlock = 256;
-constexpr int kVecWidth = 4;            // floats per float4
 constexpr size_t kMaxBlocks = 1 << 16;  // the grid-stride loop covers the rest
 
 constexpr float kGeluK = 0.7978845608028654f;  // sqrt(2 / pi)
 constexpr float kGeluA = 0.044715f;
 
-// gelu(x) = 0.5 x (1 + tanh(u)),  u = sqrt(2/pi) (x + 0.044715 x^3)
+__device__ float to_float(float v) { return v; }
+__device__ float to_float(bf16 v) { return __bfloat162float(v); }
+__device__ float to_float(fp16 v) { return __half2float(v); }
+
+// Round to nearest even, as the host's __float2bfloat16 / __float2half.
+template <typename X>
+__device__ X from_float(float v);
+template <>
+__device__ float from_float<float>(float v) { return v; }
+template <>
+__device__ bf16 from_float<bf16>(float v) { return __float2bfloat16(v); }
+template <>
+__device__ fp16 from_float<fp16>(float v) { return __float2half(v); }
+
+// W consecutive values of X, moved as one access of W * sizeof(X) bytes (16 for the vector path).
+template <typename X, int W>
+struct alignas(sizeof(X) * W) Pack {
+  X v[W];
+};
+
+template <typename X>
+constexpr int kVecWidth = 16 / sizeof(X);
+
+// gelu(x) = x * s,  s = sigmoid(2u) = 1 / (1 + exp(-2u)),  u = sqrt(2/pi) (x + 0.044715 x^3).
+// exp(-2u) overflows to inf for very negative x, giving the right limit, -0.
 __device__ float gelu(float x) {
   const float u = kGeluK * (x + kGeluA * x * x * x);
-  return 0.5f * x * (1.0f + tanhf(u));
+  return x / (1.0f + expf(-2.0f * u));
 }
 
-// gelu'(x) = 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) du/dx,  du/dx = sqrt(2/pi) (1 + 3 * 0.044715 x^2)
+// gelu'(x) = s + 2 x s (1 - s) du/dx,  du/dx = sqrt(2/pi) (1 + 3 * 0.044715 x^2)
+// (the CPU's 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) du/dx, since 1 - tanh^2 u = 4 s (1 - s)).
+// With t = exp(-|2u|): sigmoid(|2u|) = 1 / (1 + t) and sigmoid(-|2u|) = t / (1 + t).
 __device__ float gelu_grad(float x) {
   const float u = kGeluK * (x + kGeluA * x * x * x);
-  const float th = tanhf(u);
+  const float t = expf(-2.0f * fabsf(u));
+  const float hi = 1.0f / (1.0f + t), lo = t * hi;
+  const float s = u >= 0.0f ? hi : lo, sc = u >= 0.0f ? lo : hi;  // s and 1 - s
   const float du = kGeluK * (1.0f + 3.0f * kGeluA * x * x);
-  return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du;
+  return s + 2.0f * x * du * s * sc;
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+template <int W>
 unsigned grid_for(size_t n) {
-  const size_t per_block = size_t(kBlock) * kVecWidth;
+  const size_t per_block = size_t(kBlock) * W;
   return unsigned(std::min((n + per_block - 1) / per_block, kMaxBlocks));
 }
 
-// Thread t handles elements [4t, 4t + 4) of each stride. With kVec the 4 move as one float4; out
-// may equal inp since each element is read before it is written, by the same thread.
-template <bool kVec>
-__global__ void gelu_forward_kernel(float* out, const float* inp, size_t n) {
-  const size_t stride = size_t(gridDim.x) * blockDim.x * kVecWidth;
-  for (size_t i = (size_t(blockIdx.x) * blockDim.x + threadIdx.x) * kVecWidth; i < n; i += stride) {
-    if (kVec && i + kVecWidth <= n) {
-      float4 x = *reinterpret_cast<const float4*>(inp + i);
-      x.x = gelu(x.x);
-      x.y = gelu(x.y);
-      x.z = gelu(x.z);
-      x.w = gelu(x.w);
-      *reinterpret_cast<float4*>(out + i) = x;
+// Thread t handles elements [W t, W t + W) of each stride, as one pack when all W are in range.
+template <typename X, int W>
+__global__ void gelu_forward_kernel(X* out, const X* inp, size_t n) {
+  const size_t stride = size_t(gridDim.x) * blockDim.x * W;
+  for (size_t i = (size_t(blockIdx.x) * blockDim.x + threadIdx.x) * W; i < n; i += stride) {
+    if (i + W <= n) {
+      Pack<X, W> x = *reinterpret_cast<const Pack<X, W>*>(inp + i);
+#pragma unroll
+      for (int k = 0; k < W; ++k) x.v[k] = from_float<X>(gelu(to_float(x.v[k])));
+      *reinterpret_cast<Pack<X, W>*>(out + i) = x;
     } else {
-      const size_t end = i + kVecWidth < n ? i + kVecWidth : n;
-      for (size_t j = i; j < end; ++j) out[j] = gelu(inp[j]);
+      for (size_t j = i; j < n; ++j) out[j] = from_float<X>(gelu(to_float(inp[j])));
     }
   }
 }
 
-// dinp += gelu'(inp) * dout, same layout as the forward.
-template <bool kVec>
-__global__ void gelu_backward_kernel(float* dinp, const float* dout, const float* inp, size_t n) {
-  const size_t stride = size_t(gridDim.x) * blockDim.x * kVecWidth;
-  for (size_t i = (size_t(blockIdx.x) * blockDim.x + threadIdx.x) * kVecWidth; i < n; i += stride) {
-    if (kVec && i + kVecWidth <= n) {
-      const float4 x = *reinterpret_cast<const float4*>(inp + i);
-      const float4 dy = *reinterpret_cast<const float4*>(dout + i);
-      float4 dx = *reinterpret_cast<const float4*>(dinp + i);
-      dx.x += gelu_grad(x.x) * dy.x;
-      dx.y += gelu_grad(x.y) * dy.y;
-      dx.z += gelu_grad(x.z) * dy.z;
-      dx.w += gelu_grad(x.w) * dy.w;
-      *reinterpret_cast<float4*>(dinp + i) = dx;
+// dinp = gelu'(inp) * dout (written), same layout as the forward.
+template <typename X, int W>
+__global__ void gelu_backward_kernel(X* dinp, const X* dout, const X* inp, size_t n) {
+  const size_t stride = size_t(gridDim.x) * blockDim.x * W;
+  for (size_t i = (size_t(blockIdx.x) * blockDim.x + threadIdx.x) * W; i < n; i += stride) {
+    if (i + W <= n) {
+      const Pack<X, W> x = *reinterpret_cast<const Pack<X, W>*>(inp + i);
+      Pack<X, W> d = *reinterpret_cast<const Pack<X, W>*>(dout + i);
+#pragma unroll
+      for (int k = 0; k < W; ++k)
+        d.v[k] = from_float<X>(gelu_grad(to_float(x.v[k])) * to_float(d.v[k]));
+      *reinterpret_cast<Pack<X, W>*>(dinp + i) = d;
     } else {
-      const size_t end = i + kVecWidth < n ? i + kVecWidth : n;
-      for (size_t j = i; j < end; ++j) dinp[j] += gelu_grad(inp[j]) * dout[j];
+      for (size_t j = i; j < n; ++j)
+        dinp[j] = from_float<X>(gelu_grad(to_float(inp[j])) * to_float(dout[j]));
     }
   }
 }
 
 }  // namespace
 
-void gelu_forward(float* out, const float* inp, size_t n, cudaStream_t stream) {
+template <typename X>
+void gelu_forward(X* out, const X* inp, size_t n, cudaStream_t stream) {
   if (n == 0) return;
+  constexpr int W = kVecWidth<X>;
   if (aligned16(out) && aligned16(inp)) {
-    gelu_forward_kernel<true><<<grid_for(n), kBlock, 0, stream>>>(out, inp, n);
+    gelu_forward_kernel<X, W><<<grid_for<W>(n), kBlock, 0, stream>>>(out, inp, n);
   } else {
-    gelu_forward_kernel<false><<<grid_for(n), kBlock, 0, stream>>>(out, inp, n);
+    gelu_forward_kernel<X, 1><<<grid_for<1>(n), kBlock, 0, stream>>>(out, inp, n);
   }
   MEG_CUDA_CHECK(cudaGetLastError());
 }
 
-void gelu_backward(float* dinp, const float* dout, const float* inp, size_t n, cudaStream_t stream) {
+template <typename X>
+void gelu_backward(X* dinp, const X* dout, const X* inp, size_t n, cudaStream_t stream) {
   if (n == 0) return;
+  constexpr int W = kVecWidth<X>;
   if (aligned16(dinp) && aligned16(dout) && aligned16(inp)) {
-    gelu_backward_kernel<true><<<grid_for(n), kBlock, 0, stream>>>(dinp, dout, inp, n);
+    gelu_backward_kernel<X, W><<<grid_for<W>(n), kBlock, 0, stream>>>(dinp, dout, inp, n);
   } else {
-    gelu_backward_kernel<false><<<grid_for(n), kBlock, 0, stream>>>(dinp, dout, inp, n);
+    gelu_backward_kernel<X, 1><<<grid_for<1>(n), kBlock, 0, stream>>>(dinp, dout, inp, n);
   }
   MEG_CUDA_CHECK(cudaGetLastError());
 }
+
+#define MEG_INSTANTIATE(X)                                                    \
+  template void gelu_forward<X>(X*, const X*, size_t, cudaStream_t);          \
+  template void gelu_backward<X>(X*, const X*, const X*, size_t, cudaStream_t);
+MEG_INSTANTIATE(float)
+MEG_INSTANTIATE(bf16)
+MEG_INSTANTIATE(fp16)
+#undef MEG_INSTANTIATE
 
 }  // namespace meg::cuda

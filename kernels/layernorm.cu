@@ -1,28 +1,40 @@
-// LayerNorm forward and backward on the GPU, fp32 in and out, fp32 accumulation.
+// LayerNorm forward and backward on the GPU, for activations X = fp32, bf16 or fp16; the arithmetic
+// and the saved statistics are fp32 whatever X is.
 //
 // The CPU reference is ops/cpu/norms.cpp; the launchers are declared in ops/cuda/ops.hpp.
 //
-// Forward and dinp: rows are independent, so one warp takes one row. Its 32 lanes stride over the
-// channels (consecutive lanes read consecutive floats, so every load is coalesced), and the row's
-// sums are finished with warp shuffles: no shared memory and no __syncthreads. The row is read
-// two or three times; after the first pass it sits in L1/L2, so the later passes are cheap.
+// Row layout. Each row of C channels is taken by a group of blockDim.x threads (one warp, or
+// several for wide rows), and a block holds blockDim.y such rows. The row is cut into vectors of W
+// channels, 16 bytes each (W = 8 for bf16/fp16, 4 for fp32); thread x of the group holds vectors
+// x, x + blockDim.x, ... in registers (its "slots", a few per thread). So the row is read from
+// memory once, with 16-byte loads that are coalesced across the warp, and every later pass over it
+// (the mean, the squared deviations, the output) runs on registers. The group is sized on the
+// host so that its slots cover C. When C is not a multiple of W, or a pointer is not 16-byte
+// aligned, the same kernels run with W = 1 (one element per "vector", more slots per thread).
 //
-// dweight and dbias: sums over all N rows, for every channel. We do NOT use atomics: fp32 atomics
-// add in whatever order the blocks arrive, so the gradients would differ in their last bits from
-// run to run, and the rest of meg is bit-for-bit reproducible. Instead:
-//   1. layernorm_backward_params_partial_kernel: the rows are cut into at most kMaxChunks chunks;
-//      block (channel tile, chunk) sums its chunk's rows for 32 channels into a scratch buffer
-//      partial[chunk][C];
-//   2. layernorm_backward_params_reduce_kernel: one thread per channel adds the chunks' partials
-//      in chunk order and accumulates the total into dweight / dbias.
-// Every addition happens in a fixed order, so the result is deterministic, and it is correct for
-// any N: the first kernel's grid grows with C and the chunk count, the chunk length with N.
-// The scratch buffer (2 * chunks * C floats) comes from cudaMallocAsync on the caller's stream,
-// which the driver's memory pool serves without a device-wide synchronisation.
+// Row sums (mean, variance, the two sums of the backward) are finished with warp shuffles and,
+// across the warps of a group, in shared memory in warp order: the same order on every run.
+// Statistics take two passes (the mean, then squared deviations from it), as the CPU reference:
+// E[x^2] - E[x]^2 cancels badly when the mean is large against the spread.
+//
+// dweight and dbias are sums over all N rows. There are no atomics: fp32 atomics add in whatever
+// order the blocks arrive, and meg is reproducible bit for bit. Instead the backward runs a fixed
+// grid of param_blocks(N) blocks, block g taking a contiguous range of rows, blockDim.y at a time.
+// Each row lane of the block adds its rows' terms into its own slice of shared memory (each thread
+// into its own channels, so no two threads share a word and nothing needs a barrier); at the end
+// the lanes' slices are added in lane order into partial row g of SCRATCH. A second kernel adds
+// the partial rows in a fixed order into dweight and dbias. The same pass computes dinp, so inp
+// and dout are read once for all three gradients. Keeping these sums in shared memory rather than
+// registers leaves few enough registers per thread for about 20 warps per multiprocessor, and the
+// backward's row groups meet at barriers of their own rather than the block's, so that many rows
+// are in flight at once: what the memory system needs to run near its bandwidth.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
 
 #include "ops/cuda/check.hpp"
 #include "ops/cuda/ops.hpp"
@@ -32,186 +44,424 @@ namespace meg::cuda {
 namespace {
 
 constexpr int kWarp = 32;
-constexpr int kBlock = 256;  // threads per block of the row kernels: 8 warps, 8 rows
-constexpr int kRowsPerBlock = kBlock / kWarp;
+// Threads of a block, unless one row needs more: the forward's blocks hold 8 one-warp rows, the
+// backward's 4 (its blocks also hold their rows' channel sums, and smaller ones pack the
+// multiprocessors closer to their limits).
+constexpr int kForwardBlock = 256;
+constexpr int kBackwardBlock = 128;
+constexpr int kMaxRowThreads = 512;  // threads of one row group; the register budget caps it
+constexpr int kMaxParamBlocks = 1024;  // partial rows of dweight/dbias: several waves of blocks
+constexpr int kReduceLanes = 32;      // row lanes of the partial-row reduction
+constexpr int kReduceAhead = 8;       // partial rows loaded ahead of their adds
 
-// dweight/dbias partials: a block is 32 channels x 8 row lanes.
-constexpr int kTileC = 32;
-constexpr int kTileRows = 8;
-constexpr int kMinRowsPerChunk = 64;  // below this a chunk is not worth a block
-constexpr int kMaxChunks = 256;       // bounds the scratch size and the reduce kernel's loop
+// W consecutive values of X moved as one access (16 bytes on the fast path).
+template <typename X, int W>
+struct alignas(sizeof(X) * W) Vec {
+  X v[W];
+};
+
+template <typename X>
+constexpr int kVecWidth = 16 / sizeof(X);
+
+// Vectors held per thread (the "slots"), within the register budget of kMaxRowThreads threads
+// (128 registers each). The forward holds one row: 4 vectors of 16 bytes, or 16 single elements on
+// the unaligned path. The backward holds three (inp, dout and dinp): 3 vectors for bf16/fp16 (a
+// GPT-2 row of 768 channels on one warp), 4 for fp32 (rows up to 8192 channels), or 16 elements.
+template <int W>
+constexpr int kForwardSlots = W == 1 ? 16 : 4;
+template <int W>
+constexpr int kBackwardSlots = W == 1 ? 16 : W == 4 ? 4 : 3;
+
+// Shared memory a block can have at most (the opt-in limit of Hopper), and without opting in.
+constexpr size_t kMaxSharedBytes = 227 * 1024;
+constexpr size_t kDefaultSharedBytes = 48 * 1024;
 
 int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
-// Sum of v over the 32 lanes of the warp, returned to every lane. The butterfly (xor) pattern
-// adds in the same order on every run.
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+int param_blocks(int N) { return std::min(N, kMaxParamBlocks); }
+
+// Sum of v over the 32 lanes of the warp, returned to every lane. The butterfly (xor) pattern adds
+// in the same order on every run.
 __device__ float warp_sum(float v) {
   for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
   return v;
 }
 
-// One warp per row. Two passes for the statistics (mean, then squared deviations from it), as the
-// CPU reference does: E[x^2] - E[x]^2 cancels badly when the mean is large against the spread.
-__global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, const float* inp,
-                                         const float* weight, const float* bias, int N, int C,
-                                         float eps) {
-  const int lane = threadIdx.x % kWarp;
-  const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / kWarp;
-  // The whole warp shares ROW, so it leaves together and the shuffles below see all 32 lanes.
-  if (row >= N) return;
-  const float* x = inp + size_t(row) * C;
-  float* y = out + size_t(row) * C;
+// Synchronises the blockDim.x threads of this row group only (named barrier 1 + threadIdx.y; 0 is
+// __syncthreads'), so the rows of a block never wait for one another.
+__device__ __forceinline__ void sync_row_group() {
+  asm volatile("bar.sync %0, %1;" ::"r"(1 + threadIdx.y), "r"(blockDim.x) : "memory");
+}
+
+// Sum of v over the blockDim.x threads of this row group, returned to all of them: a warp sum,
+// then the group's warps added in warp order through shared memory. With kOwnBarrier the group
+// meets at a barrier of its own and only its threads must call it; without, at __syncthreads and
+// every thread of the block must call it (a barrier id computed at run time makes the compiler
+// reserve all 16 of the block's barriers, so the forward, which does not need one, does without).
+template <bool kOwnBarrier>
+__device__ float row_sum(float v, float (*warp_sums)[kMaxRowThreads / kWarp]) {
+  v = warp_sum(v);
+  const int warps = blockDim.x / kWarp;
+  if (warps == 1) return v;
+  if (threadIdx.x % kWarp == 0) warp_sums[threadIdx.y][threadIdx.x / kWarp] = v;
+  if constexpr (kOwnBarrier) sync_row_group();
+  else __syncthreads();
+  float s = 0.0f;
+  for (int w = 0; w < warps; ++w) s += warp_sums[threadIdx.y][w];
+  // Everyone has read the sums before the next call overwrites them.
+  if constexpr (kOwnBarrier) sync_row_group();
+  else __syncthreads();
+  return s;
+}
+
+// One row per group of blockDim.x threads, blockDim.y rows per block.
+template <typename X, int W, int S>
+__global__ void __launch_bounds__(kMaxRowThreads)
+    layernorm_forward_kernel(X* out, float* mean, float* rstd, const X* inp, const X* weight,
+                             const X* bias, int N, int C, float eps) {
+  using V = Vec<X, W>;
+  __shared__ float warp_sums[kForwardBlock / kWarp][kMaxRowThreads / kWarp];
+
+  const int nvec = C / W;
+  const int row = blockIdx.x * blockDim.y + threadIdx.y;
+  // Rows past the end still take part in the group's reductions (they synchronise the block).
+  const bool live = row < N;
+  const V* x = reinterpret_cast<const V*>(inp) + size_t(row) * nvec;
+
+  // All loads first, so they are in flight together.
+  V xv[S];
+#pragma unroll
+  for (int k = 0; k < S; ++k) {
+    const int i = k * blockDim.x + threadIdx.x;
+    if (live && i < nvec) xv[k] = x[i];
+  }
 
   float sum = 0.0f;
-  for (int c = lane; c < C; c += kWarp) sum += x[c];
-  const float m = warp_sum(sum) / C;
+#pragma unroll
+  for (int k = 0; k < S; ++k) {
+    if (live && k * blockDim.x + threadIdx.x < nvec) {
+#pragma unroll
+      for (int j = 0; j < W; ++j) sum += float(xv[k].v[j]);
+    }
+  }
+  const float m = row_sum<false>(sum, warp_sums) / C;
 
   float sq = 0.0f;
-  for (int c = lane; c < C; c += kWarp) {
-    const float d = x[c] - m;
-    sq += d * d;
+#pragma unroll
+  for (int k = 0; k < S; ++k) {
+    if (live && k * blockDim.x + threadIdx.x < nvec) {
+#pragma unroll
+      for (int j = 0; j < W; ++j) {
+        const float d = float(xv[k].v[j]) - m;
+        sq += d * d;
+      }
+    }
   }
-  const float s = rsqrtf(warp_sum(sq) / C + eps);  // biased variance, as torch.nn.LayerNorm
+  const float s = rsqrtf(row_sum<false>(sq, warp_sums) / C + eps);  // biased variance, as PyTorch
 
-  for (int c = lane; c < C; c += kWarp) {
-    const float norm = (x[c] - m) * s;
-    y[c] = norm * weight[c] + (bias ? bias[c] : 0.0f);
+  if (!live) return;  // no reduction follows
+  V* y = reinterpret_cast<V*>(out) + size_t(row) * nvec;
+  const V* w = reinterpret_cast<const V*>(weight);
+  const V* b = reinterpret_cast<const V*>(bias);
+#pragma unroll
+  for (int k = 0; k < S; ++k) {
+    const int i = k * blockDim.x + threadIdx.x;
+    if (i < nvec) {
+      const V wv = w[i];
+      V bv;
+      if (bias) bv = b[i];
+      V yv;
+#pragma unroll
+      for (int j = 0; j < W; ++j) {
+        const float norm = (float(xv[k].v[j]) - m) * s;
+        yv.v[j] = X(norm * float(wv.v[j]) + (bias ? float(bv.v[j]) : 0.0f));
+      }
+      y[i] = yv;
+    }
   }
-  if (lane == 0) {
+  if (threadIdx.x == 0) {
     if (mean) mean[row] = m;
     if (rstd) rstd[row] = s;
   }
 }
 
-// One warp per row. With norm = (x - mean) * rstd and dnorm = weight * dout, the gradient through
-// the mean and the variance reduces to
-//   dx = rstd * (dnorm - mean_c(dnorm) - norm * mean_c(dnorm * norm)),
-// so one pass gathers the two row means and a second writes dx.
-__global__ void layernorm_backward_dinp_kernel(float* dinp, const float* dout, const float* inp,
-                                               const float* weight, const float* mean,
-                                               const float* rstd, int N, int C) {
-  const int lane = threadIdx.x % kWarp;
-  const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / kWarp;
-  if (row >= N) return;  // whole warp, as in the forward
-  const size_t offset = size_t(row) * C;
-  const float* x = inp + offset;
-  const float* dy = dout + offset;
-  float* dx = dinp + offset;
-  const float m = mean[row];
-  const float s = rstd[row];
-
-  float dnorm_sum = 0.0f, dnorm_norm_sum = 0.0f;
-  for (int c = lane; c < C; c += kWarp) {
-    const float norm = (x[c] - m) * s;
-    const float dnorm = weight[c] * dy[c];
-    dnorm_sum += dnorm;
-    dnorm_norm_sum += dnorm * norm;
-  }
-  const float dnorm_mean = warp_sum(dnorm_sum) / C;
-  const float dnorm_norm_mean = warp_sum(dnorm_norm_sum) / C;
-
-  for (int c = lane; c < C; c += kWarp) {
-    const float norm = (x[c] - m) * s;
-    const float dnorm = weight[c] * dy[c];
-    dx[c] += s * (dnorm - dnorm_mean - norm * dnorm_norm_mean);  // accumulate, as on the CPU
+// Keeps vectors held in registers as they were loaded (16-bit values for bf16/fp16) across the
+// passes over a row: left alone, the compiler keeps their fp32 conversions from the first pass for
+// the second, twice the registers, and fewer rows fit in flight. The empty asm "changes" each
+// word, so the fp32 copies are stale and the second pass converts again (one instruction).
+// (Single 16-bit values, on the unaligned path, are left alone.)
+template <typename V, int S>
+__device__ __forceinline__ void keep_packed(V (&v)[S]) {
+  if constexpr (sizeof(V) % 4 == 0) {
+#pragma unroll
+    for (int k = 0; k < S; ++k) {
+      auto* words = reinterpret_cast<uint32_t*>(&v[k]);
+#pragma unroll
+      for (int i = 0; i < int(sizeof(V) / 4); ++i) asm volatile("" : "+r"(words[i]));
+    }
   }
 }
 
-// Block (blockIdx.x, blockIdx.y) = (tile of 32 channels, chunk of rows). threadIdx.x picks the
-// channel, so a warp reads 32 consecutive floats of one row (coalesced); threadIdx.y picks one of
-// 8 interleaved row lanes. The 8 lanes' sums are then added in shared memory in lane order.
-// Writes partial_dweight[chunk][c] and partial_dbias[chunk][c].
-__global__ void layernorm_backward_params_partial_kernel(float* partial_dweight,
-                                                         float* partial_dbias, const float* dout,
-                                                         const float* inp, const float* mean,
-                                                         const float* rstd, int N, int C,
-                                                         int rows_per_chunk) {
-  const int c = blockIdx.x * kTileC + threadIdx.x;
-  const int chunk = blockIdx.y;
-  const int row_begin = chunk * rows_per_chunk;
-  const int row_end = min(N, row_begin + rows_per_chunk);
+// acc[0..W) += v[0..W), in shared memory: 16 bytes at a time where W allows (ACC is then 16-byte
+// aligned: C and the slot offsets are multiples of W).
+template <int W>
+__device__ __forceinline__ void add_to(float* acc, const float (&v)[W]) {
+  if constexpr (W % 4 == 0) {
+#pragma unroll
+    for (int j = 0; j < W; j += 4) {
+      float4& a = *reinterpret_cast<float4*>(acc + j);
+      a.x += v[j], a.y += v[j + 1], a.z += v[j + 2], a.w += v[j + 3];
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < W; ++j) acc[j] += v[j];
+  }
+}
 
-  float dw = 0.0f, db = 0.0f;
-  if (c < C) {
-    for (int i = row_begin + threadIdx.y; i < row_end; i += kTileRows) {
-      const size_t idx = size_t(i) * C + c;
-      const float dy = dout[idx];
-      dw += (inp[idx] - mean[i]) * rstd[i] * dy;
-      db += dy;
+// Block g takes rows [g N / G, (g+1) N / G), blockDim.y at a time. With norm = (x - mean) * rstd
+// and dnorm = weight * dout, the gradient through the mean and the variance reduces to
+//   dinp += rstd * (dnorm - mean_c(dnorm) - norm * mean_c(dnorm * norm)),
+// and the parameter gradients are dweight = sum_rows norm * dout, dbias = sum_rows dout. Row lane
+// y adds its rows' terms into its slices of the dynamic shared memory, [2][blockDim.y][C] floats
+// (dweight's, then dbias's), present when partial_dweight or partial_dbias is not null; the block
+// then writes partial row g of both (either may be null). The partial rows are written whether or
+// not dinp is.
+template <typename X, int W>
+__global__ void __launch_bounds__(kMaxRowThreads)
+    layernorm_backward_kernel(X* dinp, float* partial_dweight, float* partial_dbias, const X* dout,
+                              const X* inp, const X* weight, const float* mean, const float* rstd,
+                              int N, int C) {
+  using V = Vec<X, W>;
+  constexpr int S = kBackwardSlots<W>;
+  __shared__ float warp_sums[kBackwardBlock / kWarp][kMaxRowThreads / kWarp];
+  extern __shared__ float4 channel_sums_[];  // float4: 16-byte aligned
+  float* channel_sums = reinterpret_cast<float*>(channel_sums_);
+
+  const int nvec = C / W;
+  const int g = blockIdx.x;
+  const int row_begin = int(int64_t(g) * N / gridDim.x);
+  const int row_end = int(int64_t(g + 1) * N / gridDim.x);
+  const bool params = partial_dweight || partial_dbias;
+  float* dw_sums = channel_sums + threadIdx.y * C;
+  float* db_sums = channel_sums + (blockDim.y + threadIdx.y) * C;
+  const V* w = reinterpret_cast<const V*>(weight);
+
+  if (params) {
+#pragma unroll
+    for (int k = 0; k < S; ++k) {
+      const int i = k * blockDim.x + threadIdx.x;
+      if (i < nvec)
+#pragma unroll
+        for (int j = 0; j < W; ++j) dw_sums[i * W + j] = db_sums[i * W + j] = 0.0f;
     }
   }
 
-  // [y][x] layout: the final loop reads along a column, 32 consecutive words: no bank conflicts.
-  __shared__ float s_dw[kTileRows][kTileC];
-  __shared__ float s_db[kTileRows][kTileC];
-  s_dw[threadIdx.y][threadIdx.x] = dw;
-  s_db[threadIdx.y][threadIdx.x] = db;
+  for (int r0 = row_begin; r0 < row_end; r0 += blockDim.y) {
+    const int row = r0 + threadIdx.y;
+    // The loop count is the same for the whole block, which meets at a barrier after it: a row
+    // group past the end stays in the loop, idle, rather than leave.
+    const bool live = row < row_end;
+    const size_t offset = size_t(row) * nvec;
+    const V* x = reinterpret_cast<const V*>(inp) + offset;
+    const V* dy = reinterpret_cast<const V*>(dout) + offset;
+    V* dx = reinterpret_cast<V*>(dinp);  // + offset, below: dinp may be null
+
+    // All loads first, dinp's too, so they are in flight together.
+    V xv[S], dyv[S], dxv[S];
+#pragma unroll
+    for (int k = 0; k < S; ++k) {
+      const int i = k * blockDim.x + threadIdx.x;
+      if (live && i < nvec) {
+        xv[k] = x[i];
+        dyv[k] = dy[i];
+        if (dinp) dxv[k] = dx[offset + i];
+      }
+    }
+    const float m = live ? mean[row] : 0.0f;
+    const float s = live ? rstd[row] : 0.0f;
+
+    float dnorm_sum = 0.0f, dnorm_norm_sum = 0.0f;
+#pragma unroll
+    for (int k = 0; k < S; ++k) {
+      const int i = k * blockDim.x + threadIdx.x;
+      if (live && i < nvec) {
+        const V wv = w[i];
+        float dw[W], db[W];
+#pragma unroll
+        for (int j = 0; j < W; ++j) {
+          const float norm = (float(xv[k].v[j]) - m) * s;
+          const float g_out = float(dyv[k].v[j]);
+          const float dnorm = float(wv.v[j]) * g_out;
+          dnorm_sum += dnorm;
+          dnorm_norm_sum += dnorm * norm;
+          dw[j] = norm * g_out;
+          db[j] = g_out;
+        }
+        if (params) {
+          add_to<W>(dw_sums + i * W, dw);
+          add_to<W>(db_sums + i * W, db);
+        }
+      }
+    }
+    if (!dinp) continue;
+    keep_packed(xv), keep_packed(dyv);
+    const float dnorm_mean = row_sum<true>(dnorm_sum, warp_sums) / C;
+    const float dnorm_norm_mean = row_sum<true>(dnorm_norm_sum, warp_sums) / C;
+#pragma unroll
+    for (int k = 0; k < S; ++k) {
+      const int i = k * blockDim.x + threadIdx.x;
+      if (live && i < nvec) {
+        const V wv = w[i];
+#pragma unroll
+        for (int j = 0; j < W; ++j) {
+          const float norm = (float(xv[k].v[j]) - m) * s;
+          const float dnorm = float(wv.v[j]) * float(dyv[k].v[j]);
+          const float grad = s * (dnorm - dnorm_mean - norm * dnorm_norm_mean);
+          dxv[k].v[j] = X(float(dxv[k].v[j]) + grad);  // accumulate, as on the CPU
+        }
+        dx[offset + i] = dxv[k];
+      }
+    }
+  }
+  if (!params) return;
+
+  // Partial row g: the row lanes' slices added in lane order, by the whole block.
+  __syncthreads();
+  const int lanes = blockDim.y;
+  for (int c = threadIdx.y * blockDim.x + threadIdx.x; c < C; c += blockDim.x * lanes) {
+    float dw = 0.0f, db = 0.0f;
+    for (int lane = 0; lane < lanes; ++lane) {
+      dw += channel_sums[lane * C + c];
+      db += channel_sums[(lanes + lane) * C + c];
+    }
+    if (partial_dweight) partial_dweight[size_t(g) * C + c] = dw;
+    if (partial_dbias) partial_dbias[size_t(g) * C + c] = db;
+  }
+}
+
+// out[c] += the sum of partial[g][c] over the G partial rows, for one or two (out, partial) pairs
+// (blockIdx.y picks the pair). Block = 32 channels x kReduceLanes row lanes: lane y adds the
+// contiguous rows [y G / L, (y + 1) G / L) in order, its loads kReduceAhead rows ahead of the adds
+// so that they overlap; then the lanes are added in lane order. The order depends on G alone.
+__global__ void accumulate_partials_kernel(float* out0, const float* partial0, float* out1,
+                                           const float* partial1, int G, int C) {
+  __shared__ float lane_sums[kReduceLanes][kWarp];
+  float* out = blockIdx.y == 0 ? out0 : out1;
+  const float* partial = blockIdx.y == 0 ? partial0 : partial1;
+  const int c = blockIdx.x * kWarp + threadIdx.x;
+  float s = 0.0f;
+  if (c < C) {
+    const int g_end = (threadIdx.y + 1) * G / kReduceLanes;
+    int g = threadIdx.y * G / kReduceLanes;
+    for (; g + kReduceAhead <= g_end; g += kReduceAhead) {
+      float v[kReduceAhead];
+#pragma unroll
+      for (int u = 0; u < kReduceAhead; ++u) v[u] = partial[size_t(g + u) * C + c];
+#pragma unroll
+      for (int u = 0; u < kReduceAhead; ++u) s += v[u];
+    }
+    for (; g < g_end; ++g) s += partial[size_t(g) * C + c];
+  }
+  lane_sums[threadIdx.y][threadIdx.x] = s;
   __syncthreads();
   if (threadIdx.y == 0 && c < C) {
-    for (int k = 1; k < kTileRows; ++k) {
-      dw += s_dw[k][threadIdx.x];
-      db += s_db[k][threadIdx.x];
-    }
-    partial_dweight[size_t(chunk) * C + c] = dw;
-    partial_dbias[size_t(chunk) * C + c] = db;
+    for (int y = 1; y < kReduceLanes; ++y) s += lane_sums[y][threadIdx.x];
+    out[c] += s;
   }
 }
 
-// One thread per channel: adds the chunks' partials in chunk order, then accumulates.
-__global__ void layernorm_backward_params_reduce_kernel(float* dweight, float* dbias,
-                                                        const float* partial_dweight,
-                                                        const float* partial_dbias, int chunks,
-                                                        int C) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= C) return;
-  float dw = 0.0f, db = 0.0f;
-  for (int k = 0; k < chunks; ++k) {
-    dw += partial_dweight[size_t(k) * C + c];
-    db += partial_dbias[size_t(k) * C + c];
-  }
-  if (dweight) dweight[c] += dw;
-  if (dbias) dbias[c] += db;
+// OUT1 and PARTIAL1 may be null: one pair.
+void accumulate_partials(float* out0, const float* partial0, float* out1, const float* partial1,
+                         int G, int C, cudaStream_t stream) {
+  const dim3 grid(ceil_div(C, kWarp), out1 ? 2 : 1);
+  accumulate_partials_kernel<<<grid, dim3(kWarp, kReduceLanes), 0, stream>>>(
+      out0, partial0, out1, partial1, G, C);
+  MEG_CUDA_CHECK(cudaGetLastError());
 }
 
-}  // namespace
+// The thread block of the row kernels for rows of C channels in vectors of W, S per thread: the
+// fewest whole warps per row that hold the row, and as many rows as fit in BLOCK threads.
+dim3 row_block(int C, int W, int S, int block) {
+  const int threads = std::max(kWarp, ceil_div(ceil_div(C / W, S), kWarp) * kWarp);
+  if (threads > kMaxRowThreads)
+    throw std::invalid_argument("layernorm: C = " + std::to_string(C) + " is too wide a row");
+  return dim3(threads, std::max(1, block / threads));
+}
 
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                       const float* bias, int N, int C, float eps, cudaStream_t stream) {
-  if (N <= 0 || C <= 0) return;
-  layernorm_forward_kernel<<<ceil_div(N, kRowsPerBlock), kBlock, 0, stream>>>(
+template <typename X, int W>
+void launch_forward(X* out, float* mean, float* rstd, const X* inp, const X* weight, const X* bias,
+                    int N, int C, float eps, cudaStream_t stream) {
+  constexpr int S = kForwardSlots<W>;
+  const dim3 block = row_block(C, W, S, kForwardBlock);
+  layernorm_forward_kernel<X, W, S><<<ceil_div(N, block.y), block, 0, stream>>>(
       out, mean, rstd, inp, weight, bias, N, C, eps);
   MEG_CUDA_CHECK(cudaGetLastError());
 }
 
-void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                        const float* inp, const float* weight, const float* mean, const float* rstd,
-                        int N, int C, cudaStream_t stream) {
-  if (N <= 0 || C <= 0) return;
-  if (dinp) {
-    layernorm_backward_dinp_kernel<<<ceil_div(N, kRowsPerBlock), kBlock, 0, stream>>>(
-        dinp, dout, inp, weight, mean, rstd, N, C);
-    MEG_CUDA_CHECK(cudaGetLastError());
-  }
-  if (dweight || dbias) {
-    // As many chunks as keep every chunk at least kMinRowsPerChunk long, capped at kMaxChunks;
-    // then spread the rows evenly over them.
-    const int chunks = std::clamp(N / kMinRowsPerChunk, 1, kMaxChunks);
-    const int rows_per_chunk = ceil_div(N, chunks);
-    float* scratch = nullptr;
-    MEG_CUDA_CHECK(cudaMallocAsync(&scratch, 2 * size_t(chunks) * C * sizeof(float), stream));
-    float* partial_dweight = scratch;
-    float* partial_dbias = scratch + size_t(chunks) * C;
-
-    const dim3 grid(ceil_div(C, kTileC), chunks);
-    const dim3 block(kTileC, kTileRows);
-    layernorm_backward_params_partial_kernel<<<grid, block, 0, stream>>>(
-        partial_dweight, partial_dbias, dout, inp, mean, rstd, N, C, rows_per_chunk);
-    MEG_CUDA_CHECK(cudaGetLastError());
-    layernorm_backward_params_reduce_kernel<<<ceil_div(C, kBlock), kBlock, 0, stream>>>(
-        dweight, dbias, partial_dweight, partial_dbias, chunks, C);
-    MEG_CUDA_CHECK(cudaGetLastError());
-    MEG_CUDA_CHECK(cudaFreeAsync(scratch, stream));
-  }
+template <typename X, int W>
+void launch_backward(X* dinp, float* partial_dweight, float* partial_dbias, const X* dout,
+                     const X* inp, const X* weight, const float* mean, const float* rstd, int N,
+                     int C, cudaStream_t stream) {
+  const dim3 block = row_block(C, W, kBackwardSlots<W>, kBackwardBlock);
+  const size_t smem =
+      partial_dweight || partial_dbias ? 2 * size_t(block.y) * C * sizeof(float) : 0;
+  if (smem > kMaxSharedBytes)
+    throw std::invalid_argument("layernorm: C = " + std::to_string(C) + " is too wide a row");
+  if (smem > kDefaultSharedBytes)
+    MEG_CUDA_CHECK(cudaFuncSetAttribute(layernorm_backward_kernel<X, W>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  layernorm_backward_kernel<X, W><<<param_blocks(N), block, smem, stream>>>(
+      dinp, partial_dweight, partial_dbias, dout, inp, weight, mean, rstd, N, C);
+  MEG_CUDA_CHECK(cudaGetLastError());
 }
+
+}  // namespace
+
+template <typename X>
+void layernorm_forward(X* out, float* mean, float* rstd, const X* inp, const X* weight,
+                       const X* bias, int N, int C, float eps, cudaStream_t stream) {
+  if (N <= 0 || C <= 0) return;
+  constexpr int W = kVecWidth<X>;
+  if (C % W == 0 && aligned16(out) && aligned16(inp) && aligned16(weight) && aligned16(bias))
+    launch_forward<X, W>(out, mean, rstd, inp, weight, bias, N, C, eps, stream);
+  else
+    launch_forward<X, 1>(out, mean, rstd, inp, weight, bias, N, C, eps, stream);
+}
+
+size_t layernorm_backward_scratch(int N, int C) {
+  return N <= 0 || C <= 0 ? 0 : 2 * size_t(param_blocks(N)) * C;
+}
+
+template <typename X>
+void layernorm_backward(X* dinp, float* dweight, float* dbias, const X* dout, const X* inp,
+                        const X* weight, const float* mean, const float* rstd, int N, int C,
+                        float* scratch, cudaStream_t stream) {
+  if (N <= 0 || C <= 0 || (!dinp && !dweight && !dbias)) return;
+  const int G = param_blocks(N);
+  float* partial_dweight = dweight ? scratch : nullptr;
+  float* partial_dbias = dbias ? scratch + size_t(G) * C : nullptr;
+  constexpr int W = kVecWidth<X>;
+  if (C % W == 0 && aligned16(dinp) && aligned16(dout) && aligned16(inp) && aligned16(weight))
+    launch_backward<X, W>(dinp, partial_dweight, partial_dbias, dout, inp, weight, mean, rstd, N, C,
+                          stream);
+  else
+    launch_backward<X, 1>(dinp, partial_dweight, partial_dbias, dout, inp, weight, mean, rstd, N, C,
+                          stream);
+  // Both reductions in one launch: dweight's first, or dbias's alone.
+  if (dweight) accumulate_partials(dweight, partial_dweight, dbias, partial_dbias, G, C, stream);
+  else if (dbias) accumulate_partials(dbias, partial_dbias, nullptr, nullptr, G, C, stream);
+}
+
+#define MEG_INSTANTIATE(X)                                                                       \
+  template void layernorm_forward<X>(X*, float*, float*, const X*, const X*, const X*, int, int, \
+                                     float, cudaStream_t);                                       \
+  template void layernorm_backward<X>(X*, float*, float*, const X*, const X*, const X*,          \
+                                      const float*, const float*, int, int, float*, cudaStream_t);
+MEG_INSTANTIATE(float)
+MEG_INSTANTIATE(bf16)
+MEG_INSTANTIATE(fp16)
+#undef MEG_INSTANTIATE
 
 }  // namespace meg::cuda

@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
-# On a CUDA machine: configure with CUDA for Hopper, build, run the GPU tests and the CPU suite, and
-# print a short summary table. Used as: bash scripts/gpu-test.sh [BUILD_DIR]
+# On a CUDA machine: configure with CUDA for Hopper, build, run the GPU tests (make test-gpu: the
+# kernel and model tests, compute-sanitizer on the kernel tests, meg-pretrain on the GPU) and the
+# CPU suite, optionally the CUDA benchmarks, and print a short summary table.
+#   bash scripts/gpu-test.sh [--bench] [BUILD_DIR]
 set -uo pipefail
+bench=0
+if [ "${1:-}" = --bench ]; then bench=1; shift; fi
 build=${1:-build-gpu}
 export NCCL_NVLS_ENABLE=0
 jobs=$(nproc)
@@ -11,14 +15,19 @@ cmake -S . -B "$build" -G Ninja -DMEG_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a >/d
 cmake --build "$build" -j "$jobs" 2>&1 | tail -n 3 || exit 1
 
 declare -A result
+order=()
 run() {
   local name=$1
   shift
+  order+=("$name")
   if "$@"; then result[$name]=pass; else result[$name]=FAIL; fi
 }
 run test-gpu bash -c "cd $build && ctest -L gpu --output-on-failure"
+# Kernel tests only (the model and tool tests are too slow under the sanitizer).
+run sanitizer bash -c "compute-sanitizer --tool memcheck --error-exitcode 1 $build/tests/meg-gpu-tests '[kernels],[loss],[activations]' >/dev/null"
 run test-cpu bash -c "cd $build && ctest -L cpu --output-on-failure -j $jobs"
+[ $bench = 1 ] && run bench bash scripts/bench-gpu.sh "$build"
 
 printf '\n| suite | result |\n|---|---|\n'
-for k in test-gpu test-cpu; do printf '| %s | %s |\n' "$k" "${result[$k]}"; done
+for k in "${order[@]}"; do printf '| %s | %s |\n' "$k" "${result[$k]}"; done
 [[ "${result[*]}" != *FAIL* ]]

@@ -161,12 +161,13 @@ const ParamTensor& GptModel<F>::tensor(const std::string& name) const {
 }
 
 template <typename F>
-void GptModel<F>::init(uint64_t seed) {
+void gpt_init_parameters(const ModelConfig& config, const std::vector<ParamTensor>& tensors, uint64_t seed,
+                         F* params) {
   NormalGen normal(seed);
-  const double std0 = config_.init_std;
-  const double std_scaled = std0 / std::sqrt(2.0 * static_cast<double>(config_.num_layers));
-  for (const auto& t : tensors_) {
-    F* w = params_.data() + t.offset;
+  const double std0 = config.init_std;
+  const double std_scaled = std0 / std::sqrt(2.0 * static_cast<double>(config.num_layers));
+  for (const auto& t : tensors) {
+    F* w = params + t.offset;
     switch (t.init) {
       case ParamInit::zeros: std::fill(w, w + t.numel, F(0)); break;
       case ParamInit::ones: std::fill(w, w + t.numel, F(1)); break;
@@ -178,6 +179,13 @@ void GptModel<F>::init(uint64_t seed) {
       }
     }
   }
+}
+template void gpt_init_parameters<float>(const ModelConfig&, const std::vector<ParamTensor>&, uint64_t, float*);
+template void gpt_init_parameters<double>(const ModelConfig&, const std::vector<ParamTensor>&, uint64_t, double*);
+
+template <typename F>
+void GptModel<F>::init(uint64_t seed) {
+  gpt_init_parameters(config_, tensors_, seed, params_.data());
 }
 
 template <typename F>

@@ -87,6 +87,13 @@ struct ParamTensor {
 // the last tensor ends at config.num_parameters(). Allocates no parameters.
 std::vector<ParamTensor> gpt_parameter_table(const ModelConfig& config);
 
+// Megatron's initialisation (see the top of this file) of the parameters PARAMS laid out by
+// TENSORS (CONFIG's table), deterministic in SEED. Shared by the CPU and CUDA models, so that a
+// seed gives the same starting point on both.
+template <typename F>
+void gpt_init_parameters(const ModelConfig& config, const std::vector<ParamTensor>& tensors, uint64_t seed,
+                         F* params);
+
 template <typename F>
 class GptModel {
  public:

@@ -7,6 +7,7 @@
 #include <map>
 
 #include "ckpt/checkpoint.hpp"
+#include "core/device.hpp"
 #include "core/error.hpp"
 #include "core/hash.hpp"
 #include "core/log.hpp"
@@ -65,13 +66,21 @@ nlohmann::ordered_json TrainOptions::to_json() const {
   j["exit-after-minutes"] = exit_after_minutes;
   j["exit-interval"] = exit_interval;
   j["device"] = device;
+  j["precision"] = precision;
+  j["recompute"] = recompute;
   return j;
 }
 
 Trainer::Trainer(TrainOptions options) : opt_(std::move(options)) {
-  if (opt_.device == "cuda")
-    input_error("--device cuda: the CUDA training path is not implemented yet; use --device cpu");
-  if (opt_.device != "cpu") input_error("--device '{}': expected cpu or cuda", opt_.device);
+  if (opt_.device.empty()) opt_.device = default_device();
+  if (opt_.device != "cpu" && opt_.device != "cuda") input_error("--device '{}': expected cpu or cuda", opt_.device);
+  if (opt_.precision.empty()) opt_.precision = opt_.device == "cuda" ? "bf16" : "fp32";
+  const Precision precision = parse_precision(opt_.precision);
+  if (opt_.device == "cpu" && precision != Precision::fp32)
+    input_error("--precision {}: the CPU path computes in fp32 only; use --device cuda", opt_.precision);
+  if (opt_.device == "cpu" && opt_.recompute != "none")
+    input_error("--recompute {}: recomputation is for the GPU's memory; the CPU path keeps its activations",
+                opt_.recompute);
   if (opt_.data.empty()) input_error("--data BLEND is required");
   if (opt_.iters <= 0) input_error("--iters must be positive, got {}", opt_.iters);
   if (opt_.micro_batch <= 0) input_error("--micro-batch must be positive, got {}", opt_.micro_batch);
@@ -122,11 +131,8 @@ Trainer::Trainer(TrainOptions options) : opt_(std::move(options)) {
     input_error("{}: {} train samples, but --iters {} x --global-batch {} needs {}", opt_.data,
                 data_->num_samples(Split::kTrain), opt_.iters, opt_.global_batch, needed);
 
-  model_ = std::make_unique<GptModel<float>>(config_);
-  model_->init(opt_.seed);
-  std::vector<ParamGroup> groups;
-  for (const auto& t : model_->tensors()) groups.push_back({t.offset, t.offset + t.numel, t.weight_decay});
-  adam_ = std::make_unique<AdamW>(model_->num_parameters(), std::move(groups), opt_.adam);
+  backend_ = opt_.device == "cuda" ? make_cuda_backend(config_, opt_.adam, opt_.seed, precision, opt_.recompute)
+                                    : make_cpu_backend(config_, opt_.adam, opt_.seed);
   opt_.lr.train_iters = opt_.iters;
   schedule_ = std::make_unique<LrSchedule>(opt_.lr);
 
@@ -170,6 +176,7 @@ nlohmann::ordered_json Trainer::settings() const {
                {"train_samples", data_->num_samples(Split::kTrain)},
                {"valid_samples", data_->num_samples(Split::kValid)},
                {"fingerprint", hex64(data_->fingerprint())}};
+  j["backend"] = backend_->describe();
   j["start_iteration"] = iteration_;
   return j;
 }
@@ -183,8 +190,7 @@ void Trainer::write_metrics(const nlohmann::ordered_json& line) {
 double Trainer::train_step(double* grad_norm_out) {
   const int B = static_cast<int>(opt_.micro_batch), T = static_cast<int>(data_->seq_length());
   const int64_t micro_batches = opt_.global_batch / opt_.micro_batch;
-  model_->zero_grad();
-  double loss_sum = 0;
+  backend_->begin_step();
   for (int64_t m = 0; m < micro_batches; ++m) {
     for (int j = 0; j < B; ++j) {
       const uint64_t index = static_cast<uint64_t>(iteration_ * opt_.global_batch + m * opt_.micro_batch + j);
@@ -192,39 +198,30 @@ double Trainer::train_step(double* grad_norm_out) {
       std::memcpy(tokens_.data() + static_cast<size_t>(j) * T, sample_.data(), sizeof(int32_t) * T);
       std::memcpy(targets_.data() + static_cast<size_t>(j) * T, sample_.data() + 1, sizeof(int32_t) * T);
     }
-    model_->set_dropout_key(opt_.seed, static_cast<uint64_t>(iteration_), static_cast<uint64_t>(m));
-    loss_sum += model_->forward(tokens_.data(), targets_.data(), B, T);
-    model_->backward();
+    backend_->micro_batch(tokens_.data(), targets_.data(), B, T, opt_.seed, static_cast<uint64_t>(iteration_),
+                          static_cast<uint64_t>(m), micro_batches);
   }
-  std::span<float> grads(model_->grads(), model_->num_parameters());
-  if (micro_batches > 1) {
-    const float scale = 1.0f / static_cast<float>(micro_batches);
-    for (float& g : grads) g *= scale;
-  }
-  const double norm = clip_grad_norm(grads, opt_.clip_grad);
-  const double loss = loss_sum / static_cast<double>(micro_batches);
-  if (!std::isfinite(norm) || !std::isfinite(loss))
+  const StepStats s = backend_->end_step(schedule_->lr_at(iteration_), opt_.clip_grad);
+  if (!s.skipped && (!std::isfinite(s.grad_norm) || !std::isfinite(s.loss)))
     input_error("iteration {}: the loss ({}) or gradient norm ({}) is not finite; lower --lr", iteration_ + 1,
-                loss, norm);
-  adam_->step(std::span<float>(model_->params(), model_->num_parameters()), grads, schedule_->lr_at(iteration_));
-  *grad_norm_out = norm;
-  return loss;
+                s.loss, s.grad_norm);
+  if (s.skipped) log::warn("iteration {}: fp16 gradients overflowed; step skipped, loss scale lowered", iteration_ + 1);
+  *grad_norm_out = s.grad_norm;
+  return s.loss;
 }
 
 double Trainer::evaluate() {
   const uint64_t n = data_->num_samples(Split::kValid);
   const int B = static_cast<int>(opt_.micro_batch), T = static_cast<int>(data_->seq_length());
   double sum = 0;
-  model_->set_training(false);  // no dropout
   for (int64_t k = 0; k < opt_.eval_iters; ++k) {
     for (int j = 0; j < B; ++j) {
       data_->sample(Split::kValid, static_cast<uint64_t>(k * B + j) % n, sample_.data());
       std::memcpy(tokens_.data() + static_cast<size_t>(j) * T, sample_.data(), sizeof(int32_t) * T);
       std::memcpy(targets_.data() + static_cast<size_t>(j) * T, sample_.data() + 1, sizeof(int32_t) * T);
     }
-    sum += model_->forward(tokens_.data(), targets_.data(), B, T);
+    sum += backend_->eval_loss(tokens_.data(), targets_.data(), B, T);  // no dropout
   }
-  model_->set_training(true);
   return sum / static_cast<double>(opt_.eval_iters);
 }
 
@@ -232,19 +229,20 @@ void Trainer::save_checkpoint_now() {
   if (opt_.save.empty() || last_saved_ == iteration_) return;
   const auto start = Clock::now();
   std::vector<CheckpointTensor> model_tensors, optim_tensors;
-  const float* m = adam_->m().data();
-  const float* v = adam_->v().data();
-  for (const auto& t : model_->tensors()) {
-    model_tensors.push_back({t.name, SafetensorsDtype::kF32, shape_of(t), model_->params() + t.offset});
-    optim_tensors.push_back({"exp_avg." + t.name, SafetensorsDtype::kF32, shape_of(t), m + t.offset});
-    optim_tensors.push_back({"exp_avg_sq." + t.name, SafetensorsDtype::kF32, shape_of(t), v + t.offset});
+  std::vector<float> params, m, v;
+  backend_->get_state(params, m, v);
+  for (const auto& t : backend_->tensors()) {
+    model_tensors.push_back({t.name, SafetensorsDtype::kF32, shape_of(t), params.data() + t.offset});
+    optim_tensors.push_back({"exp_avg." + t.name, SafetensorsDtype::kF32, shape_of(t), m.data() + t.offset});
+    optim_tensors.push_back({"exp_avg_sq." + t.name, SafetensorsDtype::kF32, shape_of(t), v.data() + t.offset});
   }
   nlohmann::ordered_json record;
   record["model"] = config_.to_json();
   record["options"] = opt_.to_json();
   record["iteration"] = iteration_;
   record["consumed_samples"] = iteration_ * opt_.global_batch;
-  record["optimizer_step"] = adam_->step_count();
+  record["optimizer_step"] = backend_->optimizer_step();
+  record["backend_state"] = nlohmann::ordered_json::parse(backend_->extra_state());
   record["blend_fingerprint"] = hex64(data_->fingerprint());
   record["seed"] = opt_.seed;
   record["parallel"] = {{"tp", 1}, {"pp", 1}, {"dp", 1}, {"cp", 1}, {"ep", 1}};
@@ -279,18 +277,20 @@ void Trainer::load_from(const std::string& dir) {
     }
     const int64_t it = rec.at("iteration").get<int64_t>();
     const int64_t step = rec.at("optimizer_step").get<int64_t>();
-    std::vector<float> m(model_->num_parameters()), v(model_->num_parameters());
-    for (const auto& t : model_->tensors()) {
+    const size_t n = backend_->num_parameters();
+    std::vector<float> params(n), m(n), v(n);
+    for (const auto& t : backend_->tensors()) {
       const auto shape = shape_of(t);
       const auto copy = [&](const std::string& file, const std::string& name, float* dst) {
         const auto& st = ck.tensor(file, name, SafetensorsDtype::kF32, shape);
         std::memcpy(dst, st.bytes.data(), t.numel * sizeof(float));
       };
-      copy("model.safetensors", t.name, model_->params() + t.offset);
+      copy("model.safetensors", t.name, params.data() + t.offset);
       copy("optimizer.safetensors", "exp_avg." + t.name, m.data() + t.offset);
       copy("optimizer.safetensors", "exp_avg_sq." + t.name, v.data() + t.offset);
     }
-    adam_->restore(m, v, step);
+    backend_->set_state(params, m, v, step);
+    if (rec.contains("backend_state")) backend_->restore_extra_state(rec["backend_state"].dump());
     iteration_ = it;
     last_saved_ = it;
   } catch (const nlohmann::json::exception& e) {
@@ -325,10 +325,15 @@ int Trainer::run() {
       const double tps = tokens_per_iter * static_cast<double>(acc_iters) / std::max(secs, 1e-9);
       const double mean_loss = loss_acc / static_cast<double>(acc_iters);
       const auto consumed = static_cast<int64_t>(tokens_per_iter) * iteration_;
-      log::info("iter {}/{} | tokens {} | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | {:.1f} ms/iter | {:.0f} tokens/s",
-                iteration_, opt_.iters, consumed, mean_loss, lr, norm, ms, tps);
-      write_metrics({{"iteration", iteration_}, {"consumed_tokens", consumed}, {"loss", mean_loss}, {"lr", lr},
-                     {"grad_norm", norm}, {"ms_per_iter", ms}, {"tokens_per_s", tps}});
+      const size_t peak = backend_->peak_memory();
+      const std::string mem = peak > 0 ? fmt::format(" | peak mem {:.2f} GiB", double(peak) / double(1 << 30)) : "";
+      log::info("iter {}/{} | tokens {} | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | {:.1f} ms/iter | {:.0f} tokens/s{}",
+                iteration_, opt_.iters, consumed, mean_loss, lr, norm, ms, tps, mem);
+      nlohmann::ordered_json line{{"iteration", iteration_}, {"consumed_tokens", consumed}, {"loss", mean_loss},
+                                  {"lr", lr},        {"grad_norm", norm},          {"ms_per_iter", ms},
+                                  {"tokens_per_s", tps}};
+      if (peak > 0) line["peak_memory_bytes"] = peak;
+      write_metrics(line);
       loss_acc = 0;
       acc_iters = 0;
       window_start = Clock::now();

@@ -1,5 +1,6 @@
-// The single-process training loop of meg-pretrain on the CPU: GPT model, AdamW, learning-rate
-// schedule, gradient accumulation, clipping, evaluation, metrics and checkpoints.
+// The single-process training loop of meg-pretrain: GPT model, AdamW, learning-rate schedule,
+// gradient accumulation, clipping, evaluation, metrics and checkpoints, on the CPU or on a GPU
+// through a TrainBackend (train/backend.hpp).
 //
 // One iteration is one optimizer step over a global batch of G samples, taken as G / B micro-batches
 // of B samples (forward + backward each, gradients accumulated and divided by G / B). The sample of
@@ -13,9 +14,11 @@
 //   {"iteration": 10, "valid_loss": 6.8, "valid_ppl": 900.2}
 //
 // Checkpoints (ckpt/checkpoint.hpp): model.safetensors holds the parameters by their table names,
-// optimizer.safetensors the AdamW moments as "exp_avg.<name>" and "exp_avg_sq.<name>"; the record
-// holds the model config, the resolved options, iteration, consumed samples, optimizer step, the
-// blend fingerprint, the seed and the parallel layout.
+// optimizer.safetensors the AdamW moments as "exp_avg.<name>" and "exp_avg_sq.<name>", all fp32
+// whatever the device and precision (so a checkpoint written on a GPU loads on the CPU and the
+// reverse); the record holds the model config, the resolved options, iteration, consumed samples,
+// optimizer step, the blend fingerprint, the seed, the parallel layout, and the backend's extra
+// state (fp16's loss scale).
 #pragma once
 
 #include <cstdint>
@@ -28,9 +31,9 @@
 
 #include "data/gpt_dataset.hpp"
 #include "model/config.hpp"
-#include "model/gpt.hpp"
 #include "optim/adamw.hpp"
 #include "optim/lr_schedule.hpp"
+#include "train/backend.hpp"
 
 namespace meg {
 
@@ -68,7 +71,9 @@ struct TrainOptions {
   std::string metrics;  // default: SAVE/metrics.jsonl when --save is given
   double exit_after_minutes = 0;
   int64_t exit_interval = 0;  // save and stop when the iteration is a multiple of N (0: never)
-  std::string device = "cpu";
+  std::string device;     // cpu or cuda; empty: cuda when a GPU is present, else cpu
+  std::string precision;  // bf16, fp16 or fp32; empty: bf16 on cuda, fp32 on cpu (its only one)
+  std::string recompute = "none";  // none, selective or full (cuda only)
 
   // The options as stored with checkpoints and printed at start.
   nlohmann::ordered_json to_json() const;
@@ -99,8 +104,7 @@ class Trainer {
   TrainOptions opt_;
   ModelConfig config_;
   std::unique_ptr<GptDataset> data_;
-  std::unique_ptr<GptModel<float>> model_;
-  std::unique_ptr<AdamW> adam_;
+  std::unique_ptr<TrainBackend> backend_;
   std::unique_ptr<LrSchedule> schedule_;
   std::ofstream metrics_;
   int64_t iteration_ = 0;

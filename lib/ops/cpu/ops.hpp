@@ -28,6 +28,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "ops/cpu/dropout_mask.hpp"
+
 namespace meg::cpu {
 
 template <typename F>
@@ -119,39 +121,8 @@ void rope_backward(F* dinp, const F* dout, int B, int T, int NH, int HS, nd<F> t
 // results do not depend on the number of threads, and the backward regenerates the forward's mask
 // instead of storing it. p must be in [0, 1); p == 0 keeps everything (callers skip the call).
 
-struct DropoutKey {
-  uint64_t seed = 0;   // the run's seed
-  uint64_t step = 0;   // the training iteration
-  uint64_t micro = 0;  // the micro-batch within the iteration
-  uint64_t site = 0;   // which dropout in the model (embedding, one per block and kind)
-};
-
-namespace detail {
-constexpr uint64_t splitmix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-}  // namespace detail
-
-// The per-array part of the hash: a mix of the key's four integers.
-constexpr uint64_t dropout_stream(const DropoutKey& key) {
-  constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ULL;
-  uint64_t h = detail::splitmix64(key.seed + kGolden);
-  h = detail::splitmix64(h ^ (key.step + 2 * kGolden));
-  h = detail::splitmix64(h ^ (key.micro + 3 * kGolden));
-  h = detail::splitmix64(h ^ (key.site + 4 * kGolden));
-  return h;
-}
-
-// The 32 bits of element INDEX of the stream STREAM (= dropout_stream(key)): SplitMix64's output
-// number INDEX from state STREAM, top half.
-constexpr uint32_t dropout_bits(uint64_t stream, uint64_t index) {
-  return static_cast<uint32_t>(detail::splitmix64(stream + (index + 1) * 0x9e3779b97f4a7c15ULL) >> 32);
-}
-
-// floor(p * 2^32): element kept iff dropout_bits(...) >= this.
-inline uint64_t dropout_threshold(double p) { return static_cast<uint64_t>(p * 4294967296.0); }
+// DropoutKey, dropout_stream(key), dropout_bits(stream, index) and dropout_threshold(p) are in
+// dropout_mask.hpp, which the CUDA kernels include too.
 
 // out[i] = keep(i) ? inp[i] / (1 - p) : 0 over n values. out may equal inp. With p == 0 a copy.
 // Applied to a gradient with the same key it is also the gradient of the dropout (written).

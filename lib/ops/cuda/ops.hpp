@@ -1,42 +1,224 @@
 // The CUDA path of the ops: host functions that launch the kernels of kernels/*.cu.
 //
-// Each mirrors the CPU reference of the same name in ops/cpu/ops.hpp (same arguments, same
-// semantics, fp32 only) and adds the stream to launch on. Every pointer is a device pointer; every
-// function is asynchronous with respect to the host and checks its launches with MEG_CUDA_CHECK,
-// so a bad launch throws std::runtime_error. As on the CPU:
-//   - every backward ACCUMULATES (+=) into its gradient outputs;
-//   - a gradient output given as nullptr is not computed.
+// Each mirrors a CPU reference op of ops/cpu/ops.hpp and adds the stream to launch on. Every
+// pointer is a device pointer (unless said otherwise); every function is asynchronous with respect
+// to the host and checks its launches with MEG_CUDA_CHECK, so a bad launch throws
+// std::runtime_error.
 //
-// Only for code built with CUDA (MEG_CUDA): kernels/*.cu and the GPU tests.
+// Mixed precision. The activation type X is one of float, __nv_bfloat16 (bf16) and __half (fp16):
+// activations and the compute copy of the weights are X, while everything that accumulates over
+// many steps or many rows is fp32: the master weights, their gradients, the AdamW moments, norm
+// statistics and losses. Arithmetic inside a kernel is fp32 whatever X is; X is only the storage.
+// The explicit instantiations live in the .cu files, for the three types.
+//
+// Gradient conventions (they differ from the CPU path, where every backward accumulates):
+//   - parameter gradients (fp32: dweight, dbias, dwte, ...) are ACCUMULATED (+=), so gradient
+//     accumulation over micro-batches needs nothing more than one zeroing per step;
+//   - activation gradients (X) are WRITTEN, except where a comment says += (the norms' dinp, which
+//     adds into the gradient of the residual stream);
+//   - a gradient output given as nullptr is not computed.
+// Every reduction runs in a fixed order (no floating-point atomics), so results are the same bit
+// for bit from run to run: exact resume holds on the GPU as on the CPU.
+//
+// Only for code built with CUDA (MEG_CUDA): kernels/*.cu, ops/cuda/*.cpp, the CUDA model and the
+// GPU tests.
 #pragma once
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
+#include <vector>
 
 namespace meg::cuda {
 
+using bf16 = __nv_bfloat16;
+using fp16 = __half;
+
+// ---- kernels/embedding.cu ----------------------------------------------------------------------
+
+// out[B,T,C] = wte[tokens[b,t]] + wpe[t]; wpe may be null (Llama). tokens (device) must be in
+// [0, V): the caller checks them on the host.
+template <typename X>
+void embedding_forward(X* out, const int32_t* tokens, const X* wte, const X* wpe, int B, int T,
+                       int C, cudaStream_t stream);
+
+// The positions of a batch grouped by token, built on the HOST from the host copy of the tokens,
+// for a deterministic embedding backward: unique[u] is the u-th distinct token (ascending), and
+// positions[starts[u] .. starts[u+1]) are the positions b*T+t holding it, ascending.
+struct TokenGroups {
+  std::vector<int32_t> unique;     // [U]
+  std::vector<int32_t> starts;     // [U + 1]
+  std::vector<int32_t> positions;  // [N]
+};
+TokenGroups group_positions_by_token(const int32_t* tokens, int N);
+
+// dwte[unique[u]] += sum of dout[p] over the positions of group u, added in position order;
+// dwpe[t] += sum over b of dout[b,t], added in b order (dwpe may be null). unique, starts and
+// positions are device copies of a TokenGroups' arrays (U groups).
+template <typename X>
+void embedding_backward(float* dwte, float* dwpe, const X* dout, const int32_t* unique,
+                        const int32_t* starts, const int32_t* positions, int U, int B, int T, int C,
+                        cudaStream_t stream);
+
 // ---- kernels/layernorm.cu ----------------------------------------------------------------------
 
-// out[N,C] = (inp - mean) * rstd * weight + bias, over the last dimension. Saves mean[N] and
-// rstd[N] (either may be null). bias may be null.
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                       const float* bias, int N, int C, float eps, cudaStream_t stream = 0);
+// out[N,C] = (inp - mean) * rstd * weight + bias. Saves mean[N] and rstd[N] (either may be null).
+// bias may be null.
+template <typename X>
+void layernorm_forward(X* out, float* mean, float* rstd, const X* inp, const X* weight,
+                       const X* bias, int N, int C, float eps, cudaStream_t stream);
 
-// dinp[N,C] += ..., dweight[C] += sum over rows of norm * dout, dbias[C] += sum over rows of dout.
-// mean and rstd are those saved by the forward (required). dweight and dbias are reduced in a
-// fixed order, so the result is the same bit for bit from run to run (see layernorm.cu).
-void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                        const float* inp, const float* weight, const float* mean, const float* rstd,
-                        int N, int C, cudaStream_t stream = 0);
+// dinp[N,C] += ... (accumulates into the residual gradient); dweight[C] and dbias[C] += their
+// sums over the rows, reduced in a fixed order through SCRATCH (layernorm_backward_scratch(N, C)
+// floats). mean and rstd are the forward's.
+template <typename X>
+void layernorm_backward(X* dinp, float* dweight, float* dbias, const X* dout, const X* inp,
+                        const X* weight, const float* mean, const float* rstd, int N, int C,
+                        float* scratch, cudaStream_t stream);
+size_t layernorm_backward_scratch(int N, int C);
+
+// ---- kernels/rmsnorm.cu ------------------------------------------------------------------------
+
+// out = inp * rstd * weight, rstd = 1/sqrt(mean(inp^2) + eps); saves rstd[N] (may be null).
+template <typename X>
+void rmsnorm_forward(X* out, float* rstd, const X* inp, const X* weight, int N, int C, float eps,
+                     cudaStream_t stream);
+
+// dinp += ... ; dweight += ..., through SCRATCH (rmsnorm_backward_scratch(N, C) floats).
+template <typename X>
+void rmsnorm_backward(X* dinp, float* dweight, const X* dout, const X* inp, const X* weight,
+                      const float* rstd, int N, int C, float* scratch, cudaStream_t stream);
+size_t rmsnorm_backward_scratch(int N, int C);
+
+// ---- kernels/elementwise.cu --------------------------------------------------------------------
+
+// out[i] = a[i] + b[i] over n values; out may equal a or b.
+template <typename X>
+void add(X* out, const X* a, const X* b, size_t n, cudaStream_t stream);
+
+// out[i] = X(inp[i]): the compute copy of fp32 master weights.
+template <typename X>
+void cast_from_float(X* out, const float* inp, size_t n, cudaStream_t stream);
+
+// dbias[OC] += sum over the N rows of dout[N,OC], in a fixed order, through SCRATCH
+// (bias_backward_scratch(N, OC) floats).
+template <typename X>
+void bias_backward(float* dbias, const X* dout, int N, int OC, float* scratch, cudaStream_t stream);
+size_t bias_backward_scratch(int N, int OC);
 
 // ---- kernels/gelu.cu ---------------------------------------------------------------------------
 
-// GELU, tanh approximation, elementwise over n values. out may equal inp.
-void gelu_forward(float* out, const float* inp, size_t n, cudaStream_t stream = 0);
+// GELU, tanh approximation, over n values. out may equal inp.
+template <typename X>
+void gelu_forward(X* out, const X* inp, size_t n, cudaStream_t stream);
 
-// dinp[i] += gelu'(inp[i]) * dout[i].
-void gelu_backward(float* dinp, const float* dout, const float* inp, size_t n,
-                   cudaStream_t stream = 0);
+// dinp[i] = gelu'(inp[i]) * dout[i] (written; dinp may equal dout).
+template <typename X>
+void gelu_backward(X* dinp, const X* dout, const X* inp, size_t n, cudaStream_t stream);
+
+// ---- kernels/swiglu.cu -------------------------------------------------------------------------
+
+// out[N,H] = silu(inp[:, :H]) * inp[:, H:], inp [N,2H] (gate columns first, as on the CPU).
+template <typename X>
+void swiglu_forward(X* out, const X* inp, int N, int H, cudaStream_t stream);
+
+// dinp[N,2H] written from dout[N,H] and the forward's inp.
+template <typename X>
+void swiglu_backward(X* dinp, const X* dout, const X* inp, int N, int H, cudaStream_t stream);
+
+// ---- kernels/rope.cu ---------------------------------------------------------------------------
+
+// The cos/sin table of the rotary embedding for positions [0,T) and head size HS: [T, HS/2] pairs
+// (cos, sin), computed on the host in double exactly as the CPU reference computes its angles,
+// then rounded to fp32. The caller uploads it once.
+std::vector<float> rope_table(int T, int HS, double theta);
+
+// Rotates IN PLACE the q columns [0, NH*HS) and the k columns [NH*HS, (NH+NKV)*HS) of every row of
+// qkv [B, T, (NH + 2*NKV) * HS] (v is left alone), position t by table row t ("rotate_half"
+// layout, as the CPU's rope_forward). TABLE is rope_table(T' >= T, HS, theta) on the device.
+template <typename X>
+void rope_forward(X* qkv, const float* table, int B, int T, int NH, int NKV, int HS,
+                  cudaStream_t stream);
+
+// The backward, in place on the gradient dqkv: the rotation by the opposite angle.
+template <typename X>
+void rope_backward(X* dqkv, const float* table, int B, int T, int NH, int NKV, int HS,
+                   cudaStream_t stream);
+
+// ---- kernels/dropout.cu ------------------------------------------------------------------------
+
+// The CPU's counter-based dropout (ops/cpu/ops.hpp: the same mask bits for the same key and
+// index), out[i] = keep(i) ? inp[i] / (1 - p) : 0. out may equal inp. STREAM_KEY is
+// cpu::dropout_stream(key); p in (0, 1). Applied to a gradient with the forward's key it is the
+// dropout's backward.
+template <typename X>
+void dropout_apply(X* out, const X* inp, size_t n, double p, uint64_t stream_key,
+                   cudaStream_t stream);
+
+// ---- kernels/attention.cu ----------------------------------------------------------------------
+//
+// Causal attention with grouped-query support, reading q, k and v straight from the fused QKV
+// projection's output qkv [B, T, (NH + 2*NKV) * HS] (row layout [q heads; k heads; v heads], as
+// the model's linear_qkv) and never materialising the T x T matrix: the flash-attention method,
+// an online softmax over key blocks. Query head h reads key/value head h / (NH / NKV). Scores are
+// scaled by 1/sqrt(HS).
+
+// out [B, T, NH, HS]; lse [B, NH, T] receives each row's log-sum-exp of the scaled scores (fp32),
+// which the backward uses to recompute the probabilities.
+template <typename X>
+void attention_forward(X* out, float* lse, const X* qkv, int B, int T, int NH, int NKV, int HS,
+                       cudaStream_t stream);
+
+// dqkv [B, T, (NH + 2*NKV) * HS] WRITTEN in full: dq, and dk/dv summed over the query heads of each
+// group in a fixed order. dout and out are [B, T, NH, HS]; lse is the forward's. SCRATCH holds
+// attention_backward_scratch(B, T, NH) floats.
+template <typename X>
+void attention_backward(X* dqkv, const X* dout, const X* qkv, const X* out, const float* lse,
+                        int B, int T, int NH, int NKV, int HS, float* scratch,
+                        cudaStream_t stream);
+size_t attention_backward_scratch(int B, int T, int NH);
+
+// ---- kernels/cross_entropy.cu ------------------------------------------------------------------
+
+// Softmax cross-entropy over logits [N, Vp] of which columns [0, V) are real, fused with its
+// backward: losses[N] (fp32) receives each row's loss (0 where targets is -1), and when DLOSS is
+// non-zero the logits are OVERWRITTEN in place by their gradient,
+//   dloss * (softmax(logits) - onehot(target)) on counted rows, 0 on ignored rows and padded
+//   columns.
+// DLOSS is the gradient of the total loss with respect to each row's loss (1 / number of counted
+// positions for a mean, times a loss scale for fp16). targets (device) in [0, V) or -1.
+template <typename X>
+void cross_entropy_fused(X* logits, float* losses, const int32_t* targets, int N, int V, int Vp,
+                         float dloss, cudaStream_t stream);
+
+// ---- kernels/adamw.cu --------------------------------------------------------------------------
+
+// One tensor of a multi-tensor AdamW launch: elements [offset, offset + numel) of the flat arrays.
+struct AdamWSegment {
+  size_t offset;
+  size_t numel;
+  float weight_decay;  // 0 for norms and biases
+};
+
+// One AdamW step over every segment (in one launch), as cpu::adamw_step, with the gradient first
+// multiplied by GRAD_SCALE (clipping, micro-batch averaging and loss-scale removal in one factor):
+//   g = grad * grad_scale; p -= lr * wd * p; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+//   p -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)
+// and, when PARAMS_X is not null, params_x = X(p): the compute copy, refreshed in the same pass.
+// SEGMENTS is a device array of NUM_SEGMENTS entries.
+template <typename X>
+void adamw_step(float* params, X* params_x, const float* grads, float* m, float* v,
+                const AdamWSegment* segments, int num_segments, float lr, float beta1, float beta2,
+                float eps, float grad_scale, int64_t t, cudaStream_t stream);
+
+// ---- kernels/reduce.cu -------------------------------------------------------------------------
+
+// *out (one double, device) = sum of grad[i]^2 over n values, in a fixed order, through SCRATCH
+// (sum_squares_scratch(n) doubles). Non-finite values propagate (fp16 overflow detection).
+void sum_squares(double* out, const float* grad, size_t n, double* scratch, cudaStream_t stream);
+size_t sum_squares_scratch(size_t n);
 
 }  // namespace meg::cuda

@@ -1,0 +1,574 @@
+// GptCudaModel: the decoder-only language model on the GPU (see gpt_cuda.hpp and gpt.hpp).
+#include "model/gpt_cuda.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <stdexcept>
+
+#include "core/error.hpp"
+#include "ops/cpu/ops.hpp"
+#include "ops/cuda/check.hpp"
+#include "ops/cuda/ops.hpp"
+
+namespace meg {
+
+namespace {
+
+constexpr size_t kAbsent = static_cast<size_t>(-1);
+constexpr size_t kAlign = 256;  // bytes: every carved array starts on a 16-byte vector boundary and more
+
+size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+// Hands out consecutive aligned pieces of one allocation; with a null base it only counts.
+class Carver {
+ public:
+  explicit Carver(char* base) : base_(base) {}
+  template <typename T>
+  T* take(size_t n) {
+    T* p = base_ ? reinterpret_cast<T*>(base_ + used_) : nullptr;
+    used_ += align_up(n * sizeof(T));
+    return p;
+  }
+  size_t used() const { return used_; }
+
+ private:
+  char* base_;
+  size_t used_ = 0;
+};
+
+}  // namespace
+
+Recompute parse_recompute(const std::string& name) {
+  if (name == "none") return Recompute::none;
+  if (name == "selective") return Recompute::selective;
+  if (name == "full") return Recompute::full;
+  input_error("--recompute '{}': expected none, selective or full", name);
+}
+
+// Offsets of one block's tensors into the flat arrays (kAbsent when the config lacks one).
+template <typename X>
+struct GptCudaModel<X>::Layer {
+  size_t ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc1_w, fc1_b, fc2_w, fc2_b;
+};
+
+// Activations and backward buffers of one (B, T), carved out of one device allocation.
+template <typename X>
+struct GptCudaModel<X>::Acts {
+  struct Block {
+    X *ln1, *qkv, *atty, *mid, *ln2, *fc1, *act, *out;
+    float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd, *lse;
+  };
+  int B = 0, T = 0;
+  cuda::DeviceArray<char> store;
+  X* embedded = nullptr;  // the input of block 0
+  std::vector<Block> blocks;
+  X *lnf = nullptr, *logits = nullptr;
+  float *lnf_mean = nullptr, *lnf_rstd = nullptr, *losses = nullptr;
+  // Backward.
+  X *dres = nullptr, *dln = nullptr, *dqkv = nullptr, *datty = nullptr, *dact = nullptr, *dfc1 = nullptr,
+    *branch = nullptr;
+  float* scratch = nullptr;
+  // Device copies of the batch: tokens, targets, and the token groups of the embedding backward.
+  int32_t *tokens = nullptr, *targets = nullptr, *unique = nullptr, *starts = nullptr, *positions = nullptr;
+};
+
+// Pinned host staging for the batch's integers: two slots used in turn, each with an event that
+// says when the device has finished copying out of it, so the host never overwrites a slot a copy
+// still reads. Loss rows come back through pinned memory too.
+template <typename X>
+struct GptCudaModel<X>::Staging {
+  struct Slot {
+    int32_t* host = nullptr;
+    size_t capacity = 0;
+    cudaEvent_t done = nullptr;
+  };
+  Slot slots[2];
+  int next = 0;
+  std::vector<cuda::DeviceArray<float>> losses;  // one per pending micro-batch
+  float* host_losses = nullptr;
+  size_t host_losses_capacity = 0;
+
+  ~Staging() {
+    for (auto& s : slots) {
+      if (s.done) cudaEventDestroy(s.done);
+      if (s.host) cudaFreeHost(s.host);
+    }
+    if (host_losses) cudaFreeHost(host_losses);
+  }
+  Slot& acquire(size_t n) {
+    Slot& s = slots[next];
+    next ^= 1;
+    if (!s.done) MEG_CUDA_CHECK(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming));
+    MEG_CUDA_CHECK(cudaEventSynchronize(s.done));
+    if (s.capacity < n) {
+      if (s.host) MEG_CUDA_CHECK(cudaFreeHost(s.host));
+      MEG_CUDA_CHECK(cudaMallocHost(&s.host, n * sizeof(int32_t)));
+      s.capacity = n;
+    }
+    return s;
+  }
+  float* host_loss_buffer(size_t n) {
+    if (host_losses_capacity < n) {
+      if (host_losses) MEG_CUDA_CHECK(cudaFreeHost(host_losses));
+      MEG_CUDA_CHECK(cudaMallocHost(&host_losses, n * sizeof(float)));
+      host_losses_capacity = n;
+    }
+    return host_losses;
+  }
+};
+
+template <typename X>
+GptCudaModel<X>::GptCudaModel(const ModelConfig& config, cuda::DeviceAllocator& alloc, cudaStream_t stream)
+    : config_(config), alloc_(alloc), stream_(stream), gemm_(stream) {
+  config_.validate();
+  if (config_.attention_dropout > 0)
+    input_error("attention dropout ({}) is not supported on the CUDA path yet; use --device cpu or "
+                "--attention-dropout 0",
+                config_.attention_dropout);
+  tensors_ = gpt_parameter_table(config_);
+  num_params_ = tensors_.empty() ? 0 : tensors_.back().offset + tensors_.back().numel;
+
+  std::map<std::string, size_t> at;
+  for (const auto& t : tensors_) at[t.name] = t.offset;
+  auto find = [&](const std::string& name) {
+    auto it = at.find(name);
+    return it == at.end() ? kAbsent : it->second;
+  };
+  wte_ = find("embedding.word_embeddings.weight");
+  wpe_ = find("embedding.position_embeddings.weight");
+  lnf_w_ = find("decoder.final_layernorm.weight");
+  lnf_b_ = find("decoder.final_layernorm.bias");
+  out_w_ = config_.tie_embeddings ? wte_ : find("output_layer.weight");
+  for (int64_t l = 0; l < config_.num_layers; ++l) {
+    const std::string pre = "decoder.layers." + std::to_string(l) + ".";
+    layers_.push_back({find(pre + "input_layernorm.weight"), find(pre + "input_layernorm.bias"),
+                       find(pre + "self_attention.linear_qkv.weight"), find(pre + "self_attention.linear_qkv.bias"),
+                       find(pre + "self_attention.linear_proj.weight"),
+                       find(pre + "self_attention.linear_proj.bias"), find(pre + "pre_mlp_layernorm.weight"),
+                       find(pre + "pre_mlp_layernorm.bias"), find(pre + "mlp.linear_fc1.weight"),
+                       find(pre + "mlp.linear_fc1.bias"), find(pre + "mlp.linear_fc2.weight"),
+                       find(pre + "mlp.linear_fc2.bias")});
+  }
+
+  params_ = cuda::DeviceArray<float>(alloc_, num_params_);
+  grads_ = cuda::DeviceArray<float>(alloc_, num_params_);
+  if constexpr (std::is_same_v<X, float>) {
+    params_x_ = params_.get();
+  } else {
+    params_x_store_ = cuda::DeviceArray<X>(alloc_, num_params_);
+    params_x_ = params_x_store_.get();
+  }
+  MEG_CUDA_CHECK(cudaMemsetAsync(params_.get(), 0, params_.bytes(), stream_));
+  refresh_compute_copy();
+  zero_grad();
+  if (config_.uses_rope()) {
+    const auto table = cuda::rope_table(static_cast<int>(config_.seq_length), static_cast<int>(config_.head_size()),
+                                        config_.rope_theta);
+    rope_table_ = cuda::DeviceArray<float>(alloc_, table.size());
+    MEG_CUDA_CHECK(cudaMemcpy(rope_table_.get(), table.data(), table.size() * sizeof(float), cudaMemcpyHostToDevice));
+  }
+  acts_ = std::make_unique<Acts>();
+  staging_ = std::make_unique<Staging>();
+}
+
+template <typename X>
+GptCudaModel<X>::~GptCudaModel() {
+  cudaStreamSynchronize(stream_);  // nothing queued may outlive the buffers
+}
+
+template <typename X>
+X* GptCudaModel<X>::px(size_t offset) const {
+  return offset == kAbsent ? nullptr : params_x_ + offset;
+}
+
+template <typename X>
+float* GptCudaModel<X>::g(size_t offset) const {
+  return offset == kAbsent ? nullptr : grads_.get() + offset;
+}
+
+template <typename X>
+void GptCudaModel<X>::set_params(const float* host) {
+  MEG_CUDA_CHECK(cudaMemcpyAsync(params_.get(), host, params_.bytes(), cudaMemcpyHostToDevice, stream_));
+  refresh_compute_copy();
+  MEG_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+template <typename X>
+void GptCudaModel<X>::get_params(float* host) const {
+  MEG_CUDA_CHECK(cudaMemcpyAsync(host, params_.get(), params_.bytes(), cudaMemcpyDeviceToHost, stream_));
+  MEG_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+template <typename X>
+void GptCudaModel<X>::get_grads(float* host) const {
+  MEG_CUDA_CHECK(cudaMemcpyAsync(host, grads_.get(), grads_.bytes(), cudaMemcpyDeviceToHost, stream_));
+  MEG_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+template <typename X>
+void GptCudaModel<X>::refresh_compute_copy() {
+  if constexpr (!std::is_same_v<X, float>) cuda::cast_from_float(params_x_, params_.get(), num_params_, stream_);
+}
+
+template <typename X>
+void GptCudaModel<X>::zero_grad() {
+  MEG_CUDA_CHECK(cudaMemsetAsync(grads_.get(), 0, grads_.bytes(), stream_));
+}
+
+template <typename X>
+void GptCudaModel<X>::set_recompute(Recompute mode) {
+  if (mode == recompute_) return;
+  recompute_ = mode;
+  acts_->B = acts_->T = 0;  // carve again at the next forward
+}
+
+template <typename X>
+void GptCudaModel<X>::allocate_activations(int B, int T) {
+  Acts& a = *acts_;
+  if (a.B == B && a.T == T) return;
+  const size_t N = size_t(B) * T, C = size_t(config_.hidden_size), NH = size_t(config_.num_heads),
+               KV = size_t(config_.num_kv_heads * config_.head_size()), QKV = C + 2 * KV,
+               Fh = size_t(config_.ffn_hidden_size), FC = (config_.activation == Activation::swiglu ? 2 : 1) * Fh,
+               Vp = size_t(config_.padded_vocab_size), L = size_t(config_.num_layers);
+  const int n = static_cast<int>(N);
+  const size_t scratch = std::max({cuda::layernorm_backward_scratch(n, int(C)), cuda::rmsnorm_backward_scratch(n, int(C)),
+                                   cuda::bias_backward_scratch(n, int(std::max({QKV, FC, C}))),
+                                   cuda::attention_backward_scratch(B, T, int(NH))});
+  const bool gelu_in_place = config_.activation != Activation::swiglu;
+
+  // With recomputation, what a block recomputes lives in one buffer shared by all blocks (taken
+  // by the first block, aliased by the others).
+  const bool share_all = recompute_ == Recompute::full;
+  const bool share_wide = recompute_ != Recompute::none;
+  auto carve = [&](char* base) {
+    Carver c(base);
+    a.blocks.assign(L, {});
+    a.embedded = c.take<X>(N * C);
+    for (size_t l = 0; l < L; ++l) {
+      auto& b = a.blocks[l];
+      const auto& first = a.blocks[0];
+      const bool alias_all = share_all && l > 0, alias_wide = share_wide && l > 0;
+      b.ln1 = alias_wide ? first.ln1 : c.take<X>(N * C);
+      b.ln1_mean = alias_all ? first.ln1_mean : c.take<float>(N);
+      b.ln1_rstd = alias_all ? first.ln1_rstd : c.take<float>(N);
+      b.qkv = alias_all ? first.qkv : c.take<X>(N * QKV);
+      b.lse = alias_all ? first.lse : c.take<float>(size_t(B) * NH * T);
+      b.atty = alias_all ? first.atty : c.take<X>(N * C);
+      b.mid = alias_all ? first.mid : c.take<X>(N * C);
+      b.ln2 = alias_wide ? first.ln2 : c.take<X>(N * C);
+      b.ln2_mean = alias_all ? first.ln2_mean : c.take<float>(N);
+      b.ln2_rstd = alias_all ? first.ln2_rstd : c.take<float>(N);
+      b.fc1 = alias_all ? first.fc1 : c.take<X>(N * FC);
+      b.act = alias_wide ? first.act : c.take<X>(N * Fh);
+      b.out = c.take<X>(N * C);
+    }
+    a.lnf = c.take<X>(N * C);
+    a.lnf_mean = c.take<float>(N);
+    a.lnf_rstd = c.take<float>(N);
+    a.logits = c.take<X>(N * Vp);
+    a.dres = c.take<X>(N * C);
+    a.dln = c.take<X>(N * C);
+    a.dqkv = c.take<X>(N * QKV);
+    a.datty = c.take<X>(N * C);
+    a.dact = c.take<X>(N * Fh);
+    a.dfc1 = gelu_in_place ? a.dact : c.take<X>(N * FC);
+    a.branch = c.take<X>(N * C);
+    a.scratch = c.take<float>(scratch);
+    a.tokens = c.take<int32_t>(N);
+    a.targets = c.take<int32_t>(N);
+    a.unique = c.take<int32_t>(N);
+    a.starts = c.take<int32_t>(N + 1);
+    a.positions = c.take<int32_t>(N);
+    return c.used();
+  };
+  a.store.reset();  // give the old block back first, so a larger batch can reuse its memory
+  a.store = cuda::DeviceArray<char>(alloc_, carve(nullptr));
+  carve(a.store.get());
+  a.B = B;
+  a.T = T;
+}
+
+template <typename X>
+void GptCudaModel<X>::prepare_batch(const int32_t* tokens, const int32_t* targets, int B, int T, bool groups) {
+  if (B <= 0 || T <= 0) input_error("model forward: batch {} x sequence {} must be positive", B, T);
+  if (config_.learned_positions() && T > config_.seq_length)
+    input_error("model forward: sequence length {} exceeds the {} learned positions", T, config_.seq_length);
+  if (config_.uses_rope() && T > config_.seq_length)
+    input_error("model forward: sequence length {} exceeds the model's {}", T, config_.seq_length);
+  const int N = B * T;
+  const int V = static_cast<int>(config_.vocab_size);
+  for (int i = 0; i < N; ++i)
+    if (tokens[i] < 0 || tokens[i] >= V)
+      input_error("embedding: token {} at position {} is outside the vocabulary [0,{})", tokens[i], i, V);
+  if (targets)
+    for (int i = 0; i < N; ++i)
+      if (targets[i] < -1 || targets[i] >= V)
+        input_error("cross entropy: target {} at position {} is outside the vocabulary [0,{})", targets[i], i, V);
+  allocate_activations(B, T);
+
+  cuda::TokenGroups tg;
+  if (groups) tg = cuda::group_positions_by_token(tokens, N);
+  const size_t U = tg.unique.size();
+  const size_t n = 2 * size_t(N) + (groups ? U + (U + 1) + size_t(N) : 0);
+  auto& slot = staging_->acquire(n);
+  int32_t* h = slot.host;
+  std::memcpy(h, tokens, N * sizeof(int32_t));
+  if (targets) std::memcpy(h + N, targets, N * sizeof(int32_t));
+  else std::fill(h + N, h + 2 * N, -1);
+  Acts& a = *acts_;
+  auto up = [&](int32_t* dst, const int32_t* src, size_t count) {
+    MEG_CUDA_CHECK(cudaMemcpyAsync(dst, src, count * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+  };
+  up(a.tokens, h, N);
+  up(a.targets, h + N, N);
+  if (groups) {
+    int32_t* p = h + 2 * N;
+    std::memcpy(p, tg.unique.data(), U * sizeof(int32_t));
+    std::memcpy(p + U, tg.starts.data(), (U + 1) * sizeof(int32_t));
+    std::memcpy(p + 2 * U + 1, tg.positions.data(), N * sizeof(int32_t));
+    up(a.unique, p, U);
+    up(a.starts, p + U, U + 1);
+    up(a.positions, p + 2 * U + 1, N);
+  }
+  MEG_CUDA_CHECK(cudaEventRecord(slot.done, stream_));
+  groups_ = static_cast<int>(U);
+}
+
+template <typename X>
+void GptCudaModel<X>::norm_forward(X* out, float* mean, float* rstd, const X* inp, size_t w, size_t b, int N) {
+  const int C = static_cast<int>(config_.hidden_size);
+  const float eps = static_cast<float>(config_.norm_eps);
+  if (config_.norm == NormKind::layernorm)
+    cuda::layernorm_forward(out, mean, rstd, inp, px(w), px(b), N, C, eps, stream_);
+  else
+    cuda::rmsnorm_forward(out, rstd, inp, px(w), N, C, eps, stream_);
+}
+
+template <typename X>
+void GptCudaModel<X>::norm_backward(X* dinp, const X* dout, const X* inp, size_t w, size_t b, const float* mean,
+                                    const float* rstd, int N) {
+  const int C = static_cast<int>(config_.hidden_size);
+  if (config_.norm == NormKind::layernorm)
+    cuda::layernorm_backward(dinp, g(w), g(b), dout, inp, px(w), mean, rstd, N, C, acts_->scratch, stream_);
+  else
+    cuda::rmsnorm_backward(dinp, g(w), dout, inp, px(w), rstd, N, C, acts_->scratch, stream_);
+}
+
+template <typename X>
+void GptCudaModel<X>::dropout(X* out, const X* inp, size_t n, double p, uint64_t site) {
+  const uint64_t key = cpu::dropout_stream({drop_seed_, drop_step_, drop_micro_, site});
+  cuda::dropout_apply(out, inp, n, p, key, stream_);
+}
+
+template <typename X>
+typename GptCudaModel<X>::Dims GptCudaModel<X>::dims(int B, int T) const {
+  Dims d;
+  d.N = B * T;
+  d.C = static_cast<int>(config_.hidden_size);
+  d.NH = static_cast<int>(config_.num_heads);
+  d.NKV = static_cast<int>(config_.num_kv_heads);
+  d.HS = static_cast<int>(config_.head_size());
+  d.QKV = d.C + 2 * d.NKV * d.HS;
+  d.Fh = static_cast<int>(config_.ffn_hidden_size);
+  d.FC = (config_.activation == Activation::swiglu ? 2 : 1) * d.Fh;
+  d.V = static_cast<int>(config_.vocab_size);
+  d.Vp = static_cast<int>(config_.padded_vocab_size);
+  d.NC = static_cast<size_t>(d.N) * static_cast<size_t>(d.C);
+  return d;
+}
+
+// The forward of the whole model on the batch staged by prepare_batch; the loss (and, when DLOSS
+// is not 0, its gradient in place of the logits) at the end.
+template <typename X>
+void GptCudaModel<X>::run_forward(int B, int T, float dloss) {
+  Acts& a = *acts_;
+  const auto [N, C, NH, NKV, HS, QKV, Fh, FC, V, Vp, NC] = dims(B, T);
+  hidden_p_ = training_ ? config_.hidden_dropout : 0.0;
+  const double hp = hidden_p_;
+
+  cuda::embedding_forward(a.embedded, a.tokens, px(wte_), px(wpe_), B, T, C, stream_);
+  if (hp > 0) dropout(a.embedded, a.embedded, NC, hp, 0);
+  const X* x = a.embedded;
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    block_forward(l, x, B, T);
+    x = a.blocks[l].out;
+  }
+  norm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, x, lnf_w_, lnf_b_, N);
+  gemm_.linear_forward(a.logits, a.lnf, px(out_w_), static_cast<const X*>(nullptr), N, C, Vp);
+  cuda::cross_entropy_fused(a.logits, a.losses, a.targets, N, V, Vp, dloss, stream_);
+}
+
+// Block L on its input X, writing the block's activations and its output.
+template <typename X>
+void GptCudaModel<X>::block_forward(size_t l, const X* x, int B, int T) {
+  Acts& a = *acts_;
+  const auto [N, C, NH, NKV, HS, QKV, Fh, FC, V, Vp, NC] = dims(B, T);
+  const double hp = hidden_p_;
+  const Layer& w = layers_[l];
+  auto& b = a.blocks[l];
+  const uint64_t site = 3 * static_cast<uint64_t>(l);
+  norm_forward(b.ln1, b.ln1_mean, b.ln1_rstd, x, w.ln1_w, w.ln1_b, N);
+  gemm_.linear_forward(b.qkv, b.ln1, px(w.qkv_w), px(w.qkv_b), N, C, QKV);
+  if (config_.uses_rope()) cuda::rope_forward(b.qkv, rope_table_.get(), B, T, NH, NKV, HS, stream_);
+  cuda::attention_forward(b.atty, b.lse, b.qkv, B, T, NH, NKV, HS, stream_);
+  gemm_.linear_forward(a.branch, b.atty, px(w.proj_w), px(w.proj_b), N, C, C);
+  if (hp > 0) dropout(a.branch, a.branch, NC, hp, site + 2);
+  cuda::add(b.mid, x, a.branch, NC, stream_);
+  norm_forward(b.ln2, b.ln2_mean, b.ln2_rstd, b.mid, w.ln2_w, w.ln2_b, N);
+  gemm_.linear_forward(b.fc1, b.ln2, px(w.fc1_w), px(w.fc1_b), N, C, FC);
+  activation_forward(b.act, b.fc1, N);
+  gemm_.linear_forward(a.branch, b.act, px(w.fc2_w), px(w.fc2_b), N, Fh, C);
+  if (hp > 0) dropout(a.branch, a.branch, NC, hp, site + 3);
+  cuda::add(b.out, b.mid, a.branch, NC, stream_);
+}
+
+template <typename X>
+void GptCudaModel<X>::activation_forward(X* out, const X* inp, int N) {
+  const int Fh = int(config_.ffn_hidden_size);
+  if (config_.activation == Activation::swiglu)
+    cuda::swiglu_forward(out, inp, N, Fh, stream_);
+  else
+    cuda::gelu_forward(out, inp, size_t(N) * Fh, stream_);
+}
+
+// The backward, from the logits' gradient left in place by run_forward; every parameter gradient
+// accumulates into grads_.
+template <typename X>
+void GptCudaModel<X>::run_backward(int B, int T) {
+  Acts& a = *acts_;
+  const auto [N, C, NH, NKV, HS, QKV, Fh, FC, V, Vp, NC] = dims(B, T);
+  const double hp = hidden_p_;
+  const int L = static_cast<int>(layers_.size());
+
+  // Output layer (for tied embeddings g(out_w_) is the embedding's gradient) and final norm.
+  gemm_.linear_backward_input(a.dln, a.logits, px(out_w_), N, C, Vp);
+  gemm_.linear_backward_weight(g(out_w_), a.logits, a.lnf, N, C, Vp);
+  MEG_CUDA_CHECK(cudaMemsetAsync(a.dres, 0, NC * sizeof(X), stream_));
+  const X* last = L > 0 ? a.blocks[L - 1].out : a.embedded;
+  norm_backward(a.dres, a.dln, last, lnf_w_, lnf_b_, a.lnf_mean, a.lnf_rstd, N);
+
+  // a.dres holds the gradient of the residual stream, flowing down through the blocks; a branch
+  // with hidden dropout takes it through the branch's mask (into a.branch).
+  for (int l = L - 1; l >= 0; --l) {
+    const Layer& w = layers_[l];
+    const auto& b = a.blocks[l];
+    const X* x = l > 0 ? a.blocks[l - 1].out : a.embedded;
+    const uint64_t site = 3 * static_cast<uint64_t>(l);
+    if (recompute_ == Recompute::full) {
+      block_forward(size_t(l), x, B, T);
+    } else if (recompute_ == Recompute::selective) {
+      norm_forward(b.ln1, b.ln1_mean, b.ln1_rstd, x, w.ln1_w, w.ln1_b, N);
+      norm_forward(b.ln2, b.ln2_mean, b.ln2_rstd, b.mid, w.ln2_w, w.ln2_b, N);
+      activation_forward(b.act, b.fc1, N);
+    }
+    const X* dbranch = a.dres;
+    // MLP: out = mid + dropout(fc2(act(fc1(norm2(mid))))).
+    if (hp > 0) {
+      dropout(a.branch, a.dres, NC, hp, site + 3);
+      dbranch = a.branch;
+    }
+    gemm_.linear_backward_input(a.dact, dbranch, px(w.fc2_w), N, Fh, C);
+    gemm_.linear_backward_weight(g(w.fc2_w), dbranch, b.act, N, Fh, C);
+    if (w.fc2_b != kAbsent) cuda::bias_backward(g(w.fc2_b), dbranch, N, C, a.scratch, stream_);
+    if (config_.activation == Activation::swiglu)
+      cuda::swiglu_backward(a.dfc1, a.dact, b.fc1, N, Fh, stream_);
+    else
+      cuda::gelu_backward(a.dfc1, a.dact, b.fc1, size_t(N) * Fh, stream_);
+    gemm_.linear_backward_input(a.dln, a.dfc1, px(w.fc1_w), N, C, FC);
+    gemm_.linear_backward_weight(g(w.fc1_w), a.dfc1, b.ln2, N, C, FC);
+    if (w.fc1_b != kAbsent) cuda::bias_backward(g(w.fc1_b), a.dfc1, N, FC, a.scratch, stream_);
+    norm_backward(a.dres, a.dln, b.mid, w.ln2_w, w.ln2_b, b.ln2_mean, b.ln2_rstd, N);
+    // Attention: mid = x + dropout(proj(attention(rope(qkv(norm1(x)))))).
+    if (hp > 0) dropout(a.branch, a.dres, NC, hp, site + 2);
+    gemm_.linear_backward_input(a.datty, dbranch, px(w.proj_w), N, C, C);
+    gemm_.linear_backward_weight(g(w.proj_w), dbranch, b.atty, N, C, C);
+    if (w.proj_b != kAbsent) cuda::bias_backward(g(w.proj_b), dbranch, N, C, a.scratch, stream_);
+    cuda::attention_backward(a.dqkv, a.datty, b.qkv, b.atty, b.lse, B, T, NH, NKV, HS, a.scratch, stream_);
+    if (config_.uses_rope()) cuda::rope_backward(a.dqkv, rope_table_.get(), B, T, NH, NKV, HS, stream_);
+    gemm_.linear_backward_input(a.dln, a.dqkv, px(w.qkv_w), N, C, QKV);
+    gemm_.linear_backward_weight(g(w.qkv_w), a.dqkv, b.ln1, N, C, QKV);
+    if (w.qkv_b != kAbsent) cuda::bias_backward(g(w.qkv_b), a.dqkv, N, QKV, a.scratch, stream_);
+    norm_backward(a.dres, a.dln, x, w.ln1_w, w.ln1_b, b.ln1_mean, b.ln1_rstd, N);
+  }
+  if (hp > 0) dropout(a.dres, a.dres, NC, hp, 0);
+  cuda::embedding_backward(g(wte_), g(wpe_), a.dres, a.unique, a.starts, a.positions, groups_, B, T, C, stream_);
+}
+
+template <typename X>
+void GptCudaModel<X>::forward_backward(const int32_t* tokens, const int32_t* targets, int B, int T,
+                                       float dloss_scale) {
+  if (!targets) throw std::invalid_argument("GptCudaModel::forward_backward needs targets");
+  prepare_batch(tokens, targets, B, T, true);
+  const int N = B * T;
+  int count = 0;
+  for (int i = 0; i < N; ++i) count += targets[i] != -1;
+  // Each micro-batch writes its losses to its own buffer, read back together by take_loss().
+  auto& pending = staging_->losses;
+  const size_t k = static_cast<size_t>(losses_pending_);
+  if (pending.size() <= k || pending[k].size() < size_t(N)) {
+    if (pending.size() <= k) pending.resize(k + 1);
+    pending[k] = cuda::DeviceArray<float>(alloc_, size_t(N));
+  }
+  acts_->losses = pending[k].get();
+  const float dloss = count > 0 ? dloss_scale / static_cast<float>(count) : 0.0f;
+  run_forward(B, T, dloss);
+  run_backward(B, T);
+  pending_counts_.push_back(count);
+  ++losses_pending_;
+}
+
+template <typename X>
+double GptCudaModel<X>::take_loss() {
+  double total = 0;
+  const size_t n = acts_->B * size_t(acts_->T);
+  for (int k = 0; k < losses_pending_; ++k) {
+    float* host = staging_->host_loss_buffer(n);
+    MEG_CUDA_CHECK(cudaMemcpyAsync(host, staging_->losses[k].get(), n * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+    MEG_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    double sum = 0;  // in position order, as the CPU's cross_entropy_forward
+    for (size_t i = 0; i < n; ++i) sum += host[i];
+    if (pending_counts_[k] > 0) total += sum / pending_counts_[k];
+  }
+  losses_pending_ = 0;
+  pending_counts_.clear();
+  return total;
+}
+
+template <typename X>
+double GptCudaModel<X>::forward(const int32_t* tokens, const int32_t* targets, int B, int T) {
+  prepare_batch(tokens, targets, B, T, false);
+  const int N = B * T;
+  cuda::DeviceArray<float> losses(alloc_, size_t(N));
+  acts_->losses = losses.get();
+  run_forward(B, T, 0.0f);
+  std::vector<float> host(static_cast<size_t>(N));
+  MEG_CUDA_CHECK(cudaMemcpyAsync(host.data(), losses.get(), N * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+  MEG_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  if (!targets) return 0.0;
+  double sum = 0;
+  int count = 0;
+  for (int i = 0; i < N; ++i) {
+    sum += host[i];
+    count += targets[i] != -1;
+  }
+  return count > 0 ? sum / count : 0.0;
+}
+
+template <typename X>
+std::vector<float> GptCudaModel<X>::logits() const {
+  const Acts& a = *acts_;
+  const size_t n = size_t(a.B) * a.T * size_t(config_.padded_vocab_size);
+  std::vector<X> raw(n);
+  MEG_CUDA_CHECK(cudaMemcpyAsync(raw.data(), a.logits, n * sizeof(X), cudaMemcpyDeviceToHost, stream_));
+  MEG_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  std::vector<float> out(n);
+  for (size_t i = 0; i < n; ++i) out[i] = static_cast<float>(raw[i]);
+  return out;
+}
+
+template class GptCudaModel<float>;
+template class GptCudaModel<__nv_bfloat16>;
+template class GptCudaModel<__half>;
+
+}  // namespace meg

@@ -1,0 +1,169 @@
+// The decoder-only language model on the GPU: the same model as GptModel (gpt.hpp), with the same
+// parameter table, names, layout, initialisation and dropout masks, run by the CUDA ops of
+// ops/cuda/ops.hpp and the cuBLASLt products of ops/cuda/gemm.hpp.
+//
+// Precision (X = float, bf16 or fp16, the activation type):
+//   - master parameters: fp32, one flat device array in the table's layout;
+//   - compute copy: X, the same layout, refreshed from the master by the optimizer step (for
+//     X = float the master itself);
+//   - gradients: fp32, the same layout, accumulated by every backward (the weight-gradient GEMMs
+//     write fp32 with beta = 1), so micro-batches accumulate without a pass of their own;
+//   - activations X; norm statistics, attention log-sum-exps and losses fp32.
+//
+// The step of one micro-batch is forward_backward(): the forward, the loss fused with its gradient
+// (the logits are overwritten by their gradient, never stored twice), and the backward. It queues
+// the work on the model's stream and returns at once; losses are copied to pinned host memory on
+// the way and summed by take_loss(), the one call that waits for the device. Host-side work for
+// the next micro-batch (sampling, token grouping) thus overlaps the device's work on this one.
+//
+// The block is the CPU model's (see gpt.hpp), with two differences of storage, not of maths: q, k
+// and v are not copied out of the fused QKV output (attention and RoPE read it in place), and the
+// backward of RoPE rotates the gradient in place.
+//
+// Activation recomputation (set_recompute) trades compute for memory:
+//   none:      every block keeps all it needs for its backward;
+//   selective: the cheap, wide activations are recomputed in the backward instead of kept: the two
+//              norm outputs (from the kept statistics' inputs) and the MLP activation (from the
+//              kept fc1 output), about 6 of the ~16 N x C values a GPT-2 block keeps, for a few
+//              elementwise passes;
+//   full:      a block keeps only its input; the backward runs the block's forward again first
+//              (about a third more compute), so activation memory no longer grows with depth
+//              beyond one N x C array per block.
+// Dropout masks are keyed, not drawn, so a recomputed forward drops the same elements.
+//
+// Attention dropout is not on the CUDA path yet (the flash kernels do not draw masks); a config
+// with attention_dropout > 0 is refused. Hidden dropout is: the same counter-based masks as the
+// CPU's, so both paths drop the same elements.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/config.hpp"
+#include "model/gpt.hpp"
+#include "ops/cuda/device_memory.hpp"
+#include "ops/cuda/gemm.hpp"
+
+namespace meg {
+
+enum class Recompute { none, selective, full };
+Recompute parse_recompute(const std::string& name);  // InputError on an unknown name
+
+template <typename X>
+class GptCudaModel {
+ public:
+  // Validates CONFIG and allocates parameters (zero) and gradients on the current device.
+  GptCudaModel(const ModelConfig& config, cuda::DeviceAllocator& alloc, cudaStream_t stream);
+  ~GptCudaModel();
+  GptCudaModel(const GptCudaModel&) = delete;
+  GptCudaModel& operator=(const GptCudaModel&) = delete;
+
+  const ModelConfig& config() const { return config_; }
+  const std::vector<ParamTensor>& tensors() const { return tensors_; }
+  size_t num_parameters() const { return num_params_; }
+  cudaStream_t stream() const { return stream_; }
+
+  // Device arrays (table layout): fp32 master parameters, their X compute copy, fp32 gradients.
+  float* params() { return params_.get(); }
+  X* params_x() { return params_x_; }
+  float* grads() { return grads_.get(); }
+
+  // Host transfers of the whole flat arrays (num_parameters() floats). set_params also refreshes
+  // the compute copy. All wait for the device.
+  void set_params(const float* host);
+  void get_params(float* host) const;
+  void get_grads(float* host) const;
+  // After an update of params() on the device by someone else than the optimizer.
+  void refresh_compute_copy();
+
+  void zero_grad();
+
+  void set_dropout_key(uint64_t seed, uint64_t step, uint64_t micro) {
+    drop_seed_ = seed;
+    drop_step_ = step;
+    drop_micro_ = micro;
+  }
+  void set_training(bool training) { training_ = training; }
+  void set_recompute(Recompute mode);
+
+  // One micro-batch of training: forward, loss and backward, accumulating into grads(). TOKENS and
+  // TARGETS are host arrays [B*T] (checked as the CPU model checks them: InputError). The gradient
+  // is that of DLOSS_SCALE times the mean loss over the counted targets (pass 1/micro_batches to
+  // average over a step, times the loss scale for fp16). Returns without waiting for the device.
+  void forward_backward(const int32_t* tokens, const int32_t* targets, int B, int T, float dloss_scale);
+
+  // The sum of the mean losses of the micro-batches since the last call (waits for the device).
+  double take_loss();
+
+  // Forward only, with the loss when TARGETS is given (0 otherwise); waits for the device.
+  double forward(const int32_t* tokens, const int32_t* targets, int B, int T);
+
+  // The logits [B*T, Vp] of the last forward() (as floats), for tests.
+  std::vector<float> logits() const;
+
+  // Bytes of device memory in use by this model's allocator, and the peak since the start.
+  size_t memory_in_use() const { return alloc_.in_use(); }
+  size_t memory_peak() const { return alloc_.peak(); }
+
+ private:
+  struct Layer;
+  struct Acts;
+  struct Staging;
+  // The shapes of one forward/backward of a B x T batch, as the ops take them.
+  struct Dims {
+    int N, C, NH, NKV, HS, QKV, Fh, FC, V, Vp;
+    size_t NC;  // N * C, the size of the residual stream
+  };
+  Dims dims(int B, int T) const;
+
+  void prepare_batch(const int32_t* tokens, const int32_t* targets, int B, int T, bool groups);
+  void allocate_activations(int B, int T);
+  void run_forward(int B, int T, float dloss);
+  void block_forward(size_t l, const X* x, int B, int T);
+  void activation_forward(X* out, const X* inp, int N);
+  void run_backward(int B, int T);
+  void norm_forward(X* out, float* mean, float* rstd, const X* inp, size_t w, size_t b, int N);
+  void norm_backward(X* dinp, const X* dout, const X* inp, size_t w, size_t b, const float* mean,
+                     const float* rstd, int N);
+  void dropout(X* out, const X* inp, size_t n, double p, uint64_t site);
+  X* px(size_t offset) const;
+  float* g(size_t offset) const;
+
+  ModelConfig config_;
+  std::vector<ParamTensor> tensors_;
+  size_t num_params_ = 0;
+  cuda::DeviceAllocator& alloc_;
+  cudaStream_t stream_;
+  cuda::Gemm gemm_;
+
+  cuda::DeviceArray<float> params_, grads_;
+  cuda::DeviceArray<X> params_x_store_;  // empty for X = float
+  X* params_x_ = nullptr;
+  size_t wte_ = 0, wpe_ = 0, lnf_w_ = 0, lnf_b_ = 0, out_w_ = 0;
+  std::vector<Layer> layers_;
+  cuda::DeviceArray<float> rope_table_;
+
+  std::unique_ptr<Acts> acts_;
+  std::unique_ptr<Staging> staging_;
+
+  uint64_t drop_seed_ = 0, drop_step_ = 0, drop_micro_ = 0;
+  bool training_ = true;
+  Recompute recompute_ = Recompute::none;
+  double hidden_p_ = 0;  // of the last forward
+  int groups_ = 0;       // distinct tokens of the last batch
+  int losses_pending_ = 0;
+  std::vector<int> pending_counts_;
+};
+
+extern template class GptCudaModel<float>;
+extern template class GptCudaModel<__nv_bfloat16>;
+extern template class GptCudaModel<__half>;
+
+}  // namespace meg

@@ -1,0 +1,64 @@
+#include "optim/adamw_cuda.hpp"
+
+#include <cmath>
+
+#include "core/error.hpp"
+#include "ops/cuda/check.hpp"
+
+namespace meg {
+
+CudaAdamW::CudaAdamW(const std::vector<ParamTensor>& tensors, const AdamWOptions& options,
+                     cuda::DeviceAllocator& alloc, cudaStream_t stream)
+    : options_(options), n_(tensors.empty() ? 0 : tensors.back().offset + tensors.back().numel), stream_(stream) {
+  m_ = cuda::DeviceArray<float>(alloc, n_);
+  v_ = cuda::DeviceArray<float>(alloc, n_);
+  MEG_CUDA_CHECK(cudaMemsetAsync(m_.get(), 0, m_.bytes(), stream_));
+  MEG_CUDA_CHECK(cudaMemsetAsync(v_.get(), 0, v_.bytes(), stream_));
+  std::vector<cuda::AdamWSegment> segs;
+  for (const auto& t : tensors)
+    segs.push_back({t.offset, t.numel, t.weight_decay ? static_cast<float>(options_.weight_decay) : 0.0f});
+  num_segments_ = static_cast<int>(segs.size());
+  segments_ = cuda::DeviceArray<cuda::AdamWSegment>(alloc, segs.size());
+  MEG_CUDA_CHECK(cudaMemcpy(segments_.get(), segs.data(), segs.size() * sizeof(segs[0]), cudaMemcpyHostToDevice));
+  norm_ = cuda::DeviceArray<double>(alloc, 1);
+  norm_scratch_ = cuda::DeviceArray<double>(alloc, cuda::sum_squares_scratch(n_));
+}
+
+double CudaAdamW::grad_norm(const float* grads, size_t n) {
+  cuda::sum_squares(norm_.get(), grads, n, norm_scratch_.get(), stream_);
+  double sum = 0;
+  MEG_CUDA_CHECK(cudaMemcpyAsync(&sum, norm_.get(), sizeof(double), cudaMemcpyDeviceToHost, stream_));
+  MEG_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return std::sqrt(sum);
+}
+
+template <typename X>
+void CudaAdamW::step(float* params, X* params_x, const float* grads, double lr, double grad_scale) {
+  ++step_;
+  cuda::adamw_step(params, params_x, grads, m_.get(), v_.get(), segments_.get(), num_segments_, static_cast<float>(lr),
+                   static_cast<float>(options_.beta1), static_cast<float>(options_.beta2),
+                   static_cast<float>(options_.eps), static_cast<float>(grad_scale), step_, stream_);
+}
+template void CudaAdamW::step<float>(float*, float*, const float*, double, double);
+template void CudaAdamW::step<__nv_bfloat16>(float*, __nv_bfloat16*, const float*, double, double);
+template void CudaAdamW::step<__half>(float*, __half*, const float*, double, double);
+
+void CudaAdamW::get_state(std::vector<float>& m, std::vector<float>& v) const {
+  m.resize(n_);
+  v.resize(n_);
+  MEG_CUDA_CHECK(cudaMemcpyAsync(m.data(), m_.get(), m_.bytes(), cudaMemcpyDeviceToHost, stream_));
+  MEG_CUDA_CHECK(cudaMemcpyAsync(v.data(), v_.get(), v_.bytes(), cudaMemcpyDeviceToHost, stream_));
+  MEG_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaAdamW::restore(const std::vector<float>& m, const std::vector<float>& v, int64_t step_count) {
+  if (m.size() != n_ || v.size() != n_)
+    input_error("optimizer state of {} and {} values does not fit a model of {} parameters", m.size(), v.size(), n_);
+  if (step_count < 0) input_error("optimizer step count {} is negative", step_count);
+  MEG_CUDA_CHECK(cudaMemcpyAsync(m_.get(), m.data(), m_.bytes(), cudaMemcpyHostToDevice, stream_));
+  MEG_CUDA_CHECK(cudaMemcpyAsync(v_.get(), v.data(), v_.bytes(), cudaMemcpyHostToDevice, stream_));
+  MEG_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  step_ = step_count;
+}
+
+}  // namespace meg

@@ -1,0 +1,73 @@
+// What the training loop needs from a model and its optimizer on one device: the CPU backend (the
+// float GptModel and AdamW of optim/adamw.hpp) and the CUDA backend (GptCudaModel and CudaAdamW,
+// in bf16, fp16 or fp32) behind one interface, so the loop, the data order, the schedule, the
+// metrics and the checkpoints are the same code for both.
+//
+// One optimizer step is begin_step(), micro_batch() for each micro-batch of the global batch, then
+// end_step(). Gradients are those of the mean over micro-batches of each micro-batch's mean loss.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/config.hpp"
+#include "model/gpt.hpp"
+#include "optim/adamw.hpp"
+
+namespace meg {
+
+enum class Precision { fp32, bf16, fp16 };
+Precision parse_precision(const std::string& name);  // InputError on an unknown name
+const char* precision_name(Precision p);
+
+struct StepStats {
+  double loss = 0;       // mean over the micro-batches
+  double grad_norm = 0;  // global L2 norm before clipping
+  bool skipped = false;  // fp16: the gradients overflowed; no update, the loss scale was lowered
+};
+
+class TrainBackend {
+ public:
+  virtual ~TrainBackend() = default;
+
+  virtual const std::vector<ParamTensor>& tensors() const = 0;
+  virtual size_t num_parameters() const = 0;
+  // "cpu" or "cuda:0 NVIDIA H100 ... bf16": for the logs.
+  virtual std::string describe() const = 0;
+
+  virtual void begin_step() = 0;
+  // TOKENS and TARGETS are host arrays [B*T]; the dropout key is (seed, step, micro).
+  virtual void micro_batch(const int32_t* tokens, const int32_t* targets, int B, int T, uint64_t seed, uint64_t step,
+                           uint64_t micro, int64_t micro_batches) = 0;
+  // Clips to CLIP_GRAD (0: off) and updates at LR. When the loss or the norm is not finite (and
+  // the backend cannot recover by skipping, as fp16 does), returns without updating: the caller
+  // sees the values and stops.
+  virtual StepStats end_step(double lr, double clip_grad) = 0;
+
+  // The mean loss of one batch without dropout and without gradients.
+  virtual double eval_loss(const int32_t* tokens, const int32_t* targets, int B, int T) = 0;
+
+  // Checkpoint state: fp32 parameters and AdamW moments in the table's layout, the step count,
+  // and anything else the backend needs to continue exactly (fp16's loss scale), as JSON.
+  virtual void get_state(std::vector<float>& params, std::vector<float>& m, std::vector<float>& v) const = 0;
+  virtual void set_state(const std::vector<float>& params, const std::vector<float>& m, const std::vector<float>& v,
+                         int64_t optimizer_step) = 0;
+  virtual int64_t optimizer_step() const = 0;
+  virtual std::string extra_state() const { return "{}"; }
+  virtual void restore_extra_state(const std::string& /*json*/) {}
+
+  // Peak device memory in bytes (0 on the CPU).
+  virtual size_t peak_memory() const { return 0; }
+};
+
+// The model of CONFIG initialised from SEED, with AdamW.
+std::unique_ptr<TrainBackend> make_cpu_backend(const ModelConfig& config, const AdamWOptions& adam, uint64_t seed);
+// On the current CUDA device, with activation recomputation RECOMPUTE (none, selective or full:
+// model/gpt_cuda.hpp). InputError when built without CUDA or when no GPU is present.
+std::unique_ptr<TrainBackend> make_cuda_backend(const ModelConfig& config, const AdamWOptions& adam, uint64_t seed,
+                                                Precision precision, const std::string& recompute = "none");
+
+}  // namespace meg

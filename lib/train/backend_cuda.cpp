@@ -1,0 +1,153 @@
+// The CUDA training backend: GptCudaModel<X> and CudaAdamW on the current device, with dynamic
+// loss scaling in fp16.
+//
+// fp16 loss scaling (as Megatron's DynamicGradScaler, without hysteresis): the loss gradient is
+// multiplied by the scale S, so small gradients survive fp16; the global norm is taken on the
+// scaled fp32 gradients and divided by S. A non-finite norm means an overflow somewhere: the step
+// is skipped and S halves. After kGrowthInterval steps in a row without one, S doubles. S and the
+// count are part of the checkpoint, so a resumed fp16 run continues exactly.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <memory>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "core/device.hpp"
+#include "core/error.hpp"
+#include "model/gpt_cuda.hpp"
+#include "ops/cuda/check.hpp"
+#include "optim/adamw_cuda.hpp"
+#include "train/backend.hpp"
+
+namespace meg {
+
+namespace {
+
+constexpr double kInitialLossScale = 65536.0;
+constexpr double kMinLossScale = 1.0;
+constexpr int64_t kGrowthInterval = 1000;
+
+template <typename X>
+class CudaBackend final : public TrainBackend {
+ public:
+  CudaBackend(const ModelConfig& config, const AdamWOptions& adam, uint64_t seed, Precision precision,
+              Recompute recompute)
+      : precision_(precision) {
+    MEG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    model_ = std::make_unique<GptCudaModel<X>>(config, alloc_, stream_);
+    model_->set_recompute(recompute);
+    std::vector<float> params(model_->num_parameters());
+    gpt_init_parameters(config, model_->tensors(), seed, params.data());
+    model_->set_params(params.data());
+    adam_ = std::make_unique<CudaAdamW>(model_->tensors(), adam, alloc_, stream_);
+    if (precision_ == Precision::fp16) loss_scale_ = kInitialLossScale;
+  }
+  ~CudaBackend() override {
+    adam_.reset();
+    model_.reset();
+    cudaStreamDestroy(stream_);
+  }
+
+  const std::vector<ParamTensor>& tensors() const override { return model_->tensors(); }
+  size_t num_parameters() const override { return model_->num_parameters(); }
+  std::string describe() const override {
+    int device = 0;
+    cudaGetDevice(&device);
+    cudaDeviceProp prop{};
+    cudaGetDeviceProperties(&prop, device);
+    return fmt::format("cuda:{} {} {}", device, prop.name, precision_name(precision_));
+  }
+
+  void begin_step() override { model_->zero_grad(); }
+
+  void micro_batch(const int32_t* tokens, const int32_t* targets, int B, int T, uint64_t seed, uint64_t step,
+                   uint64_t micro, int64_t micro_batches) override {
+    model_->set_dropout_key(seed, step, micro);
+    model_->forward_backward(tokens, targets, B, T, static_cast<float>(loss_scale_ / double(micro_batches)));
+    micro_batches_ = micro_batches;
+  }
+
+  StepStats end_step(double lr, double clip_grad) override {
+    StepStats s;
+    s.loss = model_->take_loss() / static_cast<double>(micro_batches_);
+    s.grad_norm = adam_->grad_norm(model_->grads(), model_->num_parameters()) / loss_scale_;
+    if (!std::isfinite(s.grad_norm) && precision_ == Precision::fp16 && std::isfinite(s.loss)) {
+      loss_scale_ = std::max(kMinLossScale, loss_scale_ / 2);
+      good_steps_ = 0;
+      s.skipped = true;
+      return s;
+    }
+    if (!std::isfinite(s.grad_norm) || !std::isfinite(s.loss)) return s;
+    // torch.nn.utils.clip_grad_norm_'s factor, folded with the loss-scale removal into one scale.
+    const double clip = clip_grad > 0 && s.grad_norm > clip_grad ? clip_grad / (s.grad_norm + 1e-6) : 1.0;
+    X* copy = std::is_same_v<X, float> ? nullptr : model_->params_x();
+    adam_->step(model_->params(), copy, model_->grads(), lr, clip / loss_scale_);
+    if (precision_ == Precision::fp16 && ++good_steps_ >= kGrowthInterval) {
+      loss_scale_ *= 2;
+      good_steps_ = 0;
+    }
+    return s;
+  }
+
+  double eval_loss(const int32_t* tokens, const int32_t* targets, int B, int T) override {
+    model_->set_training(false);
+    const double loss = model_->forward(tokens, targets, B, T);
+    model_->set_training(true);
+    return loss;
+  }
+
+  void get_state(std::vector<float>& params, std::vector<float>& m, std::vector<float>& v) const override {
+    params.resize(model_->num_parameters());
+    model_->get_params(params.data());
+    adam_->get_state(m, v);
+  }
+  void set_state(const std::vector<float>& params, const std::vector<float>& m, const std::vector<float>& v,
+                 int64_t step) override {
+    model_->set_params(params.data());
+    adam_->restore(m, v, step);
+  }
+  int64_t optimizer_step() const override { return adam_->step_count(); }
+
+  std::string extra_state() const override {
+    if (precision_ != Precision::fp16) return "{}";
+    return nlohmann::json{{"loss_scale", loss_scale_}, {"good_steps", good_steps_}}.dump();
+  }
+  void restore_extra_state(const std::string& json) override {
+    if (precision_ != Precision::fp16) return;
+    const auto j = nlohmann::json::parse(json);
+    if (j.contains("loss_scale")) {
+      loss_scale_ = j.at("loss_scale").get<double>();
+      good_steps_ = j.at("good_steps").get<int64_t>();
+    }
+  }
+
+  size_t peak_memory() const override { return alloc_.peak(); }
+
+ private:
+  Precision precision_;
+  cudaStream_t stream_ = nullptr;
+  cuda::DeviceAllocator alloc_;  // declared before the model and optimizer: it outlives them
+  std::unique_ptr<GptCudaModel<X>> model_;
+  std::unique_ptr<CudaAdamW> adam_;
+  int64_t micro_batches_ = 1;
+  double loss_scale_ = 1.0;
+  int64_t good_steps_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<TrainBackend> make_cuda_backend(const ModelConfig& config, const AdamWOptions& adam, uint64_t seed,
+                                                Precision precision, const std::string& recompute) {
+  const Recompute r = parse_recompute(recompute);
+  if (cuda_devices().empty()) input_error("--device cuda: no CUDA device is visible; use --device cpu");
+  switch (precision) {
+    case Precision::fp32: return std::make_unique<CudaBackend<float>>(config, adam, seed, precision, r);
+    case Precision::bf16: return std::make_unique<CudaBackend<__nv_bfloat16>>(config, adam, seed, precision, r);
+    case Precision::fp16: return std::make_unique<CudaBackend<__half>>(config, adam, seed, precision, r);
+  }
+  input_error("unknown precision");
+}
+
+}  // namespace meg

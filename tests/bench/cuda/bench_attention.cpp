@@ -1,0 +1,118 @@
+// Times the CUDA attention (kernels/attention.cu), forward and backward, on a CUDA machine: GPT-2
+// 124M's attention shape and a Llama-8B-like one (GQA, head size 128), in bf16 and fp16.
+//
+// Each figure is the median of kRuns launches, each timed alone with CUDA events, after kWarmup
+// untimed ones (module load, the first-launch costs). Inputs are random, never zeros. FLOPs count
+// the causal half of the matrix products: forward 2 * B * NH * T^2 * HS (Q K^T and P V, halved),
+// backward 2.5 times that (five products); the backward's own recomputations are not counted.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <random>
+#include <type_traits>
+#include <vector>
+
+#include "ops/cuda/check.hpp"
+#include "ops/cuda/ops.hpp"
+
+namespace {
+
+constexpr int kWarmup = 5;
+constexpr int kRuns = 30;
+
+struct Case {
+  const char* name;
+  int B, T, NH, NKV, HS;
+};
+
+template <typename T>
+class Buffer {
+ public:
+  explicit Buffer(size_t n) { MEG_CUDA_CHECK(cudaMalloc(&p_, n * sizeof(T))); }
+  ~Buffer() { cudaFree(p_); }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  T* get() const { return p_; }
+
+ private:
+  T* p_ = nullptr;
+};
+
+// n random values in [-1, 1], rounded to X, uploaded.
+template <typename X>
+void fill_random(X* dst, size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<X> host(n);
+  for (auto& x : host) {
+    if constexpr (std::is_same_v<X, __half>) x = __float2half(dist(rng));
+    else x = __float2bfloat16(dist(rng));
+  }
+  MEG_CUDA_CHECK(cudaMemcpy(dst, host.data(), n * sizeof(X), cudaMemcpyHostToDevice));
+}
+
+// Median milliseconds of one call of F.
+double median_ms(const std::function<void()>& f) {
+  cudaEvent_t start, stop;
+  MEG_CUDA_CHECK(cudaEventCreate(&start));
+  MEG_CUDA_CHECK(cudaEventCreate(&stop));
+  for (int i = 0; i < kWarmup; ++i) f();
+  std::vector<float> ms(kRuns);
+  for (auto& m : ms) {
+    MEG_CUDA_CHECK(cudaEventRecord(start));
+    f();
+    MEG_CUDA_CHECK(cudaEventRecord(stop));
+    MEG_CUDA_CHECK(cudaEventSynchronize(stop));
+    MEG_CUDA_CHECK(cudaEventElapsedTime(&m, start, stop));
+  }
+  MEG_CUDA_CHECK(cudaEventDestroy(start));
+  MEG_CUDA_CHECK(cudaEventDestroy(stop));
+  std::nth_element(ms.begin(), ms.begin() + kRuns / 2, ms.end());
+  return ms[kRuns / 2];
+}
+
+template <typename X>
+void bench(const Case& c, const char* type) {
+  const size_t rows = size_t(c.B) * c.T;
+  const size_t n_qkv = rows * (c.NH + 2 * c.NKV) * c.HS, n_out = rows * c.NH * c.HS;
+  Buffer<X> qkv(n_qkv), out(n_out), dout(n_out), dqkv(n_qkv);
+  Buffer<float> lse(size_t(c.B) * c.NH * c.T);
+  Buffer<float> scratch(meg::cuda::attention_backward_scratch(c.B, c.T, c.NH));
+  fill_random(qkv.get(), n_qkv, 1);
+  fill_random(dout.get(), n_out, 2);
+
+  const double fwd_ms = median_ms([&] {
+    meg::cuda::attention_forward<X>(out.get(), lse.get(), qkv.get(), c.B, c.T, c.NH, c.NKV, c.HS, 0);
+  });
+  const double bwd_ms = median_ms([&] {
+    meg::cuda::attention_backward<X>(dqkv.get(), dout.get(), qkv.get(), out.get(), lse.get(), c.B,
+                                     c.T, c.NH, c.NKV, c.HS, scratch.get(), 0);
+  });
+  MEG_CUDA_CHECK(cudaDeviceSynchronize());
+
+  const double fwd_flop = 2.0 * c.B * c.NH * double(c.T) * c.T * c.HS;
+  std::printf("%-14s %-5s %-8s %9.3f %9.1f\n", c.name, type, "forward", fwd_ms,
+              fwd_flop / (fwd_ms * 1e9));
+  std::printf("%-14s %-5s %-8s %9.3f %9.1f\n", c.name, type, "backward", bwd_ms,
+              2.5 * fwd_flop / (bwd_ms * 1e9));
+}
+
+}  // namespace
+
+int main() {
+  const Case cases[] = {{"GPT-2 124M", 32, 1024, 12, 12, 64}, {"Llama-8B-like", 4, 2048, 32, 8, 128}};
+  cudaDeviceProp prop;
+  MEG_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("%s; median of %d runs\n", prop.name, kRuns);
+  std::printf("%-14s %-5s %-8s %9s %9s\n", "shape", "type", "pass", "ms", "TFLOP/s");
+  for (const Case& c : cases) {
+    bench<__nv_bfloat16>(c, "bf16");
+    bench<__half>(c, "fp16");
+  }
+  return 0;
+}

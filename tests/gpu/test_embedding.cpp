@@ -1,0 +1,173 @@
+// The CUDA embedding (kernels/embedding.cu) against the CPU reference ops in double, for X = fp32,
+// bf16 and fp16, with gpu_test_util.hpp's method (inputs rounded to X, outputs poisoned, gradients
+// pre-filled with random values). The backward, a scatter-add without atomics, must also give the
+// same bits when run twice.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <random>
+#include <vector>
+
+#include "catch.hpp"
+#include "gpu/gpu_test_util.hpp"
+#include "ops/cpu/ops.hpp"
+#include "ops/cuda/ops.hpp"
+
+using namespace meg::test;
+
+namespace {
+
+struct Shape {
+  int B, T, C, V;
+};
+
+// Small vocabularies make long token groups in the backward (4095 positions over 50 tokens: ~80
+// each); C = 3 and 1601 take the one-element path; N = 1 a grid of one block.
+const Shape kShapes[] = {{1, 1, 768, 50},     {2, 7, 3, 5},       {3, 1365, 768, 50},
+                         {4, 1025, 1600, 3000}, {1, 4097, 64, 7}, {2, 33, 1601, 40}};
+
+std::vector<int32_t> random_tokens(size_t n, int V, std::mt19937& rng) {
+  std::uniform_int_distribution<int32_t> dist(0, V - 1);
+  std::vector<int32_t> t(n);
+  for (auto& x : t) x = dist(rng);
+  return t;
+}
+
+template <typename T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("group_positions_by_token groups every position under its token, in order",
+          "[gpu][kernels]") {
+  std::mt19937 rng(42);
+  for (int N : {0, 1, 2, 17, 4097}) {
+    INFO("N=" << N);
+    const auto tokens = random_tokens(size_t(N), 11, rng);
+    std::map<int32_t, std::vector<int32_t>> want;
+    for (int p = 0; p < N; ++p) want[tokens[p]].push_back(p);
+
+    const auto g = meg::cuda::group_positions_by_token(tokens.data(), N);
+    REQUIRE(g.unique.size() == want.size());
+    REQUIRE(g.starts.size() == want.size() + 1);
+    REQUIRE(g.positions.size() == size_t(N));
+    size_t u = 0;
+    for (const auto& [token, positions] : want) {
+      CHECK(g.unique[u] == token);
+      const std::vector<int32_t> got(g.positions.begin() + g.starts[u],
+                                     g.positions.begin() + g.starts[u + 1]);
+      CHECK(got == positions);
+      ++u;
+    }
+    CHECK(g.starts.back() == N);
+  }
+}
+
+TEMPLATE_TEST_CASE("CUDA embedding_forward matches the CPU reference", "[gpu][kernels]", float,
+                   __nv_bfloat16, __half) {
+  using X = TestType;
+  std::mt19937 rng(2024);
+  for (const auto& s : kShapes) {
+    INFO(type_name<X>() << " B=" << s.B << " T=" << s.T << " C=" << s.C << " V=" << s.V);
+    const size_t N = size_t(s.B) * s.T, NC = N * s.C;
+    const auto tokens = random_tokens(N, s.V, rng);
+    const auto wte = round_to<X>(random_floats(size_t(s.V) * s.C, -1.0f, 1.0f, rng));
+    const auto wpe = round_to<X>(random_floats(size_t(s.T) * s.C, -1.0f, 1.0f, rng));
+
+    std::vector<double> out_ref(NC), out_nowpe(NC);
+    meg::cpu::embedding_forward(out_ref.data(), tokens.data(), widen(wte).data(),
+                                widen(wpe).data(), s.B, s.T, s.C, s.V);
+    meg::cpu::embedding_forward(out_nowpe.data(), tokens.data(), widen(wte).data(), nullptr, s.B,
+                                s.T, s.C, s.V);
+    // wte + wpe is one fp32 addition rounded once to X: unit_roundoff<X>() of |wte| + |wpe| (for
+    // bf16 and fp16 inputs the fp32 sum is exact and only the rounding to X remains). Without wpe
+    // it is a copy, exact: bound 0.
+    std::vector<double> scale(NC);
+    for (size_t bt = 0; bt < N; ++bt)
+      for (int c = 0; c < s.C; ++c)
+        scale[bt * s.C + c] = std::abs(double(wte[size_t(tokens[bt]) * s.C + c])) +
+                              std::abs(double(wpe[(bt % s.T) * s.C + c]));
+
+    DeviceBuffer<int32_t> d_tokens(N);
+    d_tokens.upload_raw(tokens);
+    DeviceBuffer<X> d_wte(wte), d_wpe(wpe), d_out(NC);
+    d_out.poison();
+    meg::cuda::embedding_forward(d_out.get(), d_tokens.get(), d_wte.get(), d_wpe.get(), s.B, s.T,
+                                 s.C, nullptr);
+    check_close("out", d_out.download(), out_ref, scale, unit_roundoff<X>());
+    d_out.poison();
+    meg::cuda::embedding_forward<X>(d_out.get(), d_tokens.get(), d_wte.get(), nullptr, s.B, s.T, s.C,
+                                 nullptr);
+    check_close("out (no wpe)", d_out.download(), out_nowpe, scale, 0.0);
+  }
+}
+
+TEMPLATE_TEST_CASE("CUDA embedding_backward matches the CPU reference, accumulates, repeats",
+                   "[gpu][kernels]", float, __nv_bfloat16, __half) {
+  using X = TestType;
+  std::mt19937 rng(2025);
+  for (const auto& s : kShapes) {
+    INFO(type_name<X>() << " B=" << s.B << " T=" << s.T << " C=" << s.C << " V=" << s.V);
+    const size_t N = size_t(s.B) * s.T, NC = N * s.C;
+    const auto tokens = random_tokens(N, s.V, rng);
+    const auto dout = round_to<X>(random_floats(NC, -1.0f, 1.0f, rng));
+    const auto dwte0 = random_floats(size_t(s.V) * s.C, -1.0f, 1.0f, rng);
+    const auto dwpe0 = random_floats(size_t(s.T) * s.C, -1.0f, 1.0f, rng);
+
+    std::vector<double> dwte_ref = widen(dwte0), dwpe_ref = widen(dwpe0);
+    meg::cpu::embedding_backward(dwte_ref.data(), dwpe_ref.data(), widen(dout).data(),
+                                 tokens.data(), s.B, s.T, s.C);
+
+    // Each gradient element is its initial value plus k fp32 terms (k = the token's count, or B
+    // for a position), added in one fp32 chain of k adds: at most k * 2^-24 of the sum of the
+    // absolute values. The bound is (k + 1) * 2^-24 of that sum (rtol 2^-24, the factor in the
+    // scale); an untouched row must come back as it went in, to within that one rounding.
+    std::vector<double> dwte_scale(dwte0.size()), dwpe_scale(dwpe0.size());
+    std::vector<int> count(s.V, 0);
+    for (size_t i = 0; i < dwte0.size(); ++i) dwte_scale[i] = std::abs(double(dwte0[i]));
+    for (size_t i = 0; i < dwpe0.size(); ++i) dwpe_scale[i] = std::abs(double(dwpe0[i]));
+    for (size_t bt = 0; bt < N; ++bt) {
+      ++count[tokens[bt]];
+      for (int c = 0; c < s.C; ++c) {
+        const double d = std::abs(double(dout[bt * s.C + c]));
+        dwte_scale[size_t(tokens[bt]) * s.C + c] += d;
+        dwpe_scale[(bt % s.T) * s.C + c] += d;
+      }
+    }
+    for (int v = 0; v < s.V; ++v)
+      for (int c = 0; c < s.C; ++c) dwte_scale[size_t(v) * s.C + c] *= count[v] + 1;
+    for (auto& x : dwpe_scale) x *= s.B + 1;
+
+    const auto groups = meg::cuda::group_positions_by_token(tokens.data(), int(N));
+    const int U = int(groups.unique.size());
+    DeviceBuffer<int32_t> d_unique(groups.unique.size()), d_starts(groups.starts.size()),
+        d_positions(groups.positions.size());
+    d_unique.upload_raw(groups.unique), d_starts.upload_raw(groups.starts);
+    d_positions.upload_raw(groups.positions);
+    DeviceBuffer<X> d_dout(dout);
+    DeviceBuffer<float> d_dwte(dwte0), d_dwpe(dwpe0);
+    auto run = [&](float* dwte, float* dwpe) {
+      meg::cuda::embedding_backward(dwte, dwpe, d_dout.get(), d_unique.get(), d_starts.get(),
+                                    d_positions.get(), U, s.B, s.T, s.C, nullptr);
+    };
+
+    run(d_dwte.get(), d_dwpe.get());
+    const auto dwte1 = d_dwte.download_raw(), dwpe1 = d_dwpe.download_raw();
+    check_close("dwte", d_dwte.download(), dwte_ref, dwte_scale, 0x1p-24);
+    check_close("dwpe", d_dwpe.download(), dwpe_ref, dwpe_scale, 0x1p-24);
+
+    // Again from the same starting gradients: the same bits; then without dwpe, dwte as before.
+    d_dwte.upload(dwte0), d_dwpe.upload(dwpe0);
+    run(d_dwte.get(), d_dwpe.get());
+    CHECK(same_bits(d_dwte.download_raw(), dwte1));
+    CHECK(same_bits(d_dwpe.download_raw(), dwpe1));
+    d_dwte.upload(dwte0);
+    run(d_dwte.get(), nullptr);
+    CHECK(same_bits(d_dwte.download_raw(), dwte1));
+  }
+}

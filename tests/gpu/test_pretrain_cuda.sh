@@ -1,0 +1,37 @@
+# meg-pretrain on the GPU: the whole tool test suite of meg-pretrain again with --device cuda
+# (learning, metrics, exact resume after --exit-interval, kill -9 and SIGTERM, refused options),
+# then a 200-iteration run whose loss curve must track the CPU run's, in fp32 and in bf16, and
+# checkpoints that move between the devices.
+source "$(dirname "$0")/../tools/lib.sh"
+MEG_TEST_DEVICE=cuda bash "$(dirname "$0")/../tools/test_meg_pretrain.sh"
+
+M=$MEG_TEST_DATA/megatron
+meg-blend -q --seq-length 64 --samples 3300 -o curve.blend 1 $M/fortunes_spm
+RUN="meg-pretrain -q --model tiny --data curve.blend --tokenizer $M/fortunes_spm.model --iters 200 --micro-batch 8
+     --global-batch 16 --lr 3e-3 --warmup-iters 20 --log-interval 1"
+$RUN --device cpu --metrics cpu.jsonl --save ck_cpu
+$RUN --device cuda --precision fp32 --metrics fp32.jsonl
+$RUN --device cuda --precision bf16 --metrics bf16.jsonl --save ck_gpu
+
+# Mean |loss difference| over the last 50 iterations, and the last losses, of two runs.
+python3 - cpu.jsonl fp32.jsonl bf16.jsonl <<'PY' || fail "the GPU loss curves do not track the CPU's"
+import json, sys
+def losses(path):
+    return [json.loads(l)["loss"] for l in open(path) if '"loss"' in l]
+cpu, fp32, bf16 = (losses(p) for p in sys.argv[1:])
+assert len(cpu) == len(fp32) == len(bf16) == 200, (len(cpu), len(fp32), len(bf16))
+def gap(a, b): return sum(abs(x - y) for x, y in zip(a[-50:], b[-50:])) / 50
+print(f"loss at 200: cpu {cpu[-1]:.4f} fp32 {fp32[-1]:.4f} bf16 {bf16[-1]:.4f}; "
+      f"mean gap over the last 50: fp32 {gap(cpu, fp32):.5f} bf16 {gap(cpu, bf16):.5f}")
+assert cpu[0] - cpu[-1] > 1.5, "the CPU run did not learn"
+assert gap(cpu, fp32) < 0.01, "fp32 GPU run drifts from the CPU run"
+assert gap(cpu, bf16) < 0.05, "bf16 GPU run drifts from the CPU run"
+PY
+
+# Checkpoints cross devices: the GPU's loads on the CPU and the CPU's on the GPU, and training
+# continues from them.
+$RUN --device cpu --load ck_gpu --iters 205 --metrics from_gpu.jsonl
+$RUN --device cuda --load ck_cpu --iters 205 --metrics from_cpu.jsonl
+[ "$(grep -c '"loss"' from_gpu.jsonl)" -eq 5 ] || fail "CPU run from a GPU checkpoint: $(cat from_gpu.jsonl)"
+[ "$(grep -c '"loss"' from_cpu.jsonl)" -eq 5 ] || fail "GPU run from a CPU checkpoint: $(cat from_cpu.jsonl)"
+echo "meg-pretrain on cuda: all tests passed"
