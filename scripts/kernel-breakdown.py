@@ -6,7 +6,7 @@ import sys
 from collections import defaultdict
 
 FAMILIES = [  # first match wins
-    ("gemm (cuBLASLt)", ("gemm", "cutlass", "sm90_xmma", "nvjet", "cublas")),
+    ("gemm (cuBLASLt)", ("gemm", "cutlass", "sm90_xmma", "nvjet", "cublas", "epilogue::")),
     ("attention", ("attention", "flash")),
     ("cross-entropy", ("cross_entropy",)),
     ("layernorm / rmsnorm", ("layernorm", "rmsnorm")),
@@ -14,6 +14,7 @@ FAMILIES = [  # first match wins
     ("adamw", ("adamw",)),
     ("global norm", ("sum_squares",)),
     ("bias gradients", ("bias_backward",)),
+    ("gradient column sums (second stage)", ("column_sum", "accumulate_partials")),
     ("embedding", ("embedding",)),
     ("rope", ("rope",)),
     ("residual add / cast / dropout", ("add", "cast", "dropout")),

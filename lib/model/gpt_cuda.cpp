@@ -290,7 +290,7 @@ void GptCudaModel<X>::allocate_activations(int B, int T) {
 }
 
 template <typename X>
-void GptCudaModel<X>::prepare_batch(const int32_t* tokens, const int32_t* targets, int B, int T, bool groups) {
+void GptCudaModel<X>::prepare_batch(const int32_t* tokens, const int32_t* targets, int B, int T) {
   if (B <= 0 || T <= 0) input_error("model forward: batch {} x sequence {} must be positive", B, T);
   if (config_.learned_positions() && T > config_.seq_length)
     input_error("model forward: sequence length {} exceeds the {} learned positions", T, config_.seq_length);
@@ -307,32 +307,36 @@ void GptCudaModel<X>::prepare_batch(const int32_t* tokens, const int32_t* target
         input_error("cross entropy: target {} at position {} is outside the vocabulary [0,{})", targets[i], i, V);
   allocate_activations(B, T);
 
-  cuda::TokenGroups tg;
-  if (groups) tg = cuda::group_positions_by_token(tokens, N);
-  const size_t U = tg.unique.size();
-  const size_t n = 2 * size_t(N) + (groups ? U + (U + 1) + size_t(N) : 0);
-  auto& slot = staging_->acquire(n);
+  auto& slot = staging_->acquire(2 * size_t(N));
   int32_t* h = slot.host;
   std::memcpy(h, tokens, N * sizeof(int32_t));
   if (targets) std::memcpy(h + N, targets, N * sizeof(int32_t));
   else std::fill(h + N, h + 2 * N, -1);
-  Acts& a = *acts_;
-  auto up = [&](int32_t* dst, const int32_t* src, size_t count) {
-    MEG_CUDA_CHECK(cudaMemcpyAsync(dst, src, count * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
-  };
-  up(a.tokens, h, N);
-  up(a.targets, h + N, N);
-  if (groups) {
-    int32_t* p = h + 2 * N;
-    std::memcpy(p, tg.unique.data(), U * sizeof(int32_t));
-    std::memcpy(p + U, tg.starts.data(), (U + 1) * sizeof(int32_t));
-    std::memcpy(p + 2 * U + 1, tg.positions.data(), N * sizeof(int32_t));
-    up(a.unique, p, U);
-    up(a.starts, p + U, U + 1);
-    up(a.positions, p + 2 * U + 1, N);
-  }
+  upload(acts_->tokens, h, N);
+  upload(acts_->targets, h + N, N);
+  MEG_CUDA_CHECK(cudaEventRecord(slot.done, stream_));
+}
+
+// Called after the forward is queued, so the host sorts while the device runs the forward.
+template <typename X>
+void GptCudaModel<X>::stage_token_groups(const int32_t* tokens, int N) {
+  const cuda::TokenGroups tg = cuda::group_positions_by_token(tokens, N);
+  const size_t U = tg.unique.size();
+  auto& slot = staging_->acquire(2 * U + 1 + size_t(N));
+  int32_t* p = slot.host;
+  std::memcpy(p, tg.unique.data(), U * sizeof(int32_t));
+  std::memcpy(p + U, tg.starts.data(), (U + 1) * sizeof(int32_t));
+  std::memcpy(p + 2 * U + 1, tg.positions.data(), N * sizeof(int32_t));
+  upload(acts_->unique, p, U);
+  upload(acts_->starts, p + U, U + 1);
+  upload(acts_->positions, p + 2 * U + 1, size_t(N));
   MEG_CUDA_CHECK(cudaEventRecord(slot.done, stream_));
   groups_ = static_cast<int>(U);
+}
+
+template <typename X>
+void GptCudaModel<X>::upload(int32_t* dst, const int32_t* pinned, size_t count) {
+  MEG_CUDA_CHECK(cudaMemcpyAsync(dst, pinned, count * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
 }
 
 template <typename X>
@@ -416,8 +420,13 @@ void GptCudaModel<X>::block_forward(size_t l, const X* x, int B, int T) {
   if (hp > 0) dropout(a.branch, a.branch, NC, hp, site + 2);
   cuda::add(b.mid, x, a.branch, NC, stream_);
   norm_forward(b.ln2, b.ln2_mean, b.ln2_rstd, b.mid, w.ln2_w, w.ln2_b, N);
-  gemm_.linear_forward(b.fc1, b.ln2, px(w.fc1_w), px(w.fc1_b), N, C, FC);
-  activation_forward(b.act, b.fc1, N);
+  // Selective recomputation computes the activation again with the GELU kernel, so the forward
+  // must use that kernel too: cuBLASLt's GELU may round differently in the last bit.
+  const bool fuse_gelu = config_.activation != Activation::swiglu && fused_ && recompute_ != Recompute::selective;
+  if (!(fuse_gelu && gemm_.linear_gelu_forward(b.act, b.fc1, b.ln2, px(w.fc1_w), px(w.fc1_b), N, C, FC))) {
+    gemm_.linear_forward(b.fc1, b.ln2, px(w.fc1_w), px(w.fc1_b), N, C, FC);
+    activation_forward(b.act, b.fc1, N);
+  }
   gemm_.linear_forward(a.branch, b.act, px(w.fc2_w), px(w.fc2_b), N, Fh, C);
   if (hp > 0) dropout(a.branch, a.branch, NC, hp, site + 3);
   cuda::add(b.out, b.mid, a.branch, NC, stream_);
@@ -430,6 +439,14 @@ void GptCudaModel<X>::activation_forward(X* out, const X* inp, int N) {
     cuda::swiglu_forward(out, inp, N, Fh, stream_);
   else
     cuda::gelu_forward(out, inp, size_t(N) * Fh, stream_);
+}
+
+// The weight and bias gradients of a linear layer (weight at offset W, bias at B or kAbsent) from
+// its output gradient DOUT [N,OC] and input INP [N,C].
+template <typename X>
+void GptCudaModel<X>::weight_backward(size_t w, size_t b, const X* dout, const X* inp, int N, int C, int OC) {
+  gemm_.linear_backward_weight(g(w), dout, inp, N, C, OC);
+  if (b != kAbsent) cuda::bias_backward(g(b), dout, N, OC, acts_->scratch, stream_);
 }
 
 // The backward, from the logits' gradient left in place by run_forward; every parameter gradient
@@ -468,27 +485,26 @@ void GptCudaModel<X>::run_backward(int B, int T) {
       dropout(a.branch, a.dres, NC, hp, site + 3);
       dbranch = a.branch;
     }
-    gemm_.linear_backward_input(a.dact, dbranch, px(w.fc2_w), N, Fh, C);
-    gemm_.linear_backward_weight(g(w.fc2_w), dbranch, b.act, N, Fh, C);
-    if (w.fc2_b != kAbsent) cuda::bias_backward(g(w.fc2_b), dbranch, N, C, a.scratch, stream_);
-    if (config_.activation == Activation::swiglu)
-      cuda::swiglu_backward(a.dfc1, a.dact, b.fc1, N, Fh, stream_);
-    else
-      cuda::gelu_backward(a.dfc1, a.dact, b.fc1, size_t(N) * Fh, stream_);
+    const bool gelu = config_.activation != Activation::swiglu;
+    if (!(gelu && fused_ && gemm_.linear_dgelu_backward_input(a.dfc1, dbranch, px(w.fc2_w), b.fc1, N, Fh, C))) {
+      gemm_.linear_backward_input(a.dact, dbranch, px(w.fc2_w), N, Fh, C);
+      if (gelu)
+        cuda::gelu_backward(a.dfc1, a.dact, b.fc1, size_t(N) * Fh, stream_);
+      else
+        cuda::swiglu_backward(a.dfc1, a.dact, b.fc1, N, Fh, stream_);
+    }
+    weight_backward(w.fc2_w, w.fc2_b, dbranch, b.act, N, Fh, C);
     gemm_.linear_backward_input(a.dln, a.dfc1, px(w.fc1_w), N, C, FC);
-    gemm_.linear_backward_weight(g(w.fc1_w), a.dfc1, b.ln2, N, C, FC);
-    if (w.fc1_b != kAbsent) cuda::bias_backward(g(w.fc1_b), a.dfc1, N, FC, a.scratch, stream_);
+    weight_backward(w.fc1_w, w.fc1_b, a.dfc1, b.ln2, N, C, FC);
     norm_backward(a.dres, a.dln, b.mid, w.ln2_w, w.ln2_b, b.ln2_mean, b.ln2_rstd, N);
     // Attention: mid = x + dropout(proj(attention(rope(qkv(norm1(x)))))).
     if (hp > 0) dropout(a.branch, a.dres, NC, hp, site + 2);
     gemm_.linear_backward_input(a.datty, dbranch, px(w.proj_w), N, C, C);
-    gemm_.linear_backward_weight(g(w.proj_w), dbranch, b.atty, N, C, C);
-    if (w.proj_b != kAbsent) cuda::bias_backward(g(w.proj_b), dbranch, N, C, a.scratch, stream_);
+    weight_backward(w.proj_w, w.proj_b, dbranch, b.atty, N, C, C);
     cuda::attention_backward(a.dqkv, a.datty, b.qkv, b.atty, b.lse, B, T, NH, NKV, HS, a.scratch, stream_);
     if (config_.uses_rope()) cuda::rope_backward(a.dqkv, rope_table_.get(), B, T, NH, NKV, HS, stream_);
     gemm_.linear_backward_input(a.dln, a.dqkv, px(w.qkv_w), N, C, QKV);
-    gemm_.linear_backward_weight(g(w.qkv_w), a.dqkv, b.ln1, N, C, QKV);
-    if (w.qkv_b != kAbsent) cuda::bias_backward(g(w.qkv_b), a.dqkv, N, QKV, a.scratch, stream_);
+    weight_backward(w.qkv_w, w.qkv_b, a.dqkv, b.ln1, N, C, QKV);
     norm_backward(a.dres, a.dln, x, w.ln1_w, w.ln1_b, b.ln1_mean, b.ln1_rstd, N);
   }
   if (hp > 0) dropout(a.dres, a.dres, NC, hp, 0);
@@ -499,7 +515,7 @@ template <typename X>
 void GptCudaModel<X>::forward_backward(const int32_t* tokens, const int32_t* targets, int B, int T,
                                        float dloss_scale) {
   if (!targets) throw std::invalid_argument("GptCudaModel::forward_backward needs targets");
-  prepare_batch(tokens, targets, B, T, true);
+  prepare_batch(tokens, targets, B, T);
   const int N = B * T;
   int count = 0;
   for (int i = 0; i < N; ++i) count += targets[i] != -1;
@@ -513,6 +529,7 @@ void GptCudaModel<X>::forward_backward(const int32_t* tokens, const int32_t* tar
   acts_->losses = pending[k].get();
   const float dloss = count > 0 ? dloss_scale / static_cast<float>(count) : 0.0f;
   run_forward(B, T, dloss);
+  stage_token_groups(tokens, N);
   run_backward(B, T);
   pending_counts_.push_back(count);
   ++losses_pending_;
@@ -537,7 +554,7 @@ double GptCudaModel<X>::take_loss() {
 
 template <typename X>
 double GptCudaModel<X>::forward(const int32_t* tokens, const int32_t* targets, int B, int T) {
-  prepare_batch(tokens, targets, B, T, false);
+  prepare_batch(tokens, targets, B, T);
   const int N = B * T;
   cuda::DeviceArray<float> losses(alloc_, size_t(N));
   acts_->losses = losses.get();

@@ -92,6 +92,8 @@ class GptCudaModel {
   }
   void set_training(bool training) { training_ = training; }
   void set_recompute(Recompute mode);
+  // Whether to use cuBLASLt's fused GELU epilogues (on by default) or separate kernels: the same function, for measuring what the fusion saves.
+  void set_fused_epilogues(bool on) { fused_ = on; }
 
   // One micro-batch of training: forward, loss and backward, accumulating into grads(). TOKENS and
   // TARGETS are host arrays [B*T] (checked as the CPU model checks them: InputError). The gradient
@@ -123,11 +125,14 @@ class GptCudaModel {
   };
   Dims dims(int B, int T) const;
 
-  void prepare_batch(const int32_t* tokens, const int32_t* targets, int B, int T, bool groups);
+  void prepare_batch(const int32_t* tokens, const int32_t* targets, int B, int T);
+  void stage_token_groups(const int32_t* tokens, int N);
+  void upload(int32_t* dst, const int32_t* pinned, size_t count);
   void allocate_activations(int B, int T);
   void run_forward(int B, int T, float dloss);
   void block_forward(size_t l, const X* x, int B, int T);
   void activation_forward(X* out, const X* inp, int N);
+  void weight_backward(size_t w, size_t b, const X* dout, const X* inp, int N, int C, int OC);
   void run_backward(int B, int T);
   void norm_forward(X* out, float* mean, float* rstd, const X* inp, size_t w, size_t b, int N);
   void norm_backward(X* dinp, const X* dout, const X* inp, size_t w, size_t b, const float* mean,
@@ -156,6 +161,7 @@ class GptCudaModel {
   uint64_t drop_seed_ = 0, drop_step_ = 0, drop_micro_ = 0;
   bool training_ = true;
   Recompute recompute_ = Recompute::none;
+  bool fused_ = true;
   double hidden_p_ = 0;  // of the last forward
   int groups_ = 0;       // distinct tokens of the last batch
   int losses_pending_ = 0;

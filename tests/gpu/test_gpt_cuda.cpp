@@ -179,6 +179,8 @@ TEST_CASE("CUDA model refuses bad tokens like the CPU model", "[gpu][model]") {
   CHECK_THROWS_AS(gpu.forward_backward(tokens.data(), targets.data(), 1, 8, 1.0f), meg::InputError);
 }
 
+// Selective recomputation runs the GELU kernel again, so it forgoes the fused GELU epilogue of the
+// forward; it is compared with the unfused model, full recomputation with both.
 TEST_CASE("CUDA model recomputation gives the same gradients bit for bit", "[gpu][model]") {
   ModelConfig c = small_config("tiny", 300, 2, 2, 128);
   c.num_layers = 3;
@@ -187,26 +189,30 @@ TEST_CASE("CUDA model recomputation gives the same gradients bit for bit", "[gpu
   const Batch batch = random_batch(2, 64, int(c.vocab_size), rng);
   std::vector<float> params(c.num_parameters());
   meg::gpt_init_parameters(c, meg::gpt_parameter_table(c), 5, params.data());
-  std::vector<float> reference;
-  double reference_loss = 0;
-  for (auto mode : {meg::Recompute::none, meg::Recompute::selective, meg::Recompute::full}) {
+  auto run = [&](meg::Recompute mode, bool fused, std::vector<float>& grads) {
     meg::cuda::DeviceAllocator alloc;
     GptCudaModel<__nv_bfloat16> gpu(c, alloc, nullptr);
     gpu.set_recompute(mode);
+    gpu.set_fused_epilogues(fused);
     gpu.set_params(params.data());
     gpu.set_dropout_key(1, 2, 0);
     gpu.zero_grad();
     gpu.forward_backward(batch.tokens.data(), batch.targets.data(), batch.B, batch.T, 1.0f);
     const double loss = gpu.take_loss();
-    std::vector<float> grads(gpu.num_parameters());
+    grads.resize(gpu.num_parameters());
     gpu.get_grads(grads.data());
-    if (mode == meg::Recompute::none) {
-      reference = grads;
-      reference_loss = loss;
-    } else {
-      INFO("recompute mode " << int(mode));
-      CHECK(loss == reference_loss);
-      CHECK(std::memcmp(reference.data(), grads.data(), grads.size() * sizeof(float)) == 0);
-    }
+    return loss;
+  };
+  const struct {
+    meg::Recompute mode;
+    bool fused;
+  } cases[] = {{meg::Recompute::selective, false}, {meg::Recompute::full, false}, {meg::Recompute::full, true}};
+  for (const auto& k : cases) {
+    INFO("recompute mode " << int(k.mode) << ", fused epilogues " << k.fused);
+    std::vector<float> want, got;
+    const double want_loss = run(meg::Recompute::none, k.fused, want);
+    const double got_loss = run(k.mode, k.fused, got);
+    CHECK(got_loss == want_loss);
+    CHECK(std::memcmp(want.data(), got.data(), got.size() * sizeof(float)) == 0);
   }
 }

@@ -23,7 +23,7 @@ assert len(cpu) == len(fp32) == len(bf16) == 200, (len(cpu), len(fp32), len(bf16
 def gap(a, b): return sum(abs(x - y) for x, y in zip(a[-50:], b[-50:])) / 50
 print(f"loss at 200: cpu {cpu[-1]:.4f} fp32 {fp32[-1]:.4f} bf16 {bf16[-1]:.4f}; "
       f"mean gap over the last 50: fp32 {gap(cpu, fp32):.5f} bf16 {gap(cpu, bf16):.5f}")
-assert cpu[0] - cpu[-1] > 1.5, "the CPU run did not learn"
+assert cpu[0] - cpu[-1] > 1.0, "the CPU run did not learn"
 assert gap(cpu, fp32) < 0.01, "fp32 GPU run drifts from the CPU run"
 assert gap(cpu, bf16) < 0.05, "bf16 GPU run drifts from the CPU run"
 PY

@@ -8,7 +8,6 @@
 //
 // Inputs are random (never zeros, which can run faster than real data), made on the host from a
 // 16M-value pattern tiled over each buffer. Usage: bench_loss_optim (no arguments).
-#if MEG_CUDA
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -195,14 +194,3 @@ int main() {
   }
   return 0;
 }
-
-#else
-
-#include <cstdio>
-
-int main() {
-  std::printf("bench_loss_optim: built without CUDA, nothing to measure\n");
-  return 0;
-}
-
-#endif
