@@ -22,8 +22,6 @@
 // grads, m and v (and 8 bytes of a bf16/fp16 copy). That needs the segment's offset to be a
 // multiple of 4 (all base pointers being 16-byte aligned); a segment that is not, and the last
 // partial group of 4 of each segment, go one element at a time.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -31,6 +29,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "common.cuh"
 #include "ops/cuda/check.hpp"
 #include "ops/cuda/ops.hpp"
 
@@ -41,21 +40,6 @@ namespace {
 constexpr int kBlock = 256;
 constexpr int kWidth = 4;  // fp32 elements per 16-byte access
 constexpr size_t kChunk = size_t(kBlock) * kWidth;
-
-// Round to nearest even, as the host's __float2bfloat16 / __float2half.
-template <typename X>
-__device__ X from_float(float v);
-template <>
-__device__ float from_float<float>(float v) { return v; }
-template <>
-__device__ bf16 from_float<bf16>(float v) { return __float2bfloat16(v); }
-template <>
-__device__ fp16 from_float<fp16>(float v) { return __float2half(v); }
-
-template <typename X, int W>
-struct alignas(sizeof(X) * W) Pack {
-  X v[W];
-};
 
 struct Hyper {
   float lr, beta1, beta2, eps, grad_scale;
@@ -90,12 +74,12 @@ __device__ void adamw_group(float* params, X* params_x, const float* grads, floa
     *reinterpret_cast<float4*>(m + i) = mi;
     *reinterpret_cast<float4*>(v + i) = vi;
     if (params_x) {
-      Pack<X, kWidth> x;
+      Vec<X, kWidth> x;
       x.v[0] = from_float<X>(p.x);
       x.v[1] = from_float<X>(p.y);
       x.v[2] = from_float<X>(p.z);
       x.v[3] = from_float<X>(p.w);
-      *reinterpret_cast<Pack<X, kWidth>*>(params_x + i) = x;
+      *reinterpret_cast<Vec<X, kWidth>*>(params_x + i) = x;
     }
   } else {
     for (size_t j = i; j < end && j < i + kWidth; ++j) {
@@ -136,8 +120,6 @@ __global__ void __launch_bounds__(kBlock)
     }
   }
 }
-
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // The persistent grid: as many blocks as the GPU holds at once.
 template <typename X>

@@ -20,14 +20,13 @@
 // Each thread moves 16-byte packs (4 floats, or 8 bf16/fp16 values), two in flight per step of
 // pass 1. That needs Vp to be a multiple of the pack and an aligned logits pointer (then every row
 // starts aligned); otherwise the same kernel runs one element at a time (W = 1).
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 
+#include "common.cuh"
 #include "ops/cuda/check.hpp"
 #include "ops/cuda/ops.hpp"
 
@@ -36,44 +35,11 @@ namespace meg::cuda {
 namespace {
 
 constexpr int kBlock = 1024;  // threads per row: ~6 packs each for 50304 bf16 columns
-constexpr int kWarp = 32;
-
-__device__ float to_float(float v) { return v; }
-__device__ float to_float(bf16 v) { return __bfloat162float(v); }
-__device__ float to_float(fp16 v) { return __half2float(v); }
-
-// Round to nearest even, as the host's __float2bfloat16 / __float2half.
-template <typename X>
-__device__ X from_float(float v);
-template <>
-__device__ float from_float<float>(float v) { return v; }
-template <>
-__device__ bf16 from_float<bf16>(float v) { return __float2bfloat16(v); }
-template <>
-__device__ fp16 from_float<fp16>(float v) { return __float2half(v); }
-
-// W consecutive values of X, moved as one access of W * sizeof(X) bytes (16 for the vector path).
-template <typename X, int W>
-struct alignas(sizeof(X) * W) Pack {
-  X v[W];
-};
-
-template <typename X>
-constexpr int kVecWidth = 16 / sizeof(X);
-
-constexpr float kLog2e = 1.4426950408889634f;
-
-// 2^x by the hardware's approximation (one MUFU.EX2, relative error about 2^-22) where expf takes
-// seven instructions: the kernel takes one or two exponentials per logit, and with expf they, not
-// the memory, set its speed. Results under 2^-126 flush to zero (probabilities 1e-38 below the
-// max's); ex2(-inf) = 0 and ex2(NaN) = NaN.
-__device__ float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
 
 // exp(x - max) = 2^(x log2 e - max log2 e), MAX2 = max * log2(e) computed once: an fma and an ex2.
+// fast_exp2 rather than expf: the kernel takes one or two exponentials per logit, and with expf
+// they, not the memory, set its speed. Its flush to zero under 2^-126 drops probabilities 1e-38
+// below the max's.
 __device__ float exp_minus(float x, float max2) { return fast_exp2(fmaf(x, kLog2e, -max2)); }
 
 // A softmax partial: the max of some logits and the sum of exp(logit - max) over them. The empty
@@ -100,7 +66,7 @@ __device__ MaxSum merge(MaxSum a, MaxSum b) {
 // raised once per pack. A NaN logit never becomes the max (fmaxf drops it) but reaches the sum
 // through exp(NaN), so the loss comes out NaN, as it should.
 template <typename X, int W>
-__device__ void add_pack(MaxSum& acc, const Pack<X, W>& p, int j0, int V) {
+__device__ void add_pack(MaxSum& acc, const Vec<X, W>& p, int j0, int V) {
   const bool full = j0 + W <= V;  // every pack but the row's last one or two
   float m = acc.max;
 #pragma unroll
@@ -149,10 +115,10 @@ __global__ void __launch_bounds__(kBlock)
   if (target < 0) {  // ignored position
     if (threadIdx.x == 0) losses[blockIdx.x] = 0.0f;
     if (dloss != 0.0f) {
-      Pack<X, W> zero;
+      Vec<X, W> zero;
 #pragma unroll
       for (int k = 0; k < W; ++k) zero.v[k] = from_float<X>(0.0f);
-      for (int p = threadIdx.x; p < packs; p += kBlock) reinterpret_cast<Pack<X, W>*>(x)[p] = zero;
+      for (int p = threadIdx.x; p < packs; p += kBlock) reinterpret_cast<Vec<X, W>*>(x)[p] = zero;
     }
     return;
   }
@@ -164,10 +130,10 @@ __global__ void __launch_bounds__(kBlock)
   // Pass 1: two packs in flight per step.
   MaxSum acc{-INFINITY, 0.0f};
   for (int p = threadIdx.x; p < packs; p += 2 * kBlock) {
-    const Pack<X, W> a = reinterpret_cast<const Pack<X, W>*>(x)[p];
+    const Vec<X, W> a = reinterpret_cast<const Vec<X, W>*>(x)[p];
     const bool has_b = p + kBlock < packs;
-    Pack<X, W> b;
-    if (has_b) b = reinterpret_cast<const Pack<X, W>*>(x)[p + kBlock];
+    Vec<X, W> b;
+    if (has_b) b = reinterpret_cast<const Vec<X, W>*>(x)[p + kBlock];
     add_pack(acc, a, p * W, V);
     if (has_b) add_pack(acc, b, (p + kBlock) * W, V);
   }
@@ -179,7 +145,7 @@ __global__ void __launch_bounds__(kBlock)
   const float scale = dloss / row.sum;
   const float max2 = row.max * kLog2e;
   for (int p = threadIdx.x; p < packs; p += kBlock) {
-    Pack<X, W> v = reinterpret_cast<const Pack<X, W>*>(x)[p];
+    Vec<X, W> v = reinterpret_cast<const Vec<X, W>*>(x)[p];
     const bool full = (p + 1) * W <= V;
 #pragma unroll
     for (int k = 0; k < W; ++k) {
@@ -189,7 +155,7 @@ __global__ void __launch_bounds__(kBlock)
       if (j == target) d -= dloss;
       v.v[k] = from_float<X>(d);
     }
-    reinterpret_cast<Pack<X, W>*>(x)[p] = v;
+    reinterpret_cast<Vec<X, W>*>(x)[p] = v;
   }
 }
 
@@ -200,7 +166,7 @@ void cross_entropy_fused(X* logits, float* losses, const int32_t* targets, int N
                          float dloss, cudaStream_t stream) {
   if (N <= 0) return;
   constexpr int W = kVecWidth<X>;
-  if (Vp % W == 0 && reinterpret_cast<uintptr_t>(logits) % 16 == 0) {
+  if (Vp % W == 0 && aligned16(logits)) {
     cross_entropy_kernel<X, W><<<N, kBlock, 0, stream>>>(logits, losses, targets, V, Vp, dloss);
   } else {
     cross_entropy_kernel<X, 1><<<N, kBlock, 0, stream>>>(logits, losses, targets, V, Vp, dloss);

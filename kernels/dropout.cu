@@ -14,10 +14,10 @@
 // misaligned. out may equal inp: each value is read before it is written, by the same thread.
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
+#include "common.cuh"
 #include "ops/cpu/dropout_mask.hpp"
 #include "ops/cuda/check.hpp"
 #include "ops/cuda/ops.hpp"
@@ -27,16 +27,6 @@ namespace meg::cuda {
 namespace {
 
 constexpr int kBlock = 256;
-constexpr size_t kMaxBlocks = 1 << 16;  // the grid-stride loop covers the rest
-
-// W consecutive values of X moved as one access (16 bytes on the fast path).
-template <typename X, int W>
-struct alignas(sizeof(X) * W) Vec {
-  X v[W];
-};
-
-template <typename X>
-constexpr int kVecWidth = 16 / sizeof(X);
 
 template <typename X>
 __device__ X keep_or_drop(X x, uint64_t stream_key, size_t index, uint64_t threshold, float scale) {
@@ -69,11 +59,8 @@ void dropout_apply(X* out, const X* inp, size_t n, double p, uint64_t stream_key
   const uint64_t threshold = cpu::dropout_threshold(p);
   const float scale = float(1.0 / (1.0 - p));
   constexpr int W = kVecWidth<X>;
-  const bool vec = reinterpret_cast<uintptr_t>(out) % 16 == 0 &&
-                   reinterpret_cast<uintptr_t>(inp) % 16 == 0;
-  const int w = vec ? W : 1;
-  const size_t per_block = size_t(kBlock) * w;
-  const unsigned grid = unsigned(std::min((n + per_block - 1) / per_block, kMaxBlocks));
+  const bool vec = aligned16(out) && aligned16(inp);
+  const unsigned grid = grid_stride_blocks(n, size_t(kBlock) * (vec ? W : 1));
   if (vec)
     dropout_kernel<X, W><<<grid, kBlock, 0, stream>>>(out, inp, n, stream_key, threshold, scale);
   else

@@ -14,14 +14,17 @@
 // bias_backward sums each column over all N rows without atomics (they would add in arrival order
 // and break meg's bit-for-bit reproducibility). The rows are cut into chunks; block (column tile,
 // chunk) adds its chunk's rows into one partial row of SCRATCH, 8 interleaved row lanes then added
-// in lane order; a second kernel adds the partial rows in chunk order into dbias. The chunk count
-// depends on N alone, so the order, and the result, is the same on every run.
+// in lane order; accumulate_column_sums (kernels/column_sums.cuh) adds the partial rows in chunk
+// order into dbias. The chunk count depends on N alone, so the order, and the result, is the same
+// on every run.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
+#include "column_sums.cuh"
+#include "common.cuh"
 #include "ops/cuda/check.hpp"
 #include "ops/cuda/ops.hpp"
 
@@ -29,9 +32,7 @@ namespace meg::cuda {
 
 namespace {
 
-constexpr int kWarp = 32;
 constexpr int kBlock = 256;
-constexpr size_t kMaxBlocks = 1 << 16;  // the grid-stride loop covers the rest
 
 // bias_backward: a block is 32 column vectors x kRowLanes row lanes; a chunk has at least
 // kMinChunkRows rows and there are at most kMaxChunks chunks (the scratch rows).
@@ -39,25 +40,6 @@ constexpr int kRowLanes = 8;
 constexpr int kMinChunkRows = 32;
 constexpr int kMaxChunks = 256;
 constexpr int kReduceLanes = 16;  // row lanes of the reduction of the chunks' partial rows
-constexpr int kReduceAhead = 8;   // partial rows loaded ahead of their adds
-
-// W consecutive values of T moved as one access (16 bytes on the fast path for X).
-template <typename T, int W>
-struct alignas(sizeof(T) * W) Vec {
-  T v[W];
-};
-
-template <typename X>
-constexpr int kVecWidth = 16 / sizeof(X);
-
-int ceil_div(int a, int b) { return (a + b - 1) / b; }
-
-bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
-
-unsigned grid_for(size_t n, int W) {
-  const size_t per_block = size_t(kBlock) * W;
-  return unsigned(std::min((n + per_block - 1) / per_block, kMaxBlocks));
-}
 
 // Thread t handles values [W t, W t + W) of each stride. out may equal a or b: every value is read
 // before it is written, by the same thread.
@@ -132,34 +114,6 @@ __global__ void bias_backward_partial_kernel(float* partial, const X* dout, int 
   }
 }
 
-// out[c] += the sum of partial[g][c] over the G partial rows. Block = 32 channels x kReduceLanes
-// row lanes: lane y adds the contiguous rows [y G / L, (y + 1) G / L) in order, its loads
-// kReduceAhead rows ahead of the adds so that they overlap; then the lanes are added in lane
-// order. The order depends on G alone.
-__global__ void accumulate_partials_kernel(float* out, const float* partial, int G, int C) {
-  __shared__ float lane_sums[kReduceLanes][kWarp];
-  const int c = blockIdx.x * kWarp + threadIdx.x;
-  float s = 0.0f;
-  if (c < C) {
-    const int g_end = (threadIdx.y + 1) * G / kReduceLanes;
-    int g = threadIdx.y * G / kReduceLanes;
-    for (; g + kReduceAhead <= g_end; g += kReduceAhead) {
-      float v[kReduceAhead];
-#pragma unroll
-      for (int u = 0; u < kReduceAhead; ++u) v[u] = partial[size_t(g + u) * C + c];
-#pragma unroll
-      for (int u = 0; u < kReduceAhead; ++u) s += v[u];
-    }
-    for (; g < g_end; ++g) s += partial[size_t(g) * C + c];
-  }
-  lane_sums[threadIdx.y][threadIdx.x] = s;
-  __syncthreads();
-  if (threadIdx.y == 0 && c < C) {
-    for (int y = 1; y < kReduceLanes; ++y) s += lane_sums[y][threadIdx.x];
-    out[c] += s;
-  }
-}
-
 template <typename X, int W>
 void launch_bias_backward(float* partial, const X* dout, int N, int OC, cudaStream_t stream) {
   const dim3 grid(ceil_div(OC / W, kWarp), bias_chunks(N));
@@ -174,10 +128,10 @@ template <typename X>
 void add(X* out, const X* a, const X* b, size_t n, cudaStream_t stream) {
   if (n == 0) return;
   constexpr int W = kVecWidth<X>;
-  if (aligned(out, 16) && aligned(a, 16) && aligned(b, 16))
-    add_kernel<X, W><<<grid_for(n, W), kBlock, 0, stream>>>(out, a, b, n);
+  if (aligned16(out) && aligned16(a) && aligned16(b))
+    add_kernel<X, W><<<grid_stride_blocks(n, kBlock * W), kBlock, 0, stream>>>(out, a, b, n);
   else
-    add_kernel<X, 1><<<grid_for(n, 1), kBlock, 0, stream>>>(out, a, b, n);
+    add_kernel<X, 1><<<grid_stride_blocks(n, kBlock), kBlock, 0, stream>>>(out, a, b, n);
   MEG_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -185,10 +139,11 @@ template <typename X>
 void cast_from_float(X* out, const float* inp, size_t n, cudaStream_t stream) {
   if (n == 0) return;
   constexpr int W = kVecWidth<X>;
-  if (aligned(out, 16) && aligned(inp, sizeof(Vec<float, W>)))
-    cast_from_float_kernel<X, W><<<grid_for(n, W), kBlock, 0, stream>>>(out, inp, n);
+  if (aligned16(out) && aligned(inp, sizeof(Vec<float, W>)))
+    cast_from_float_kernel<X, W>
+        <<<grid_stride_blocks(n, kBlock * W), kBlock, 0, stream>>>(out, inp, n);
   else
-    cast_from_float_kernel<X, 1><<<grid_for(n, 1), kBlock, 0, stream>>>(out, inp, n);
+    cast_from_float_kernel<X, 1><<<grid_stride_blocks(n, kBlock), kBlock, 0, stream>>>(out, inp, n);
   MEG_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -201,13 +156,12 @@ void bias_backward(float* dbias, const X* dout, int N, int OC, float* scratch,
                    cudaStream_t stream) {
   if (N <= 0 || OC <= 0) return;
   constexpr int W = kVecWidth<X>;
-  if (OC % W == 0 && aligned(dout, 16))
+  if (OC % W == 0 && aligned16(dout))
     launch_bias_backward<X, W>(scratch, dout, N, OC, stream);
   else
     launch_bias_backward<X, 1>(scratch, dout, N, OC, stream);
-  accumulate_partials_kernel<<<ceil_div(OC, kWarp), dim3(kWarp, kReduceLanes), 0, stream>>>(
-      dbias, scratch, bias_chunks(N), OC);
-  MEG_CUDA_CHECK(cudaGetLastError());
+  accumulate_column_sums<kReduceLanes>(dbias, scratch, nullptr, nullptr, bias_chunks(N), OC,
+                                       stream);
 }
 
 #define MEG_INSTANTIATE(X)                                                            \

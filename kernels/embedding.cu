@@ -24,6 +24,7 @@
 #include <numeric>
 #include <vector>
 
+#include "common.cuh"
 #include "ops/cuda/check.hpp"
 #include "ops/cuda/ops.hpp"
 
@@ -31,21 +32,8 @@ namespace meg::cuda {
 
 namespace {
 
-constexpr int kWarp = 32;
 constexpr int kBlock = 256;
-constexpr size_t kMaxBlocks = 1 << 16;  // the forward's grid-stride loop covers the rest
-constexpr int kPrefetch = 8;            // dout rows loaded ahead of their (in-order) adds
-
-// W consecutive values of T moved as one access (16 bytes for X on the fast path).
-template <typename T, int W>
-struct alignas(sizeof(T) * W) Vec {
-  T v[W];
-};
-
-template <typename X>
-constexpr int kVecWidth = 16 / sizeof(X);
-
-bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+constexpr int kPrefetch = 8;  // dout rows loaded ahead of their (in-order) adds
 
 // One thread per vector of W channels of the output, rows one after the other.
 template <typename X, int W>
@@ -121,8 +109,7 @@ __global__ void embedding_backward_kernel(float* dwte, float* dwpe, const X* dou
 template <typename X, int W>
 void launch_forward(X* out, const int32_t* tokens, const X* wte, const X* wpe, int B, int T, int C,
                     cudaStream_t stream) {
-  const size_t total = size_t(B) * T * (C / W);
-  const unsigned grid = unsigned(std::min((total + kBlock - 1) / kBlock, kMaxBlocks));
+  const unsigned grid = grid_stride_blocks(size_t(B) * T * (C / W), kBlock);
   embedding_forward_kernel<X, W><<<grid, kBlock, 0, stream>>>(out, tokens, wte, wpe, B * T, T, C);
   MEG_CUDA_CHECK(cudaGetLastError());
 }
@@ -133,7 +120,7 @@ void launch_backward(float* dwte, float* dwpe, const X* dout, const int32_t* uni
                      cudaStream_t stream) {
   // As many whole warps as the row has vectors, up to kBlock (then each thread takes several).
   const int nvec = C / W;
-  const int threads = std::min(kBlock, (nvec + kWarp - 1) / kWarp * kWarp);
+  const int threads = std::min(kBlock, ceil_div(nvec, kWarp) * kWarp);
   const int blocks = U + (dwpe ? T : 0);
   embedding_backward_kernel<X, W><<<blocks, threads, 0, stream>>>(dwte, dwpe, dout, unique, starts,
                                                                   positions, U, T, B, C);
@@ -147,7 +134,7 @@ void embedding_forward(X* out, const int32_t* tokens, const X* wte, const X* wpe
                        int C, cudaStream_t stream) {
   if (B <= 0 || T <= 0 || C <= 0) return;
   constexpr int W = kVecWidth<X>;
-  if (C % W == 0 && aligned(out, 16) && aligned(wte, 16) && aligned(wpe, 16))
+  if (C % W == 0 && aligned16(out) && aligned16(wte) && aligned16(wpe))
     launch_forward<X, W>(out, tokens, wte, wpe, B, T, C, stream);
   else
     launch_forward<X, 1>(out, tokens, wte, wpe, B, T, C, stream);
@@ -181,7 +168,7 @@ void embedding_backward(float* dwte, float* dwpe, const X* dout, const int32_t* 
   constexpr int W = kVecWidth<X>;
   // The fp32 rows of dwte and dwpe are read and written W values at a time too.
   const size_t fbytes = sizeof(Vec<float, W>);
-  if (C % W == 0 && aligned(dout, 16) && aligned(dwte, fbytes) && aligned(dwpe, fbytes))
+  if (C % W == 0 && aligned16(dout) && aligned(dwte, fbytes) && aligned(dwpe, fbytes))
     launch_backward<X, W>(dwte, dwpe, dout, unique, starts, positions, U, B, T, C, stream);
   else
     launch_backward<X, 1>(dwte, dwpe, dout, unique, starts, positions, U, B, T, C, stream);

@@ -19,14 +19,11 @@
 //
 // In place: out may equal inp, and dinp may equal dout. Every element is read before it is
 // written, by the same thread, so aliasing is safe (and the pointers are not __restrict__).
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstddef>
-#include <cstdint>
 
+#include "common.cuh"
 #include "ops/cuda/check.hpp"
 #include "ops/cuda/ops.hpp"
 
@@ -35,33 +32,9 @@ namespace meg::cuda {
 namespace {
 
 constexpr int kBlock = 256;
-constexpr size_t kMaxBlocks = 1 << 16;  // the grid-stride loop covers the rest
 
 constexpr float kGeluK = 0.7978845608028654f;  // sqrt(2 / pi)
 constexpr float kGeluA = 0.044715f;
-
-__device__ float to_float(float v) { return v; }
-__device__ float to_float(bf16 v) { return __bfloat162float(v); }
-__device__ float to_float(fp16 v) { return __half2float(v); }
-
-// Round to nearest even, as the host's __float2bfloat16 / __float2half.
-template <typename X>
-__device__ X from_float(float v);
-template <>
-__device__ float from_float<float>(float v) { return v; }
-template <>
-__device__ bf16 from_float<bf16>(float v) { return __float2bfloat16(v); }
-template <>
-__device__ fp16 from_float<fp16>(float v) { return __float2half(v); }
-
-// W consecutive values of X, moved as one access of W * sizeof(X) bytes (16 for the vector path).
-template <typename X, int W>
-struct alignas(sizeof(X) * W) Pack {
-  X v[W];
-};
-
-template <typename X>
-constexpr int kVecWidth = 16 / sizeof(X);
 
 // gelu(x) = x * s,  s = sigmoid(2u) = 1 / (1 + exp(-2u)),  u = sqrt(2/pi) (x + 0.044715 x^3).
 // exp(-2u) overflows to inf for very negative x, giving the right limit, -0.
@@ -82,24 +55,16 @@ __device__ float gelu_grad(float x) {
   return s + 2.0f * x * du * s * sc;
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
-template <int W>
-unsigned grid_for(size_t n) {
-  const size_t per_block = size_t(kBlock) * W;
-  return unsigned(std::min((n + per_block - 1) / per_block, kMaxBlocks));
-}
-
 // Thread t handles elements [W t, W t + W) of each stride, as one pack when all W are in range.
 template <typename X, int W>
 __global__ void gelu_forward_kernel(X* out, const X* inp, size_t n) {
   const size_t stride = size_t(gridDim.x) * blockDim.x * W;
   for (size_t i = (size_t(blockIdx.x) * blockDim.x + threadIdx.x) * W; i < n; i += stride) {
     if (i + W <= n) {
-      Pack<X, W> x = *reinterpret_cast<const Pack<X, W>*>(inp + i);
+      Vec<X, W> x = *reinterpret_cast<const Vec<X, W>*>(inp + i);
 #pragma unroll
       for (int k = 0; k < W; ++k) x.v[k] = from_float<X>(gelu(to_float(x.v[k])));
-      *reinterpret_cast<Pack<X, W>*>(out + i) = x;
+      *reinterpret_cast<Vec<X, W>*>(out + i) = x;
     } else {
       for (size_t j = i; j < n; ++j) out[j] = from_float<X>(gelu(to_float(inp[j])));
     }
@@ -112,12 +77,12 @@ __global__ void gelu_backward_kernel(X* dinp, const X* dout, const X* inp, size_
   const size_t stride = size_t(gridDim.x) * blockDim.x * W;
   for (size_t i = (size_t(blockIdx.x) * blockDim.x + threadIdx.x) * W; i < n; i += stride) {
     if (i + W <= n) {
-      const Pack<X, W> x = *reinterpret_cast<const Pack<X, W>*>(inp + i);
-      Pack<X, W> d = *reinterpret_cast<const Pack<X, W>*>(dout + i);
+      const Vec<X, W> x = *reinterpret_cast<const Vec<X, W>*>(inp + i);
+      Vec<X, W> d = *reinterpret_cast<const Vec<X, W>*>(dout + i);
 #pragma unroll
       for (int k = 0; k < W; ++k)
         d.v[k] = from_float<X>(gelu_grad(to_float(x.v[k])) * to_float(d.v[k]));
-      *reinterpret_cast<Pack<X, W>*>(dinp + i) = d;
+      *reinterpret_cast<Vec<X, W>*>(dinp + i) = d;
     } else {
       for (size_t j = i; j < n; ++j)
         dinp[j] = from_float<X>(gelu_grad(to_float(inp[j])) * to_float(dout[j]));
@@ -132,9 +97,10 @@ void gelu_forward(X* out, const X* inp, size_t n, cudaStream_t stream) {
   if (n == 0) return;
   constexpr int W = kVecWidth<X>;
   if (aligned16(out) && aligned16(inp)) {
-    gelu_forward_kernel<X, W><<<grid_for<W>(n), kBlock, 0, stream>>>(out, inp, n);
+    gelu_forward_kernel<X, W>
+        <<<grid_stride_blocks(n, kBlock * W), kBlock, 0, stream>>>(out, inp, n);
   } else {
-    gelu_forward_kernel<X, 1><<<grid_for<1>(n), kBlock, 0, stream>>>(out, inp, n);
+    gelu_forward_kernel<X, 1><<<grid_stride_blocks(n, kBlock), kBlock, 0, stream>>>(out, inp, n);
   }
   MEG_CUDA_CHECK(cudaGetLastError());
 }
@@ -144,9 +110,11 @@ void gelu_backward(X* dinp, const X* dout, const X* inp, size_t n, cudaStream_t 
   if (n == 0) return;
   constexpr int W = kVecWidth<X>;
   if (aligned16(dinp) && aligned16(dout) && aligned16(inp)) {
-    gelu_backward_kernel<X, W><<<grid_for<W>(n), kBlock, 0, stream>>>(dinp, dout, inp, n);
+    gelu_backward_kernel<X, W>
+        <<<grid_stride_blocks(n, kBlock * W), kBlock, 0, stream>>>(dinp, dout, inp, n);
   } else {
-    gelu_backward_kernel<X, 1><<<grid_for<1>(n), kBlock, 0, stream>>>(dinp, dout, inp, n);
+    gelu_backward_kernel<X, 1>
+        <<<grid_stride_blocks(n, kBlock), kBlock, 0, stream>>>(dinp, dout, inp, n);
   }
   MEG_CUDA_CHECK(cudaGetLastError());
 }

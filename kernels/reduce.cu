@@ -19,8 +19,8 @@
 
 #include <algorithm>
 #include <cstddef>
-#include <cstdint>
 
+#include "common.cuh"
 #include "ops/cuda/check.hpp"
 #include "ops/cuda/ops.hpp"
 
@@ -29,7 +29,6 @@ namespace meg::cuda {
 namespace {
 
 constexpr int kBlock = 512;
-constexpr int kWarp = 32;
 constexpr int kWidth = 4;                 // floats per 16-byte pack
 constexpr size_t kMinPacksPerThread = 8;  // below this a thread is not worth starting
 constexpr size_t kMaxBlocks = 1024;       // enough to fill any current GPU; also the scratch size
@@ -42,15 +41,12 @@ size_t blocks_for(size_t n) {
 // The sum of V over the block, valid in thread 0: a butterfly within each warp, then warp 0 adds
 // the warps' sums in warp order.
 __device__ double block_sum(double v) {
-  __shared__ double warp_sum[kBlock / kWarp];
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  if (threadIdx.x % kWarp == 0) warp_sum[threadIdx.x / kWarp] = v;
+  __shared__ double warp_sums[kBlock / kWarp];
+  v = warp_sum(v);
+  if (threadIdx.x % kWarp == 0) warp_sums[threadIdx.x / kWarp] = v;
   __syncthreads();
-  if (threadIdx.x < kWarp) {
-    v = threadIdx.x < kBlock / kWarp ? warp_sum[threadIdx.x] : 0.0;
-    for (int offset = kWarp / 2; offset > 0; offset /= 2)
-      v += __shfl_xor_sync(0xffffffffu, v, offset);
-  }
+  if (threadIdx.x < kWarp)
+    v = warp_sum(threadIdx.x < kBlock / kWarp ? warp_sums[threadIdx.x] : 0.0);
   return v;
 }
 
@@ -95,7 +91,7 @@ size_t sum_squares_scratch(size_t n) { return blocks_for(n); }
 
 void sum_squares(double* out, const float* grad, size_t n, double* scratch, cudaStream_t stream) {
   const size_t blocks = blocks_for(n);
-  if (reinterpret_cast<uintptr_t>(grad) % 16 == 0) {
+  if (aligned16(grad)) {
     sum_squares_partial_kernel<true><<<unsigned(blocks), kBlock, 0, stream>>>(scratch, grad, n);
   } else {
     sum_squares_partial_kernel<false><<<unsigned(blocks), kBlock, 0, stream>>>(scratch, grad, n);

@@ -20,10 +20,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
-#include <cstdint>
 #include <stdexcept>
 #include <vector>
 
+#include "common.cuh"
 #include "ops/cuda/check.hpp"
 #include "ops/cuda/ops.hpp"
 
@@ -32,16 +32,6 @@ namespace meg::cuda {
 namespace {
 
 constexpr int kBlock = 256;
-constexpr size_t kMaxBlocks = 1 << 16;  // the grid-stride loop covers the rest
-
-// W consecutive values of T moved as one access (16 bytes for X on the fast path).
-template <typename T, int W>
-struct alignas(sizeof(T) * W) Vec {
-  T v[W];
-};
-
-template <typename X>
-constexpr int kVecWidth = 16 / sizeof(X);
 
 // Thread work item (row, head, vector i of W pairs) over the N rows and the NH + NKV rotated heads
 // of each row. SIGN is +1 for the forward, -1 for the backward.
@@ -84,11 +74,10 @@ void rotate(X* qkv, const float* table, int B, int T, int NH, int NKV, int HS, f
   if (N <= 0 || NH + NKV <= 0 || HS <= 0) return;
   const auto* tab = reinterpret_cast<const float2*>(table);
   constexpr int W = kVecWidth<X>;
-  const bool vec = (HS / 2) % W == 0 && reinterpret_cast<uintptr_t>(qkv) % 16 == 0 &&
-                   reinterpret_cast<uintptr_t>(table) % sizeof(Vec<float2, W>) == 0;
-  const int w = vec ? W : 1;
-  const size_t total = size_t(N) * (NH + NKV) * (HS / 2 / w);
-  const unsigned grid = unsigned(std::min((total + kBlock - 1) / kBlock, kMaxBlocks));
+  const bool vec =
+      (HS / 2) % W == 0 && aligned16(qkv) && aligned(table, sizeof(Vec<float2, W>));
+  const size_t total = size_t(N) * (NH + NKV) * (HS / 2 / (vec ? W : 1));
+  const unsigned grid = grid_stride_blocks(total, kBlock);
   if (vec)
     rope_kernel<X, W><<<grid, kBlock, 0, stream>>>(qkv, tab, N, T, NH, NKV, HS, sign);
   else

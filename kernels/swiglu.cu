@@ -15,14 +15,12 @@
 //
 // The backward may run in place with dinp == inp: each thread reads its gate and up values before
 // writing their gradients at the same places.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstddef>
-#include <cstdint>
 
+#include "common.cuh"
 #include "ops/cuda/check.hpp"
 #include "ops/cuda/ops.hpp"
 
@@ -33,39 +31,14 @@ namespace {
 constexpr int kMaxBlock = 256;
 constexpr int kMaxGridY = 65535;  // CUDA's limit; the row loop covers the rest
 
-__device__ float to_float(float v) { return v; }
-__device__ float to_float(bf16 v) { return __bfloat162float(v); }
-__device__ float to_float(fp16 v) { return __half2float(v); }
-
-// Round to nearest even, as the host's __float2bfloat16 / __float2half.
-template <typename X>
-__device__ X from_float(float v);
-template <>
-__device__ float from_float<float>(float v) { return v; }
-template <>
-__device__ bf16 from_float<bf16>(float v) { return __float2bfloat16(v); }
-template <>
-__device__ fp16 from_float<fp16>(float v) { return __float2half(v); }
-
-// W consecutive values of X, moved as one access of W * sizeof(X) bytes (16 for the vector path).
-template <typename X, int W>
-struct alignas(sizeof(X) * W) Pack {
-  X v[W];
-};
-
-template <typename X>
-constexpr int kVecWidth = 16 / sizeof(X);
-
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 // Packs per row: H / W. Threads per block: the packs of a row rounded up to whole warps, at most
 // kMaxBlock, so that a narrow row does not leave most of a block idle.
 struct Launch {
   dim3 grid, block;
 };
 Launch launch_for(int N, int packs) {
-  const int threads = std::min(kMaxBlock, (packs + 31) / 32 * 32);
-  return {dim3((packs + threads - 1) / threads, std::min(N, kMaxGridY)), dim3(threads)};
+  const int threads = std::min(kMaxBlock, ceil_div(packs, kWarp) * kWarp);
+  return {dim3(ceil_div(packs, threads), std::min(N, kMaxGridY)), dim3(threads)};
 }
 
 template <typename X, int W>
@@ -74,15 +47,15 @@ __global__ void swiglu_forward_kernel(X* out, const X* inp, int N, int H) {
   if (c >= H) return;
   for (int row = blockIdx.y; row < N; row += gridDim.y) {
     const X* gate = inp + size_t(row) * 2 * H + c;
-    const Pack<X, W> g = *reinterpret_cast<const Pack<X, W>*>(gate);
-    const Pack<X, W> u = *reinterpret_cast<const Pack<X, W>*>(gate + H);
-    Pack<X, W> y;
+    const Vec<X, W> g = *reinterpret_cast<const Vec<X, W>*>(gate);
+    const Vec<X, W> u = *reinterpret_cast<const Vec<X, W>*>(gate + H);
+    Vec<X, W> y;
 #pragma unroll
     for (int k = 0; k < W; ++k) {
       const float gk = to_float(g.v[k]);
       y.v[k] = from_float<X>(gk / (1.0f + expf(-gk)) * to_float(u.v[k]));
     }
-    *reinterpret_cast<Pack<X, W>*>(out + size_t(row) * H + c) = y;
+    *reinterpret_cast<Vec<X, W>*>(out + size_t(row) * H + c) = y;
   }
 }
 
@@ -94,10 +67,10 @@ __global__ void swiglu_backward_kernel(X* dinp, const X* dout, const X* inp, int
   if (c >= H) return;
   for (int row = blockIdx.y; row < N; row += gridDim.y) {
     const size_t in = size_t(row) * 2 * H + c;
-    const Pack<X, W> g = *reinterpret_cast<const Pack<X, W>*>(inp + in);
-    const Pack<X, W> u = *reinterpret_cast<const Pack<X, W>*>(inp + in + H);
-    const Pack<X, W> dy = *reinterpret_cast<const Pack<X, W>*>(dout + size_t(row) * H + c);
-    Pack<X, W> dg, du;
+    const Vec<X, W> g = *reinterpret_cast<const Vec<X, W>*>(inp + in);
+    const Vec<X, W> u = *reinterpret_cast<const Vec<X, W>*>(inp + in + H);
+    const Vec<X, W> dy = *reinterpret_cast<const Vec<X, W>*>(dout + size_t(row) * H + c);
+    Vec<X, W> dg, du;
 #pragma unroll
     for (int k = 0; k < W; ++k) {
       const float gk = to_float(g.v[k]), dyk = to_float(dy.v[k]);
@@ -108,8 +81,8 @@ __global__ void swiglu_backward_kernel(X* dinp, const X* dout, const X* inp, int
       dg.v[k] = from_float<X>(dyk * to_float(u.v[k]) * s * (1.0f + gk * sc));
       du.v[k] = from_float<X>(dyk * gk * s);
     }
-    *reinterpret_cast<Pack<X, W>*>(dinp + in) = dg;
-    *reinterpret_cast<Pack<X, W>*>(dinp + in + H) = du;
+    *reinterpret_cast<Vec<X, W>*>(dinp + in) = dg;
+    *reinterpret_cast<Vec<X, W>*>(dinp + in + H) = du;
   }
 }
 

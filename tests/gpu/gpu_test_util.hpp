@@ -9,7 +9,9 @@
 //   - accumulated gradient outputs are pre-filled with random values, checking that they accumulate;
 //   - the reference is meg::cpu::* instantiated for double on the same (widened) inputs;
 //   - each element must satisfy |gpu - ref| <= rtol * scale, where scale is the magnitude of the
-//     terms the element is made of, not |ref| alone. NaN never passes.
+//     terms the element is made of, not |ref| alone (plus subnormal_error<X>() for outputs of type
+//     X). NaN never passes;
+//   - kernels that promise the same bits on every run are run twice and compared with same_bits.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -19,6 +21,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstring>
 #include <random>
 #include <string>
 #include <type_traits>
@@ -56,6 +59,16 @@ constexpr double unit_roundoff() {
   if constexpr (std::is_same_v<X, float>) return 0x1p-24;
   else if constexpr (std::is_same_v<X, __nv_bfloat16>) return 0x1p-8;
   else return 0x1p-11;
+}
+
+// The absolute error of one rounding to X where the result is subnormal: half the spacing of X's
+// subnormals. fp16's start below 6.1e-5, within reach of products of test values, and no relative
+// bound covers them, so the checks of X outputs add this to their bound.
+template <typename X>
+constexpr double subnormal_error() {
+  if constexpr (std::is_same_v<X, float>) return 0x1p-150;
+  else if constexpr (std::is_same_v<X, __nv_bfloat16>) return 0x1p-134;
+  else return 0x1p-25;
 }
 
 template <typename X>
@@ -163,6 +176,20 @@ inline void check_close(const std::string& what, const std::vector<float>& got,
 inline void check_close(const std::string& what, const std::vector<float>& got,
                         const std::vector<double>& want, double scale, double rtol) {
   check_close(what, got, want, std::vector<double>(want.size(), scale), rtol);
+}
+
+// check_close for outputs of type X: rtol * scale, plus subnormal_error<X>(), for each element.
+template <typename X>
+void check_close_x(const std::string& what, const std::vector<float>& got,
+                   const std::vector<double>& want, std::vector<double> scale, double rtol) {
+  for (auto& s : scale) s += subnormal_error<X>() / rtol;
+  check_close(what, got, want, scale, rtol);
+}
+
+// Two downloads equal bit for bit (no float comparison: NaN != NaN and -0 == 0).
+template <typename T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
 }
 
 // Relative L2 error ||got - want|| / ||want||, for kernels whose per-element bounds are loose by

@@ -6,7 +6,7 @@
 // may be off by
 //   u_X * |ref|                    the final rounding to X (u_X = unit_roundoff<X>()),
 //   + c * u_f32 * terms            the fp32 arithmetic before it, c counted per kernel below,
-//   + tiny<X>()                    when the rounding underflows into X's subnormals (fp16's start
+//   + subnormal_error<X>()         when the rounding underflows into X's subnormals (fp16's start
 //                                  at 6e-5, and gelu(-5) is -2e-7).
 // terms is the magnitude of what the result is made of, so a sum that cancels is held to the
 // accuracy of its parts, not of its tiny total.
@@ -16,7 +16,6 @@
 
 #include <cmath>
 #include <cstddef>
-#include <cstring>
 #include <random>
 #include <vector>
 
@@ -25,29 +24,13 @@
 #include "ops/cpu/ops.hpp"
 #include "ops/cuda/ops.hpp"
 
-namespace {
+using namespace meg::test;
 
-using meg::test::DeviceBuffer;
-using meg::test::unit_roundoff;
-using meg::test::widen;
+namespace {
 
 constexpr double kU32 = 0x1p-24;  // unit roundoff of fp32, the GPU's arithmetic
 constexpr double kGeluK = 0.7978845608028654;
 constexpr double kGeluA = 0.044715;
-
-// Half the spacing of X's subnormals: the most a rounding that underflows can lose.
-template <typename X>
-constexpr double tiny() {
-  if constexpr (std::is_same_v<X, float>) return 0x1p-150;
-  else if constexpr (std::is_same_v<X, __nv_bfloat16>) return 0x1p-134;
-  else return 0x1p-25;
-}
-
-// Two downloads equal bit for bit (no float comparison: NaN != NaN and -0 == 0).
-template <typename X>
-bool same_bits(const std::vector<X>& a, const std::vector<X>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(X)) == 0;
-}
 
 // sigmoid(z) and 1 - sigmoid(z) in double, without overflow for any z (as the GPU computes them).
 struct SigmoidPair {
@@ -119,8 +102,8 @@ TEMPLATE_TEST_CASE("CUDA gelu_forward and gelu_backward match the CPU reference"
     std::vector<double> out_ref(n), dinp_ref(n, 0.0);  // the CPU's backward accumulates: from 0
     meg::cpu::gelu_forward(out_ref.data(), widen(x).data(), n);
     meg::cpu::gelu_backward(dinp_ref.data(), widen(dout).data(), widen(x).data(), n);
-    const auto fwd_bound = gelu_forward_bound(x, out_ref, ux, tiny<X>());
-    const auto bwd_bound = gelu_backward_bound(x, dout, dinp_ref, ux, tiny<X>());
+    const auto fwd_bound = gelu_forward_bound(x, out_ref, ux, subnormal_error<X>());
+    const auto bwd_bound = gelu_backward_bound(x, dout, dinp_ref, ux, subnormal_error<X>());
 
     // Each launch twice on a poisoned output: every element written, the same bits both times.
     DeviceBuffer<X> inp(x), out(n), dy(dout), dinp(n);
@@ -171,9 +154,9 @@ TEMPLATE_TEST_CASE("CUDA gelu goes one element at a time on misaligned pointers"
   CHECK(std::isnan(got[0]));  // nothing written before the views
   CHECK(std::isnan(dgot[0]));
   meg::test::check_close("out", {got.begin() + 1, got.end()}, out_ref,
-                         gelu_forward_bound(xv, out_ref, ux, tiny<X>()), 1.0);
+                         gelu_forward_bound(xv, out_ref, ux, subnormal_error<X>()), 1.0);
   meg::test::check_close("dinp", {dgot.begin() + 1, dgot.end()}, dinp_ref,
-                         gelu_backward_bound(xv, doutv, dinp_ref, ux, tiny<X>()), 1.0);
+                         gelu_backward_bound(xv, doutv, dinp_ref, ux, subnormal_error<X>()), 1.0);
 }
 
 TEMPLATE_TEST_CASE("CUDA swiglu_forward and swiglu_backward match the CPU reference",
@@ -210,12 +193,13 @@ TEMPLATE_TEST_CASE("CUDA swiglu_forward and swiglu_backward match the CPU refere
         const double g = inp_h[kg], up = inp_h[ku], dy = dout_h[k];
         const auto [s, sc] = sigmoid_pair(g);
         out_bound[k] = (ux + 10 * kU32) * std::abs(out_ref[k]) +
-                       kMinNormal32 * std::abs(g * up) + tiny<X>();
+                       kMinNormal32 * std::abs(g * up) + subnormal_error<X>();
         dinp_bound[kg] = ux * std::abs(dinp_ref[kg]) +
                          10 * kU32 * std::abs(dy * up * s) * (1 + std::abs(g * sc)) +
-                         kMinNormal32 * std::abs(dy * up) * (1 + std::abs(g)) + tiny<X>();
+                         kMinNormal32 * std::abs(dy * up) * (1 + std::abs(g)) +
+                         subnormal_error<X>();
         dinp_bound[ku] = (ux + 10 * kU32) * std::abs(dinp_ref[ku]) +
-                         kMinNormal32 * std::abs(dy * g) + tiny<X>();
+                         kMinNormal32 * std::abs(dy * g) + subnormal_error<X>();
       }
     }
 

@@ -7,10 +7,8 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <random>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include "catch.hpp"
@@ -24,29 +22,6 @@ namespace {
 
 // Lengths: a single value, a ragged tail after whole vectors, and ~1M values (many blocks).
 const size_t kLengths[] = {1, 7, 4097 * 3 + 1, 1 << 20};
-
-template <typename T>
-bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
-}
-
-// The absolute error of one rounding to X where the result is subnormal: half the spacing there.
-// fp16's subnormals start below 6.1e-5, within reach of products of the test values, and no
-// relative bound covers them, so the checks of X outputs add this to their bound.
-template <typename X>
-constexpr double subnormal_error() {
-  if constexpr (std::is_same_v<X, float>) return 0x1p-150;
-  else if constexpr (std::is_same_v<X, __nv_bfloat16>) return 0x1p-134;
-  else return 0x1p-25;
-}
-
-// check_close for outputs of type X: rtol * scale, plus subnormal_error<X>(), for each element.
-template <typename X>
-void check_close_x(const std::string& what, const std::vector<float>& got,
-                   const std::vector<double>& want, std::vector<double> scale, double rtol) {
-  for (auto& s : scale) s += subnormal_error<X>() / rtol;
-  check_close(what, got, want, scale, rtol);
-}
 
 template <typename T>
 std::vector<T> drop_first(const std::vector<T>& v) {

@@ -6,7 +6,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <map>
 #include <random>
 #include <vector>
@@ -34,11 +33,6 @@ std::vector<int32_t> random_tokens(size_t n, int V, std::mt19937& rng) {
   std::vector<int32_t> t(n);
   for (auto& x : t) x = dist(rng);
   return t;
-}
-
-template <typename T>
-bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
 }
 
 }  // namespace

@@ -5,7 +5,8 @@
 // the terms, and every launch run twice for the same bits.
 //
 // The bounds count roundings: u_X = unit_roundoff<X>() for each rounding to X, u = 2^-24 for each
-// fp32 operation on the GPU, and tiny<X>() for a result that underflows into X's subnormals.
+// fp32 operation on the GPU, and subnormal_error<X>() for a result that underflows into X's
+// subnormals.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -24,27 +25,11 @@
 #include "ops/cpu/ops.hpp"
 #include "ops/cuda/ops.hpp"
 
+using namespace meg::test;
+
 namespace {
 
-using meg::test::DeviceBuffer;
-using meg::test::unit_roundoff;
-using meg::test::widen;
-
 constexpr double kU32 = 0x1p-24;  // unit roundoff of fp32, the GPU's arithmetic
-
-// Half the spacing of X's subnormals: the most a rounding that underflows can lose.
-template <typename X>
-constexpr double tiny() {
-  if constexpr (std::is_same_v<X, float>) return 0x1p-150;
-  else if constexpr (std::is_same_v<X, __nv_bfloat16>) return 0x1p-134;
-  else return 0x1p-25;
-}
-
-// Two downloads equal bit for bit (no float comparison: NaN != NaN and -0 == 0).
-template <typename T>
-bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
-}
 
 // ---- cross-entropy -------------------------------------------------------------------------
 
@@ -114,7 +99,7 @@ TEMPLATE_TEST_CASE("CUDA cross_entropy_fused matches the CPU reference", "[gpu][
         const double p = std::exp(row[j] - mx) / std::exp(loss_ref[i] + row[targets_h[i]] - mx);
         const double terms = double(dloss) * (p + (j == targets_h[i] ? 1.0 : 0.0));
         grad_bound[k] = ux * std::abs(grad_ref[k]) + (256 + (mx - row[j]) + std::abs(mx)) * kU32 * terms +
-                        double(dloss) * 0x1p-126 + tiny<X>();
+                        double(dloss) * 0x1p-126 + subnormal_error<X>();
       }
     }
 

@@ -3,14 +3,14 @@
 // rounded to X, outputs poisoned, accumulated gradients pre-filled with random values, and each
 // element held to |gpu - ref| <= rtol * scale with scale the magnitude of the terms it is made of.
 // Every backward also runs twice on the same inputs and must give the same bits (the dweight and
-// dbias reductions are ordered, not atomic), and the scratch is poisoned before each run.
+// dbias reductions are ordered, not atomic), each gradient alone must give its bits of the full
+// run and leave the others as they were, and the scratch is poisoned before each run.
 #include <cuda_runtime.h>
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <random>
-#include <string>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -48,27 +48,59 @@ double rtol_x() {
 const std::pair<int, int> kShapes[] = {{1, 768},    {7, 3},    {4097, 3}, {256, 1600},
                                        {4097, 768}, {5, 1601}, {33, 8192}, {3, 4097}};
 
-// The absolute error of one rounding to X where the result is subnormal: half the spacing there.
-// fp16's subnormals start below 6.1e-5, within reach of products of the test values, and no
-// relative bound covers them, so the checks of X outputs add this to their bound.
+// A case's random inputs, rounded to X: the rows [N, C], with an offset against the spread (so
+// that LayerNorm must really subtract the mean), and the weight [C].
+struct Inputs {
+  std::vector<float> inp, weight;
+};
+
 template <typename X>
-constexpr double subnormal_error() {
-  if constexpr (std::is_same_v<X, float>) return 0x1p-150;
-  else if constexpr (std::is_same_v<X, __nv_bfloat16>) return 0x1p-134;
-  else return 0x1p-25;
+Inputs random_inputs(int N, int C, std::mt19937& rng) {
+  auto inp = round_to<X>(random_floats(size_t(N) * C, -1.0f, 2.0f, rng));
+  return {std::move(inp), round_to<X>(random_floats(C, 0.5f, 1.5f, rng))};
 }
 
-// check_close for outputs of type X: rtol * scale, plus subnormal_error<X>(), for each element.
-template <typename X>
-void check_close_x(const std::string& what, const std::vector<float>& got,
-                   const std::vector<double>& want, std::vector<double> scale, double rtol) {
-  for (auto& s : scale) s += subnormal_error<X>() / rtol;
-  check_close(what, got, want, scale, rtol);
-}
+// One accumulated gradient output of a backward, its device buffer seen as raw bytes: reset()
+// uploads its starting values, bits() reads it back.
+struct Gradient {
+  std::function<void()> reset;
+  std::function<std::vector<unsigned char>()> bits;
+};
 
 template <typename T>
-bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+Gradient gradient(DeviceBuffer<T>& d, const std::vector<float>& init) {
+  return {[&d, &init] { d.upload(init); },
+          [&d] {
+            const auto v = d.download_raw();
+            std::vector<unsigned char> b(v.size() * sizeof(T));
+            std::memcpy(b.data(), v.data(), b.size());
+            return b;
+          }};
+}
+
+// The pointer to pass for gradient K in a run of gradient ONLY (-1: all of them).
+template <typename T>
+T* if_run(const DeviceBuffer<T>& d, int k, int only) {
+  return only < 0 || only == k ? d.get() : nullptr;
+}
+
+// The checks of a backward beyond its values, RUN(only) running it with every gradient (-1) or
+// with gradient ONLY of GRADS alone: from the same starting gradients a second run gives the bits
+// of the first (the run just checked, whose results GRADS hold), and each gradient alone gives its
+// bits of the full run and leaves the others at their starting values.
+void check_repeats(const std::vector<Gradient>& grads, const std::function<void(int)>& run) {
+  std::vector<std::vector<unsigned char>> first, init;
+  for (const auto& g : grads) first.push_back(g.bits());
+  for (const auto& g : grads) g.reset(), init.push_back(g.bits());
+  run(-1);
+  for (size_t k = 0; k < grads.size(); ++k) CHECK(grads[k].bits() == first[k]);
+  for (int only = 0; only < int(grads.size()); ++only) {
+    INFO("gradient " << only << " alone");
+    for (const auto& g : grads) g.reset();
+    run(only);
+    for (size_t k = 0; k < grads.size(); ++k)
+      CHECK(grads[k].bits() == (int(k) == only ? first[k] : init[k]));
+  }
 }
 
 double row_mean_abs(const std::vector<float>& a, int i, int C) {
@@ -86,9 +118,7 @@ TEMPLATE_TEST_CASE("CUDA layernorm_forward matches the CPU reference", "[gpu][ke
   for (auto [N, C] : kShapes) {
     INFO(type_name<X>() << " N=" << N << " C=" << C);
     const size_t NC = size_t(N) * C;
-    // An offset against the spread, so the kernel must really subtract the mean.
-    const auto inp = round_to<X>(random_floats(NC, -1.0f, 2.0f, rng));
-    const auto weight = round_to<X>(random_floats(C, 0.5f, 1.5f, rng));
+    const auto [inp, weight] = random_inputs<X>(N, C, rng);
     const auto bias = round_to<X>(random_floats(C, -0.5f, 0.5f, rng));
     const float eps = 1e-5f;
 
@@ -137,8 +167,7 @@ TEMPLATE_TEST_CASE("CUDA layernorm_backward matches the CPU reference, accumulat
   for (auto [N, C] : kShapes) {
     INFO(type_name<X>() << " N=" << N << " C=" << C);
     const size_t NC = size_t(N) * C;
-    const auto inp = round_to<X>(random_floats(NC, -1.0f, 2.0f, rng));
-    const auto weight = round_to<X>(random_floats(C, 0.5f, 1.5f, rng));
+    const auto [inp, weight] = random_inputs<X>(N, C, rng);
     const auto dout = round_to<X>(random_floats(NC, -1.0f, 1.0f, rng));
 
     // The saved statistics, rounded to fp32 once and handed to both sides, so the comparison is
@@ -191,34 +220,20 @@ TEMPLATE_TEST_CASE("CUDA layernorm_backward matches the CPU reference, accumulat
     DeviceBuffer<X> d_inp(inp), d_weight(weight), d_dout(dout), d_dinp(dinp0);
     DeviceBuffer<float> d_mean(mean), d_rstd(rstd), d_dweight(dweight0), d_dbias(dbias0);
     DeviceBuffer<float> scratch(meg::cuda::layernorm_backward_scratch(N, C));
-    auto run = [&](X* dinp, float* dweight, float* dbias) {
+    auto run = [&](int only) {
       scratch.poison();
-      meg::cuda::layernorm_backward(dinp, dweight, dbias, d_dout.get(), d_inp.get(),
+      meg::cuda::layernorm_backward(if_run(d_dinp, 0, only), if_run(d_dweight, 1, only),
+                                    if_run(d_dbias, 2, only), d_dout.get(), d_inp.get(),
                                     d_weight.get(), d_mean.get(), d_rstd.get(), N, C,
                                     scratch.get(), nullptr);
     };
 
-    run(d_dinp.get(), d_dweight.get(), d_dbias.get());
-    const auto dinp1 = d_dinp.download_raw();
-    const auto dweight1 = d_dweight.download_raw(), dbias1 = d_dbias.download_raw();
+    run(-1);
     check_close_x<X>("dinp", d_dinp.download(), dinp_ref, dinp_scale, rtol_x<X>());
     check_close("dweight", d_dweight.download(), dweight_ref, dweight_scale, kFp32Reduce);
     check_close("dbias", d_dbias.download(), dbias_ref, dbias_scale, kFp32Reduce);
-
-    // Again from the same starting gradients: the same bits.
-    d_dinp.upload(dinp0), d_dweight.upload(dweight0), d_dbias.upload(dbias0);
-    run(d_dinp.get(), d_dweight.get(), d_dbias.get());
-    CHECK(same_bits(d_dinp.download_raw(), dinp1));
-    CHECK(same_bits(d_dweight.download_raw(), dweight1));
-    CHECK(same_bits(d_dbias.download_raw(), dbias1));
-
-    // Null gradients are skipped, and the others are as before: dinp alone, then dweight alone.
-    d_dinp.upload(dinp0), d_dweight.upload(dweight0), d_dbias.upload(dbias0);
-    run(d_dinp.get(), nullptr, nullptr);
-    CHECK(same_bits(d_dinp.download_raw(), dinp1));
-    run(nullptr, d_dweight.get(), nullptr);
-    CHECK(same_bits(d_dweight.download_raw(), dweight1));
-    CHECK(d_dbias.download() == dbias0);
+    check_repeats(
+        {gradient(d_dinp, dinp0), gradient(d_dweight, dweight0), gradient(d_dbias, dbias0)}, run);
   }
 }
 
@@ -229,8 +244,7 @@ TEMPLATE_TEST_CASE("CUDA rmsnorm_forward matches the CPU reference", "[gpu][kern
   for (auto [N, C] : kShapes) {
     INFO(type_name<X>() << " N=" << N << " C=" << C);
     const size_t NC = size_t(N) * C;
-    const auto inp = round_to<X>(random_floats(NC, -1.0f, 2.0f, rng));
-    const auto weight = round_to<X>(random_floats(C, 0.5f, 1.5f, rng));
+    const auto [inp, weight] = random_inputs<X>(N, C, rng);
     const float eps = 1e-5f;
 
     std::vector<double> out_ref(NC), rstd_ref(N);
@@ -267,8 +281,7 @@ TEMPLATE_TEST_CASE("CUDA rmsnorm_backward matches the CPU reference, accumulates
   for (auto [N, C] : kShapes) {
     INFO(type_name<X>() << " N=" << N << " C=" << C);
     const size_t NC = size_t(N) * C;
-    const auto inp = round_to<X>(random_floats(NC, -1.0f, 2.0f, rng));
-    const auto weight = round_to<X>(random_floats(C, 0.5f, 1.5f, rng));
+    const auto [inp, weight] = random_inputs<X>(N, C, rng);
     const auto dout = round_to<X>(random_floats(NC, -1.0f, 1.0f, rng));
 
     std::vector<double> rstd_d(N), tmp(NC);
@@ -308,27 +321,16 @@ TEMPLATE_TEST_CASE("CUDA rmsnorm_backward matches the CPU reference, accumulates
     DeviceBuffer<X> d_inp(inp), d_weight(weight), d_dout(dout), d_dinp(dinp0);
     DeviceBuffer<float> d_rstd(rstd), d_dweight(dweight0);
     DeviceBuffer<float> scratch(meg::cuda::rmsnorm_backward_scratch(N, C));
-    auto run = [&](X* dinp, float* dweight) {
+    auto run = [&](int only) {
       scratch.poison();
-      meg::cuda::rmsnorm_backward(dinp, dweight, d_dout.get(), d_inp.get(), d_weight.get(),
-                                  d_rstd.get(), N, C, scratch.get(), nullptr);
+      meg::cuda::rmsnorm_backward(if_run(d_dinp, 0, only), if_run(d_dweight, 1, only),
+                                  d_dout.get(), d_inp.get(), d_weight.get(), d_rstd.get(), N, C,
+                                  scratch.get(), nullptr);
     };
 
-    run(d_dinp.get(), d_dweight.get());
-    const auto dinp1 = d_dinp.download_raw();
-    const auto dweight1 = d_dweight.download_raw();
+    run(-1);
     check_close_x<X>("dinp", d_dinp.download(), dinp_ref, dinp_scale, rtol_x<X>());
     check_close("dweight", d_dweight.download(), dweight_ref, dweight_scale, kFp32Reduce);
-
-    d_dinp.upload(dinp0), d_dweight.upload(dweight0);
-    run(d_dinp.get(), d_dweight.get());
-    CHECK(same_bits(d_dinp.download_raw(), dinp1));
-    CHECK(same_bits(d_dweight.download_raw(), dweight1));
-
-    d_dinp.upload(dinp0), d_dweight.upload(dweight0);
-    run(d_dinp.get(), nullptr);
-    CHECK(same_bits(d_dinp.download_raw(), dinp1));
-    run(nullptr, d_dweight.get());
-    CHECK(same_bits(d_dweight.download_raw(), dweight1));
+    check_repeats({gradient(d_dinp, dinp0), gradient(d_dweight, dweight0)}, run);
   }
 }
