@@ -8,6 +8,14 @@
 //   backward: dP = dO V^T,  D = rowsum(dO o O) (= rowsum(P o dP)),  dS = P o (dP - D),
 //             dQ = dS K / sqrt(HS),  dK = dS^T Q / sqrt(HS),  dV = P^T dO.
 //
+// Attention dropout (p > 0) keeps P, the softmax, for the normalisation and the backward's dS, and
+// drops from the product with V: out = (P o M') V with M' = M / (1 - p), M the CPU's counter-based
+// mask (element (b, h, t, t2) is element ((b*NH + h)*T + t)*T + t2 of the key's stream). The
+// backward becomes dV = (P o M')^T dO and dP = (dO V^T) o M', and D = rowsum(dO o O) is still
+// rowsum(P o dP), since rowsum(dO o (P o M') V) = rowsum(P o M' o (dO V^T)). No mask is stored:
+// every kernel that needs one hashes its elements again, so each kernel has a dropout variant (a
+// template parameter), and p = 0 runs the plain kernels, untouched.
+//
 // Forward (FlashAttention-2). A block owns a tile of query rows of one head and walks the key
 // tiles up to the diagonal; each warp owns 16 of the rows. For every key tile it computes the
 // 16 x 64 scores with tensor cores, updates a running row maximum m and row sum l (the online
@@ -58,6 +66,8 @@
 #include <stdexcept>
 #include <type_traits>
 
+#include "common.cuh"
+#include "ops/cpu/dropout_mask.hpp"
 #include "ops/cuda/check.hpp"
 #include "ops/cuda/ops.hpp"
 
@@ -65,12 +75,8 @@ namespace meg::cuda {
 
 namespace {
 
-constexpr int kWarp = 32;
 constexpr int kMaxHS = 256;
-constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
-
-__host__ __device__ constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
 void check_shape(int NH, int NKV, int HS) {
   if (HS <= 0 || HS % 2 != 0 || HS > kMaxHS)
@@ -79,18 +85,7 @@ void check_shape(int NH, int NKV, int HS) {
     throw std::invalid_argument("attention: query heads must be a multiple of key/value heads");
 }
 
-// ---- conversions and warp reductions -----------------------------------------------------------
-
-__device__ float to_float(float v) { return v; }
-__device__ float to_float(bf16 v) { return __bfloat162float(v); }
-__device__ float to_float(fp16 v) { return __half2float(v); }
-
-template <typename X>
-__device__ X from_float(float v) {
-  if constexpr (std::is_same_v<X, float>) return v;
-  else if constexpr (std::is_same_v<X, bf16>) return __float2bfloat16(v);
-  else return __float2half(v);
-}
+// ---- conversions -------------------------------------------------------------------------------
 
 // Two fp32 values rounded to X and packed into one 32-bit register, LO in the low half: the
 // element order of mma operands and of a 4-byte store of two consecutive columns.
@@ -107,11 +102,29 @@ __device__ uint32_t pack2(float lo, float hi) {
   return r;
 }
 
-// The butterfly (xor) pattern leaves the same, identically rounded sum in every lane.
-__device__ float warp_sum(float v) {
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
+// ---- the dropout mask --------------------------------------------------------------------------
+
+// cpu::dropout_bits(stream, index) hashes stream + (index + 1) * kIndexStride. The tensor-core
+// kernels keep that input rather than the index: the inputs of a thread's elements are then one
+// product per tile and 64-bit additions.
+constexpr uint64_t kIndexStride = 0x9e3779b97f4a7c15ULL;
+
+// Whether the element whose hash input is X is kept: cpu::dropout_bits's test.
+__device__ bool kept(uint64_t x, uint32_t threshold) {
+  return uint32_t(cpu::detail::splitmix64(x) >> 32) >= threshold;
 }
+
+// A launch's attention dropout (read by the kernels' dropout variants only).
+struct Dropout {
+  uint64_t stream;     // cpu::dropout_stream(key)
+  uint32_t threshold;  // cpu::dropout_threshold(p): element kept iff its bits are >= this
+  float scale;         // 1 / (1 - p) in fp32, as dropout_apply's
+
+  __device__ uint64_t hash_input(uint64_t index) const {
+    return stream + (index + 1) * kIndexStride;
+  }
+  __device__ bool keeps(uint64_t index) const { return kept(hash_input(index), threshold); }
+};
 
 // ---- D = rowsum(dO o O) ------------------------------------------------------------------------
 
@@ -221,10 +234,11 @@ struct QkvLayout {
 
 // Warp per query row (b, h, t): keys one at a time with an online softmax. When a key raises the
 // running maximum, the old sums are rescaled by exp(m_old - s); otherwise the key's weight is
-// exp(s - m): one exponential per key either way.
-template <typename X>
+// exp(s - m): one exponential per key either way. A dropped key still counts in the sum l.
+template <typename X, bool kDrop>
 __global__ void attention_forward_fallback_kernel(X* out, float* lse, const X* qkv, int B, int T,
-                                                  int NH, int NKV, int HS, float scale) {
+                                                  int NH, int NKV, int HS, float scale,
+                                                  Dropout drop) {
   const long row = long(blockIdx.x) * kRowWarps + threadIdx.x / kWarp;  // (b*NH + h)*T + t
   const int lane = threadIdx.x % kWarp;
   if (row >= long(B) * NH * T) return;
@@ -240,26 +254,32 @@ __global__ void attention_forward_fallback_kernel(X* out, float* lse, const X* q
     load_lane_row(x, qkv + at.k(b, t2, T, g), HS, lane);
     const float s = warp_sum(lane_dot(q, x));  // the same in every lane: uniform branches below
     load_lane_row(x, qkv + at.v(b, t2, T, g), HS, lane);
+    // the weight of v in o relative to its weight in l: 0 or 1, the 1 / (1 - p) comes at the end
+    float keep = 1.0f;
+    if constexpr (kDrop) keep = drop.keeps(uint64_t(row) * T + t2);
     if (s > m) {
       const float c = expf(m - s);  // 0 for the first key, where m is -inf
       l = l * c + 1.0f;
-      for (int i = 0; i < kPerLane; ++i) o[i] = o[i] * c + x[i];
+      for (int i = 0; i < kPerLane; ++i) o[i] = o[i] * c + keep * x[i];
       m = s;
     } else {
       const float p = expf(s - m);
       l += p;
-      for (int i = 0; i < kPerLane; ++i) o[i] += p * x[i];
+      for (int i = 0; i < kPerLane; ++i) o[i] += keep * p * x[i];
     }
   }
-  store_lane_row(out + ((long(b) * T + t) * NH + h) * HS, o, 1.0f / l, HS, lane);
+  store_lane_row(out + ((long(b) * T + t) * NH + h) * HS, o, (kDrop ? drop.scale : 1.0f) / l, HS,
+                 lane);
   if (lane == 0) lse[row] = m + logf(l);
 }
 
-// Warp per query row (b, h, t): dq = scale * sum_t2 p (dp - D) k over the keys t2 <= t.
-template <typename X>
+// Warp per query row (b, h, t): dq = scale * sum_t2 p (dp - D) k over the keys t2 <= t, dp
+// dropped and scaled by the mask.
+template <typename X, bool kDrop>
 __global__ void attention_backward_dq_fallback_kernel(X* dqkv, const X* dout, const X* qkv,
                                                       const float* lse, const float* D, int B,
-                                                      int T, int NH, int NKV, int HS, float scale) {
+                                                      int T, int NH, int NKV, int HS, float scale,
+                                                      Dropout drop) {
   const long row = long(blockIdx.x) * kRowWarps + threadIdx.x / kWarp;  // (b*NH + h)*T + t
   const int lane = threadIdx.x % kWarp;
   if (row >= long(B) * NH * T) return;
@@ -275,7 +295,10 @@ __global__ void attention_backward_dq_fallback_kernel(X* dqkv, const X* dout, co
     load_lane_row(k, qkv + at.k(b, t2, T, g), HS, lane);
     load_lane_row(v, qkv + at.v(b, t2, T, g), HS, lane);
     const float p = expf(warp_sum(lane_dot(q, k)) * scale - lse_t);
-    const float ds = p * (warp_sum(lane_dot(dy, v)) - D_t);
+    float dp = warp_sum(lane_dot(dy, v));
+    if constexpr (kDrop)
+      dp = drop.keeps(uint64_t(row) * T + t2) ? dp * drop.scale : 0.0f;
+    const float ds = p * (dp - D_t);
     for (int i = 0; i < kPerLane; ++i) dq[i] += ds * k[i];
   }
   store_lane_row(dqkv + at.q(b, t, T, h), dq, scale, HS, lane);
@@ -283,11 +306,11 @@ __global__ void attention_backward_dq_fallback_kernel(X* dqkv, const X* dout, co
 
 // Warp per key row (b, g, t2): dk and dv summed over the query heads of group g, in head order,
 // and for each over the queries t >= t2, in order.
-template <typename X>
+template <typename X, bool kDrop>
 __global__ void attention_backward_dkv_fallback_kernel(X* dqkv, const X* dout, const X* qkv,
                                                        const float* lse, const float* D, int B,
-                                                       int T, int NH, int NKV, int HS,
-                                                       float scale) {
+                                                       int T, int NH, int NKV, int HS, float scale,
+                                                       Dropout drop) {
   const long row = long(blockIdx.x) * kRowWarps + threadIdx.x / kWarp;  // (b*NKV + g)*T + t2
   const int lane = threadIdx.x % kWarp;
   if (row >= long(B) * NKV * T) return;
@@ -304,9 +327,15 @@ __global__ void attention_backward_dkv_fallback_kernel(X* dqkv, const X* dout, c
       load_lane_row(q, qkv + at.q(b, t, T, h), HS, lane);
       load_lane_row(dy, dout + ((long(b) * T + t) * NH + h) * HS, HS, lane);
       const float p = expf(warp_sum(lane_dot(q, k)) * scale - lse[stats + t]);
-      const float ds = p * (warp_sum(lane_dot(dy, v)) - D[stats + t]);
+      float dp = warp_sum(lane_dot(dy, v)), pv = p;  // pv: p's weight in dv
+      if constexpr (kDrop) {
+        const bool keep = drop.keeps(uint64_t(stats + t) * T + t2);
+        dp = keep ? dp * drop.scale : 0.0f;
+        pv = keep ? p * drop.scale : 0.0f;
+      }
+      const float ds = p * (dp - D[stats + t]);
       for (int i = 0; i < kPerLane; ++i) {
-        dv[i] += p * dy[i];
+        dv[i] += pv * dy[i];
         dk[i] += ds * q[i];
       }
     }
@@ -365,13 +394,6 @@ __device__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, ui
         "{%8, %9}, {%0, %1, %2, %3};\n"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// 2^x by the special-function unit (relative error about 2^-22; 2^-inf = 0).
-__device__ float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
 }
 
 // ---- the tensor-core path: tiles and warp-level products ---------------------------------------
@@ -492,6 +514,30 @@ __device__ void mask_tile(float (&acc)[N / 8][4], int row, int col, Masked maske
       if (masked(row + 8 * (e >> 1), col + 8 * n + (e & 1))) acc[n][e] = -INFINITY;
 }
 
+// Bit 4n + e: whether element acc[n][e] of the thread's [16 x N] accumulator tile (layout as in
+// mask_tile) is kept by the dropout. X0 is the hash input of element [0][0]; the next row (e / 2)
+// adds ROW_STEP to it, the next column (e % 2) COL_STEP. The 8-column blocks are unrolled UNROLL
+// at a time: the forward and dQ kernels, capped at 168 registers (3 blocks per SM), spill with
+// every block's hashes in flight and hash one block (four independent hashes) at a time; the
+// dK/dV kernel, with more registers, unrolls them all (a rolled loop made it spill).
+template <int N, int UNROLL>
+__device__ uint32_t keep_bits(uint64_t x0, uint64_t row_step, uint64_t col_step,
+                              uint32_t threshold) {
+  static_assert(N / 8 * 4 <= 32, "one bit per element of the thread");
+  uint32_t bits = 0;
+#pragma unroll UNROLL
+  for (int n = 0; n < N / 8; ++n) {
+    const uint64_t x = x0 + 8 * n * col_step;
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      if (kept(x + (e >> 1 ? row_step : 0) + (e & 1 ? col_step : 0), threshold))
+        bits |= 1u << (4 * n + e);
+  }
+  return bits;
+}
+
+__device__ bool bit(uint32_t bits, int i) { return (bits >> i) & 1u; }
+
 // One step of the online softmax over a key tile of raw scores S, for the thread's two rows r (r
 // = 0: elements 0 and 1 of each block, r = 1: elements 2 and 3): raises the running maxima M (raw
 // units), rescales the partial sums L (this thread's columns only, the quad's sums are added at the
@@ -547,10 +593,13 @@ __device__ void store_rows(X* dst, long ld, const float (&acc)[HS / 8][4], const
 // ---- the tensor-core path: forward -------------------------------------------------------------
 
 // Block (query tile, head h, batch b). Grid x runs backwards over the query tiles: the last ones
-// have the most key tiles to visit, and starting them first shortens the tail of the launch.
-template <typename X, int HS>
+// have the most key tiles to visit, and starting them first shortens the tail of the launch. With
+// dropout, the dropped probabilities are zeroed after the online softmax has summed them, before
+// the product with V, and 1 / (1 - p) joins the final 1 / l.
+template <typename X, int HS, bool kDrop>
 __global__ void __launch_bounds__(Flash<HS>::kFwdWarps* kWarp, Flash<HS>::kFwdMinBlocks)
-    flash_forward_kernel(X* out, float* lse, const X* qkv, int T, int NH, int NKV, float scale) {
+    flash_forward_kernel(X* out, float* lse, const X* qkv, int T, int NH, int NKV, float scale,
+                         Dropout drop) {
   using F = Flash<HS>;
   constexpr int kRows = F::kFwdRows, kKeys = F::kFwdKeys, kThreads = F::kFwdWarps * kWarp;
   constexpr int kKeyTile = F::tile_bytes(kKeys);
@@ -593,11 +642,26 @@ __global__ void __launch_bounds__(Flash<HS>::kFwdWarps* kWarp, Flash<HS>::kFwdMi
     __syncthreads();
     const int k0 = j * kKeys;
     if (k0 <= wq + 15) {  // else every key of the tile is after every query of the warp
+      // The mask bits come first, while the scores hold no registers yet.
+      uint32_t keep = 0;
+      if constexpr (kDrop) {
+        // element (query, key) of the mask: the next query is T indices on, the next key 1
+        const uint64_t row = (uint64_t(b) * NH + h) * T + qrow;
+        keep = keep_bits<kKeys, 1>(drop.hash_input(row * T + k0 + kcol),
+                                   8 * uint64_t(T) * kIndexStride, kIndexStride, drop.threshold);
+      }
       float s[kKeys / 8][4] = {};
       mma_abt<X, kKeys, HS>(s, q_tile, wrow, k_tile(j), 0, lane);
       if (k0 + kKeys - 1 > wq)  // the tile crosses the warp's diagonal
         mask_tile<kKeys>(s, qrow, k0 + kcol, [](int q, int k) { return k > q; });
       online_softmax<kKeys, HS>(s, m, l, o, scale_log2);
+      if constexpr (kDrop) {
+#pragma unroll
+        for (int n = 0; n < kKeys / 8; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            if (!bit(keep, 4 * n + e)) s[n][e] = 0.0f;
+      }
       mma_pb<X, kKeys, HS>(o, s, k_tile(j) + kKeyTile, 0, lane);
     }
     __syncthreads();  // the stage just read is the one the next iteration's prefetch overwrites
@@ -608,7 +672,7 @@ __global__ void __launch_bounds__(Flash<HS>::kFwdWarps* kWarp, Flash<HS>::kFwdMi
   for (int r = 0; r < 2; ++r) {
     l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
     l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-    inv[r] = 1.0f / l[r];
+    inv[r] = (kDrop ? drop.scale : 1.0f) / l[r];
     const int q = qrow + 8 * r;
     if (lane % 4 == 0 && q < T) lse[(long(b) * NH + h) * T + q] = (m[r] * scale_log2 + log2f(l[r])) * kLn2;
   }
@@ -621,11 +685,12 @@ __global__ void __launch_bounds__(Flash<HS>::kFwdWarps* kWarp, Flash<HS>::kFwdMi
 // head g * group + i / n_q and its query tile q_first + i % n_q; the head and tile loops are one
 // flat loop so that the double buffering runs on across heads. The warp works on S^T (its 16 keys
 // as rows, the tile's queries as columns), so that dV += P^T dO and dK += dS^T Q are products of
-// the mma_pb shape.
-template <typename X, int HS>
+// the mma_pb shape. With dropout, dS^T needs the undropped P^T, which is dropped only after it (and
+// 1 / (1 - p) of dV waits for the store).
+template <typename X, int HS, bool kDrop>
 __global__ void __launch_bounds__(Flash<HS>::kDkvWarps* kWarp, Flash<HS>::kDkvMinBlocks)
     flash_backward_dkv_kernel(X* dqkv, const X* dout, const X* qkv, const float* lse,
-                              const float* D, int T, int NH, int NKV, float scale) {
+                              const float* D, int T, int NH, int NKV, float scale, Dropout drop) {
   using F = Flash<HS>;
   constexpr int kKeys = F::kDkvKeys, kQueries = F::kDkvQueries, kThreads = F::kDkvWarps * kWarp;
   constexpr int kQTile = F::tile_bytes(kQueries);
@@ -675,6 +740,15 @@ __global__ void __launch_bounds__(Flash<HS>::kDkvWarps* kWarp, Flash<HS>::kDkvMi
     __syncthreads();
     const int q0 = (q_first + i % n_q) * kQueries;
     if (wk <= q0 + kQueries - 1) {  // else every query of the tile is before every key of the warp
+      // The mask bits first, as in the forward. The thread's tile is transposed: its rows are keys
+      // (the next one 1 index on), its columns queries (T indices on).
+      uint32_t keep = 0;
+      if constexpr (kDrop) {
+        const int h = g * group + i / n_q;
+        const uint64_t row = (uint64_t(b) * NH + h) * T + q0 + qcol;
+        keep = keep_bits<kQueries, kQueries / 8>(drop.hash_input(row * T + krow), 8 * kIndexStride,
+                                                 uint64_t(T) * kIndexStride, drop.threshold);
+      }
       const uint32_t q_tile = k_tile + stage(i), do_tile = q_tile + kQTile;
       const float* lse_s = reinterpret_cast<const float*>(smem + stage(i) + 2 * kQTile);
       const float* D_s = lse_s + kQueries;
@@ -696,29 +770,44 @@ __global__ void __launch_bounds__(Flash<HS>::kDkvWarps* kWarp, Flash<HS>::kDkvMi
       // dP^T = V dO^T, then dS^T = P^T o (dP^T - D) in place
       float ds[kQueries / 8][4] = {};
       mma_abt<X, kQueries, HS>(ds, v_tile, wrow, do_tile, 0, lane);
-      mma_pb<X, kQueries, HS>(dv, p, do_tile, 0, lane);
+      if constexpr (kDrop) {
 #pragma unroll
-      for (int n = 0; n < kQueries / 8; ++n) {
-        const float2 d2 = *reinterpret_cast<const float2*>(D_s + 8 * n + qcol);
+        for (int n = 0; n < kQueries / 8; ++n) {
+          const float2 d2 = *reinterpret_cast<const float2*>(D_s + 8 * n + qcol);
 #pragma unroll
-        for (int e = 0; e < 4; ++e) ds[n][e] = p[n][e] * (ds[n][e] - (e & 1 ? d2.y : d2.x));
+          for (int e = 0; e < 4; ++e) {
+            const bool kept_e = bit(keep, 4 * n + e);
+            ds[n][e] = p[n][e] * ((kept_e ? ds[n][e] * drop.scale : 0.0f) - (e & 1 ? d2.y : d2.x));
+            if (!kept_e) p[n][e] = 0.0f;
+          }
+        }
+        mma_pb<X, kQueries, HS>(dv, p, do_tile, 0, lane);
+      } else {
+        mma_pb<X, kQueries, HS>(dv, p, do_tile, 0, lane);
+#pragma unroll
+        for (int n = 0; n < kQueries / 8; ++n) {
+          const float2 d2 = *reinterpret_cast<const float2*>(D_s + 8 * n + qcol);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) ds[n][e] = p[n][e] * (ds[n][e] - (e & 1 ? d2.y : d2.x));
+        }
       }
       mma_pb<X, kQueries, HS>(dk, ds, q_tile, 0, lane);
     }
     __syncthreads();
   }
 
-  const float mul_k[2] = {scale, scale}, mul_v[2] = {1.0f, 1.0f};
+  const float drop_scale = kDrop ? drop.scale : 1.0f;
+  const float mul_k[2] = {scale, scale}, mul_v[2] = {drop_scale, drop_scale};
   store_rows<X, HS>(dqkv + long(b) * T * ld + (NH + g) * HS, ld, dk, mul_k, krow, T, lane);
   store_rows<X, HS>(dqkv + long(b) * T * ld + (NH + NKV + g) * HS, ld, dv, mul_v, krow, T, lane);
 }
 
 // Block (query tile, head h, batch b): dQ of the tile's queries, the key tiles up to the diagonal
 // in order. Grid x runs backwards, as in the forward.
-template <typename X, int HS>
+template <typename X, int HS, bool kDrop>
 __global__ void __launch_bounds__(Flash<HS>::kDqWarps* kWarp, Flash<HS>::kDqMinBlocks)
     flash_backward_dq_kernel(X* dqkv, const X* dout, const X* qkv, const float* lse,
-                             const float* D, int T, int NH, int NKV, float scale) {
+                             const float* D, int T, int NH, int NKV, float scale, Dropout drop) {
   using F = Flash<HS>;
   constexpr int kRows = F::kDqRows, kKeys = F::kDqKeys, kThreads = F::kDqWarps * kWarp;
   constexpr int kKeyTile = F::tile_bytes(kKeys);
@@ -767,6 +856,13 @@ __global__ void __launch_bounds__(Flash<HS>::kDqWarps* kWarp, Flash<HS>::kDqMinB
     __syncthreads();
     const int k0 = j * kKeys;
     if (k0 <= wq + 15) {
+      // The mask bits first, as in the forward.
+      uint32_t keep = 0;
+      if constexpr (kDrop) {
+        const uint64_t row = (uint64_t(b) * NH + h) * T + qrow;
+        keep = keep_bits<kKeys, 1>(drop.hash_input(row * T + k0 + kcol),
+                                   8 * uint64_t(T) * kIndexStride, kIndexStride, drop.threshold);
+      }
       // P = exp(scale * S - lse), zero after the diagonal
       float p[kKeys / 8][4] = {};
       mma_abt<X, kKeys, HS>(p, q_tile, wrow, k_tile(j), 0, lane);
@@ -777,9 +873,16 @@ __global__ void __launch_bounds__(Flash<HS>::kDqWarps* kWarp, Flash<HS>::kDqMinB
 #pragma unroll
         for (int e = 0; e < 4; ++e) p[n][e] = fast_exp2(fmaf(p[n][e], scale_log2, -lse2[e >> 1]));
 
-      // dP = dO V^T, then dS = P o (dP - D) in place; dQ += dS K
+      // dP = dO V^T (dropped and scaled by the mask), then dS = P o (dP - D) in place; dQ += dS K
       float ds[kKeys / 8][4] = {};
       mma_abt<X, kKeys, HS>(ds, do_tile, wrow, k_tile(j) + kKeyTile, 0, lane);
+      if constexpr (kDrop) {
+#pragma unroll
+        for (int n = 0; n < kKeys / 8; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            ds[n][e] = bit(keep, 4 * n + e) ? ds[n][e] * drop.scale : 0.0f;
+      }
 #pragma unroll
       for (int n = 0; n < kKeys / 8; ++n)
 #pragma unroll
@@ -800,35 +903,36 @@ void allow_smem(Kernel kernel, int bytes) {
   MEG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
 }
 
-template <typename X, int HS>
+template <typename X, int HS, bool kDrop>
 void flash_forward(X* out, float* lse, const X* qkv, int B, int T, int NH, int NKV, float scale,
-                   cudaStream_t stream) {
+                   const Dropout& drop, cudaStream_t stream) {
   using F = Flash<HS>;
-  const auto kernel = flash_forward_kernel<X, HS>;
+  const auto kernel = flash_forward_kernel<X, HS, kDrop>;
   allow_smem(kernel, F::fwd_smem());
   kernel<<<dim3(ceil_div(T, F::kFwdRows), NH, B), F::kFwdWarps * kWarp, F::fwd_smem(), stream>>>(
-      out, lse, qkv, T, NH, NKV, scale);
+      out, lse, qkv, T, NH, NKV, scale, drop);
   MEG_CUDA_CHECK(cudaGetLastError());
 }
 
-template <typename X, int HS>
+template <typename X, int HS, bool kDrop>
 void flash_backward(X* dqkv, const X* dout, const X* qkv, const X* out, const float* lse, float* D,
-                    int B, int T, int NH, int NKV, float scale, cudaStream_t stream) {
+                    int B, int T, int NH, int NKV, float scale, const Dropout& drop,
+                    cudaStream_t stream) {
   using F = Flash<HS>;
   constexpr int kRowsPerBlock = kRowWarps * kWarp / (HS / 8);
   attention_dout_dot_out_vec_kernel<X, HS>
       <<<unsigned((long(B) * T * NH + kRowsPerBlock - 1) / kRowsPerBlock), kRowWarps * kWarp, 0,
          stream>>>(D, dout, out, B, T, NH);
   MEG_CUDA_CHECK(cudaGetLastError());
-  const auto dkv = flash_backward_dkv_kernel<X, HS>;
+  const auto dkv = flash_backward_dkv_kernel<X, HS, kDrop>;
   allow_smem(dkv, F::dkv_smem());
   dkv<<<dim3(ceil_div(T, F::kDkvKeys), NKV, B), F::kDkvWarps * kWarp, F::dkv_smem(), stream>>>(
-      dqkv, dout, qkv, lse, D, T, NH, NKV, scale);
+      dqkv, dout, qkv, lse, D, T, NH, NKV, scale, drop);
   MEG_CUDA_CHECK(cudaGetLastError());
-  const auto dq = flash_backward_dq_kernel<X, HS>;
+  const auto dq = flash_backward_dq_kernel<X, HS, kDrop>;
   allow_smem(dq, F::dq_smem());
   dq<<<dim3(ceil_div(T, F::kDqRows), NH, B), F::kDqWarps * kWarp, F::dq_smem(), stream>>>(
-      dqkv, dout, qkv, lse, D, T, NH, NKV, scale);
+      dqkv, dout, qkv, lse, D, T, NH, NKV, scale, drop);
   MEG_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -841,7 +945,7 @@ bool use_flash(int HS, std::initializer_list<const void*> arrays) {
   } else {
     if (HS != 64 && HS != 128) return false;
     for (const void* p : arrays)
-      if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+      if (!aligned16(p)) return false;
     return true;
   }
 }
@@ -850,39 +954,41 @@ unsigned row_blocks(long rows) { return unsigned((rows + kRowWarps - 1) / kRowWa
 
 float score_scale(int HS) { return float(1.0 / std::sqrt(double(HS))); }
 
-}  // namespace
+Dropout make_dropout(double p, uint64_t stream) {
+  if (!(p >= 0 && p < 1)) throw std::invalid_argument("attention: dropout must be in [0, 1)");
+  return {stream, uint32_t(cpu::dropout_threshold(p)), float(1.0 / (1.0 - p))};
+}
 
-template <typename X>
-void attention_forward(X* out, float* lse, const X* qkv, int B, int T, int NH, int NKV, int HS,
-                       cudaStream_t stream) {
-  check_shape(NH, NKV, HS);
-  if (B <= 0 || T <= 0) return;
+template <bool kDrop, typename X>
+void forward(X* out, float* lse, const X* qkv, int B, int T, int NH, int NKV, int HS,
+             const Dropout& drop, cudaStream_t stream) {
   const float scale = score_scale(HS);
   if (use_flash<X>(HS, {out, qkv})) {
     if constexpr (!std::is_same_v<X, float>) {
-      if (HS == 64) flash_forward<X, 64>(out, lse, qkv, B, T, NH, NKV, scale, stream);
-      else flash_forward<X, 128>(out, lse, qkv, B, T, NH, NKV, scale, stream);
+      if (HS == 64) flash_forward<X, 64, kDrop>(out, lse, qkv, B, T, NH, NKV, scale, drop, stream);
+      else flash_forward<X, 128, kDrop>(out, lse, qkv, B, T, NH, NKV, scale, drop, stream);
     }
     return;
   }
-  attention_forward_fallback_kernel<X>
+  attention_forward_fallback_kernel<X, kDrop>
       <<<row_blocks(long(B) * NH * T), kRowWarps * kWarp, 0, stream>>>(out, lse, qkv, B, T, NH, NKV,
-                                                                       HS, scale);
+                                                                       HS, scale, drop);
   MEG_CUDA_CHECK(cudaGetLastError());
 }
 
-template <typename X>
-void attention_backward(X* dqkv, const X* dout, const X* qkv, const X* out, const float* lse,
-                        int B, int T, int NH, int NKV, int HS, float* scratch,
-                        cudaStream_t stream) {
-  check_shape(NH, NKV, HS);
-  if (B <= 0 || T <= 0) return;
+template <bool kDrop, typename X>
+void backward(X* dqkv, const X* dout, const X* qkv, const X* out, const float* lse, int B, int T,
+              int NH, int NKV, int HS, float* scratch, const Dropout& drop, cudaStream_t stream) {
   const float scale = score_scale(HS);
   float* D = scratch;  // [B, NH, T]
   if (use_flash<X>(HS, {dqkv, dout, qkv, out})) {
     if constexpr (!std::is_same_v<X, float>) {
-      if (HS == 64) flash_backward<X, 64>(dqkv, dout, qkv, out, lse, D, B, T, NH, NKV, scale, stream);
-      else flash_backward<X, 128>(dqkv, dout, qkv, out, lse, D, B, T, NH, NKV, scale, stream);
+      if (HS == 64)
+        flash_backward<X, 64, kDrop>(dqkv, dout, qkv, out, lse, D, B, T, NH, NKV, scale, drop,
+                                     stream);
+      else
+        flash_backward<X, 128, kDrop>(dqkv, dout, qkv, out, lse, D, B, T, NH, NKV, scale, drop,
+                                      stream);
     }
     return;
   }
@@ -890,20 +996,48 @@ void attention_backward(X* dqkv, const X* dout, const X* qkv, const X* out, cons
   attention_dout_dot_out_kernel<X><<<row_blocks(long(B) * T * NH), threads, 0, stream>>>(
       D, dout, out, B, T, NH, HS);
   MEG_CUDA_CHECK(cudaGetLastError());
-  attention_backward_dq_fallback_kernel<X><<<row_blocks(long(B) * NH * T), threads, 0, stream>>>(
-      dqkv, dout, qkv, lse, D, B, T, NH, NKV, HS, scale);
+  attention_backward_dq_fallback_kernel<X, kDrop>
+      <<<row_blocks(long(B) * NH * T), threads, 0, stream>>>(dqkv, dout, qkv, lse, D, B, T, NH,
+                                                              NKV, HS, scale, drop);
   MEG_CUDA_CHECK(cudaGetLastError());
-  attention_backward_dkv_fallback_kernel<X><<<row_blocks(long(B) * NKV * T), threads, 0, stream>>>(
-      dqkv, dout, qkv, lse, D, B, T, NH, NKV, HS, scale);
+  attention_backward_dkv_fallback_kernel<X, kDrop>
+      <<<row_blocks(long(B) * NKV * T), threads, 0, stream>>>(dqkv, dout, qkv, lse, D, B, T, NH,
+                                                               NKV, HS, scale, drop);
   MEG_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
+
+template <typename X>
+void attention_forward(X* out, float* lse, const X* qkv, int B, int T, int NH, int NKV, int HS,
+                       cudaStream_t stream, double dropout_p, uint64_t dropout_stream) {
+  check_shape(NH, NKV, HS);
+  const Dropout drop = make_dropout(dropout_p, dropout_stream);
+  if (B <= 0 || T <= 0) return;
+  if (dropout_p > 0) forward<true>(out, lse, qkv, B, T, NH, NKV, HS, drop, stream);
+  else forward<false>(out, lse, qkv, B, T, NH, NKV, HS, drop, stream);
+}
+
+template <typename X>
+void attention_backward(X* dqkv, const X* dout, const X* qkv, const X* out, const float* lse,
+                        int B, int T, int NH, int NKV, int HS, float* scratch, cudaStream_t stream,
+                        double dropout_p, uint64_t dropout_stream) {
+  check_shape(NH, NKV, HS);
+  const Dropout drop = make_dropout(dropout_p, dropout_stream);
+  if (B <= 0 || T <= 0) return;
+  if (dropout_p > 0)
+    backward<true>(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HS, scratch, drop, stream);
+  else
+    backward<false>(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HS, scratch, drop, stream);
 }
 
 size_t attention_backward_scratch(int B, int T, int NH) { return size_t(B) * NH * T; }
 
 #define MEG_INSTANTIATE(X)                                                                        \
-  template void attention_forward<X>(X*, float*, const X*, int, int, int, int, int, cudaStream_t); \
+  template void attention_forward<X>(X*, float*, const X*, int, int, int, int, int, cudaStream_t, \
+                                     double, uint64_t);                                           \
   template void attention_backward<X>(X*, const X*, const X*, const X*, const float*, int, int,   \
-                                      int, int, int, float*, cudaStream_t);
+                                      int, int, int, float*, cudaStream_t, double, uint64_t);
 MEG_INSTANTIATE(float)
 MEG_INSTANTIATE(bf16)
 MEG_INSTANTIATE(fp16)

@@ -122,10 +122,6 @@ template <typename X>
 GptCudaModel<X>::GptCudaModel(const ModelConfig& config, cuda::DeviceAllocator& alloc, cudaStream_t stream)
     : config_(config), alloc_(alloc), stream_(stream), gemm_(stream) {
   config_.validate();
-  if (config_.attention_dropout > 0)
-    input_error("attention dropout ({}) is not supported on the CUDA path yet; use --device cpu or "
-                "--attention-dropout 0",
-                config_.attention_dropout);
   tensors_ = gpt_parameter_table(config_);
   num_params_ = tensors_.empty() ? 0 : tensors_.back().offset + tensors_.back().numel;
 
@@ -389,6 +385,7 @@ void GptCudaModel<X>::run_forward(int B, int T, float dloss) {
   Acts& a = *acts_;
   const auto [N, C, NH, NKV, HS, QKV, Fh, FC, V, Vp, NC] = dims(B, T);
   hidden_p_ = training_ ? config_.hidden_dropout : 0.0;
+  attn_p_ = training_ ? config_.attention_dropout : 0.0;
   const double hp = hidden_p_;
 
   cuda::embedding_forward(a.embedded, a.tokens, px(wte_), px(wpe_), B, T, C, stream_);
@@ -415,7 +412,8 @@ void GptCudaModel<X>::block_forward(size_t l, const X* x, int B, int T) {
   norm_forward(b.ln1, b.ln1_mean, b.ln1_rstd, x, w.ln1_w, w.ln1_b, N);
   gemm_.linear_forward(b.qkv, b.ln1, px(w.qkv_w), px(w.qkv_b), N, C, QKV);
   if (config_.uses_rope()) cuda::rope_forward(b.qkv, rope_table_.get(), B, T, NH, NKV, HS, stream_);
-  cuda::attention_forward(b.atty, b.lse, b.qkv, B, T, NH, NKV, HS, stream_);
+  cuda::attention_forward(b.atty, b.lse, b.qkv, B, T, NH, NKV, HS, stream_, attn_p_,
+                          cpu::dropout_stream({drop_seed_, drop_step_, drop_micro_, site + 1}));
   gemm_.linear_forward(a.branch, b.atty, px(w.proj_w), px(w.proj_b), N, C, C);
   if (hp > 0) dropout(a.branch, a.branch, NC, hp, site + 2);
   cuda::add(b.mid, x, a.branch, NC, stream_);
@@ -501,7 +499,8 @@ void GptCudaModel<X>::run_backward(int B, int T) {
     if (hp > 0) dropout(a.branch, a.dres, NC, hp, site + 2);
     gemm_.linear_backward_input(a.datty, dbranch, px(w.proj_w), N, C, C);
     weight_backward(w.proj_w, w.proj_b, dbranch, b.atty, N, C, C);
-    cuda::attention_backward(a.dqkv, a.datty, b.qkv, b.atty, b.lse, B, T, NH, NKV, HS, a.scratch, stream_);
+    cuda::attention_backward(a.dqkv, a.datty, b.qkv, b.atty, b.lse, B, T, NH, NKV, HS, a.scratch, stream_,
+                             attn_p_, cpu::dropout_stream({drop_seed_, drop_step_, drop_micro_, site + 1}));
     if (config_.uses_rope()) cuda::rope_backward(a.dqkv, rope_table_.get(), B, T, NH, NKV, HS, stream_);
     gemm_.linear_backward_input(a.dln, a.dqkv, px(w.qkv_w), N, C, QKV);
     weight_backward(w.qkv_w, w.qkv_b, a.dqkv, b.ln1, N, C, QKV);

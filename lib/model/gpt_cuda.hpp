@@ -31,9 +31,9 @@
 //              beyond one N x C array per block.
 // Dropout masks are keyed, not drawn, so a recomputed forward drops the same elements.
 //
-// Attention dropout is not on the CUDA path yet (the flash kernels do not draw masks); a config
-// with attention_dropout > 0 is refused. Hidden dropout is: the same counter-based masks as the
-// CPU's, so both paths drop the same elements.
+// Dropout, hidden and attention, uses the same counter-based masks as the CPU's, with the same
+// keys, so both paths drop the same elements; the flash attention kernels hash their mask elements
+// as they go instead of storing them.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -163,6 +163,7 @@ class GptCudaModel {
   Recompute recompute_ = Recompute::none;
   bool fused_ = true;
   double hidden_p_ = 0;  // of the last forward
+  double attn_p_ = 0;    // of the last forward
   int groups_ = 0;       // distinct tokens of the last batch
   int losses_pending_ = 0;
   std::vector<int> pending_counts_;

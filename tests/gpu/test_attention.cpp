@@ -13,6 +13,10 @@
 // (floored, see kFloor), plus a loose per-element sanity bound (16 unit roundoffs of the largest
 // magnitude) that catches single wrong elements and NaN. lse is fp32 in every path and is checked
 // per element.
+//
+// Attention dropout is checked the same way against the CPU reference with dropout, given the same
+// key: the GPU must drop exactly the CPU's elements (a single element dropped differently moves an
+// output by a probability times 1/(1-p), far beyond the bounds).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -168,13 +172,20 @@ Inputs random_inputs(const Shape& s, unsigned seed) {
   return in;
 }
 
+// Attention dropout of one case: probability and key (p = 0: none).
+struct Drop {
+  double p = 0;
+  meg::cpu::DropoutKey key;
+};
+
 // Forward and backward on the GPU; returns out, lse and dqkv.
 struct GpuRun {
   std::vector<float> out, lse, dqkv;
 };
 
 template <typename X>
-GpuRun run_gpu(const Inputs& in, const Shape& s) {
+GpuRun run_gpu(const Inputs& in, const Shape& s, const Drop& drop) {
+  const uint64_t stream = meg::cpu::dropout_stream(drop.key);
   DeviceBuffer<X> qkv(in.qkv), dout(in.dout);
   DeviceBuffer<X> out(size_t(s.B) * s.T * s.NH * s.HS), dqkv(in.qkv.size());
   DeviceBuffer<float> lse(size_t(s.B) * s.NH * s.T);
@@ -183,31 +194,32 @@ GpuRun run_gpu(const Inputs& in, const Shape& s) {
   lse.poison();
   dqkv.poison();
   scratch.poison();
-  meg::cuda::attention_forward<X>(out.get(), lse.get(), qkv.get(), s.B, s.T, s.NH, s.NKV, s.HS, 0);
+  meg::cuda::attention_forward<X>(out.get(), lse.get(), qkv.get(), s.B, s.T, s.NH, s.NKV, s.HS, 0,
+                                  drop.p, stream);
   meg::cuda::attention_backward<X>(dqkv.get(), dout.get(), qkv.get(), out.get(), lse.get(), s.B,
-                                   s.T, s.NH, s.NKV, s.HS, scratch.get(), 0);
+                                   s.T, s.NH, s.NKV, s.HS, scratch.get(), 0, drop.p, stream);
   return {out.download(), lse.download(), dqkv.download()};
 }
 
 template <typename X>
-void check_case(const Shape& s, unsigned seed) {
-  INFO(type_name<X>() << " " << describe(s));
+void check_case(const Shape& s, unsigned seed, const Drop& drop = {}) {
+  INFO(type_name<X>() << " " << describe(s) << " dropout " << drop.p);
   const Inputs in = random_inputs<X>(s, seed);
 
   const Heads x = split_qkv(in.qkv, s);
   std::vector<double> out(size_t(s.B) * s.T * s.NH * s.HS);
   std::vector<double> att(size_t(s.B) * s.NH * s.T * s.T);
   meg::cpu::attention_forward<double>(out.data(), att.data(), x.q.data(), x.k.data(), x.v.data(),
-                                      s.B, s.T, s.NH, s.NKV, s.HS);
+                                      s.B, s.T, s.NH, s.NKV, s.HS, drop.p, drop.key);
   std::vector<double> dq(x.q.size()), dk(x.k.size()), dv(x.v.size());
   const std::vector<double> dout = widen(in.dout);
   meg::cpu::attention_backward<double>(dq.data(), dk.data(), dv.data(), dout.data(), x.q.data(),
                                        x.k.data(), x.v.data(), att.data(), s.B, s.T, s.NH, s.NKV,
-                                       s.HS);
-  const std::vector<double> lse = reference_lse(x, s);
+                                       s.HS, drop.p, drop.key);
+  const std::vector<double> lse = reference_lse(x, s);  // of the undropped softmax either way
   const std::vector<double> dqkv = join_qkv(dq, dk, dv, s);
 
-  const GpuRun gpu = run_gpu<X>(in, s);
+  const GpuRun gpu = run_gpu<X>(in, s, drop);
   check_tensor<X>("out", gpu.out, out);
   std::vector<double> lse_scale(lse.size());
   for (size_t i = 0; i < lse.size(); ++i) lse_scale[i] = std::max(1.0, std::abs(lse[i]));
@@ -220,9 +232,12 @@ void check_case(const Shape& s, unsigned seed) {
 }
 
 template <typename X>
-void check_cases(const std::vector<Shape>& shapes) {
+void check_cases(const std::vector<Shape>& shapes, double dropout_p = 0) {
   unsigned seed = 1;
-  for (const Shape& s : shapes) check_case<X>(s, seed++);
+  for (const Shape& s : shapes) {
+    check_case<X>(s, seed, {dropout_p, {seed, 3, 1, 4}});
+    ++seed;
+  }
 }
 
 // Head sizes 64 and 128 take the tensor-core path for bf16/fp16 (the fallback for fp32); 16, 6
@@ -249,31 +264,71 @@ TEST_CASE("attention: bf16", "[gpu][attention]") { check_cases<__nv_bfloat16>(kL
 
 TEST_CASE("attention: fp16", "[gpu][attention]") { check_cases<__half>(kLarger); }
 
-// Bit-identical results from run to run: every sum in a fixed order, no atomics.
+// Dropout: GQA, T off the tile boundaries, the fallback (head size 16, and fp32 throughout) and
+// both tensor-core head sizes. T = 1 is left out: there dq and dk are zero in exact arithmetic
+// (dS = P o (dP - D) = 0), and D = rowsum(dO o O), taken from the stored O = v / (1 - p), which is
+// rounded unless 1 / (1 - p) is a power of two, leaves a residue of that rounding, tiny against
+// real gradients but not against the zero reference.
+const std::vector<Shape> kDropout = {{2, 37, 4, 2, 16},  {2, 200, 8, 2, 64},  {1, 256, 4, 4, 64},
+                                     {2, 130, 6, 3, 128}, {1, 300, 4, 1, 128}, {1, 5, 2, 1, 128}};
+
+TEST_CASE("attention: dropout drops what the CPU drops", "[gpu][attention]") {
+  for (const double p : {0.1, 0.5}) {
+    check_cases<float>(kDropout, p);
+    check_cases<__nv_bfloat16>(kDropout, p);
+    check_cases<__half>(kDropout, p);
+  }
+}
+
+// p = 0 is no dropout whatever the stream: the same bits as the default arguments.
+TEST_CASE("attention: dropout 0 is the plain attention", "[gpu][attention]") {
+  const Shape s{2, 130, 4, 2, 64};
+  const Inputs in = random_inputs<__nv_bfloat16>(s, 11);
+  const Drop none{0, {1, 2, 3, 4}};
+  const GpuRun with_key = run_gpu<__nv_bfloat16>(in, s, none);
+  const GpuRun plain = run_gpu<__nv_bfloat16>(in, s, {});
+  CHECK(with_key.out == plain.out);
+  CHECK(with_key.lse == plain.lse);
+  CHECK(with_key.dqkv == plain.dqkv);
+  // and dropout does change the result
+  const GpuRun dropped = run_gpu<__nv_bfloat16>(in, s, {0.1, {1, 2, 3, 4}});
+  CHECK(dropped.out != plain.out);
+  CHECK(dropped.lse == plain.lse);
+}
+
+// Bit-identical results from run to run: every sum in a fixed order, no atomics; with dropout, the
+// same mask.
 template <typename X>
-void check_deterministic(const Shape& s) {
-  INFO(type_name<X>() << " " << describe(s));
+void check_deterministic(const Shape& s, double dropout_p = 0) {
+  INFO(type_name<X>() << " " << describe(s) << " dropout " << dropout_p);
+  const uint64_t stream = meg::cpu::dropout_stream({9, 8, 7, 6});
   const Inputs in = random_inputs<X>(s, 7);
   DeviceBuffer<X> qkv(in.qkv), dout(in.dout);
   DeviceBuffer<X> out(size_t(s.B) * s.T * s.NH * s.HS), dqkv(in.qkv.size());
   DeviceBuffer<float> lse(size_t(s.B) * s.NH * s.T);
   DeviceBuffer<float> scratch(meg::cuda::attention_backward_scratch(s.B, s.T, s.NH));
-  meg::cuda::attention_forward<X>(out.get(), lse.get(), qkv.get(), s.B, s.T, s.NH, s.NKV, s.HS, 0);
-  std::vector<std::vector<X>> runs;
+  std::vector<std::vector<X>> outs, runs;
   for (int run = 0; run < 2; ++run) {
+    out.poison();
     dqkv.poison();
     scratch.poison();
+    meg::cuda::attention_forward<X>(out.get(), lse.get(), qkv.get(), s.B, s.T, s.NH, s.NKV, s.HS,
+                                    0, dropout_p, stream);
     meg::cuda::attention_backward<X>(dqkv.get(), dout.get(), qkv.get(), out.get(), lse.get(), s.B,
-                                     s.T, s.NH, s.NKV, s.HS, scratch.get(), 0);
+                                     s.T, s.NH, s.NKV, s.HS, scratch.get(), 0, dropout_p, stream);
+    outs.push_back(out.download_raw());
     runs.push_back(dqkv.download_raw());
   }
+  CHECK(std::memcmp(outs[0].data(), outs[1].data(), outs[0].size() * sizeof(X)) == 0);
   CHECK(std::memcmp(runs[0].data(), runs[1].data(), runs[0].size() * sizeof(X)) == 0);
 }
 
 TEST_CASE("attention: backward is bit-for-bit deterministic", "[gpu][attention]") {
-  check_deterministic<__nv_bfloat16>({2, 333, 8, 2, 64});
-  check_deterministic<__half>({1, 200, 4, 2, 128});
-  check_deterministic<float>({1, 100, 4, 2, 16});
+  for (const double p : {0.0, 0.1}) {
+    check_deterministic<__nv_bfloat16>({2, 333, 8, 2, 64}, p);
+    check_deterministic<__half>({1, 200, 4, 2, 128}, p);
+    check_deterministic<float>({1, 100, 4, 2, 16}, p);
+  }
 }
 
 template <typename F>
@@ -296,5 +351,12 @@ TEST_CASE("attention: invalid shapes throw", "[gpu][attention]") {
   }));
   CHECK(throws_invalid_argument([&] {  // 6 query heads over 4 kv heads
     meg::cuda::attention_backward<float>(none, none, none, none, none, 1, 4, 6, 4, 16, none, 0);
+  }));
+  CHECK(throws_invalid_argument([&] {  // dropout 1
+    meg::cuda::attention_forward<float>(none, none, none, 1, 4, 2, 1, 16, 0, 1.0, 0);
+  }));
+  CHECK(throws_invalid_argument([&] {  // negative dropout
+    meg::cuda::attention_backward<float>(none, none, none, none, none, 1, 4, 2, 1, 16, none, 0, -0.1,
+                                         0);
   }));
 }

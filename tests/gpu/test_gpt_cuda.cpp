@@ -67,9 +67,11 @@ double tensor_error(const std::vector<float>& got, const std::vector<double>& wa
 
 // Runs the config on both sides and compares; X is the GPU's activation type.
 template <typename X>
-void compare_with_cpu(const ModelConfig& config, double hidden_dropout, double loss_tol, double grad_tol) {
+void compare_with_cpu(const ModelConfig& config, double hidden_dropout, double loss_tol, double grad_tol,
+                      double attention_dropout = 0) {
   ModelConfig c = config;
   c.hidden_dropout = hidden_dropout;
+  c.attention_dropout = attention_dropout;
   std::mt19937 rng(42);
   const Batch batch = random_batch(2, 48, int(c.vocab_size), rng);
 
@@ -123,7 +125,9 @@ void compare_with_cpu(const ModelConfig& config, double hidden_dropout, double l
 TEST_CASE("CUDA GPT-2 model matches the CPU model in fp32", "[gpu][model]") {
   SECTION("fallback attention, head size 16") { compare_with_cpu<float>(small_config("tiny", 300, 4, 4, 64), 0, 1e-5, 1e-4); }
   SECTION("head size 64") { compare_with_cpu<float>(small_config("tiny", 300, 2, 2, 128), 0, 1e-5, 1e-4); }
-  SECTION("hidden dropout") { compare_with_cpu<float>(small_config("tiny", 300, 4, 4, 64), 0.1, 1e-5, 1e-4); }
+  SECTION("hidden and attention dropout") {
+    compare_with_cpu<float>(small_config("tiny", 300, 4, 4, 64), 0.1, 1e-5, 1e-4, 0.1);
+  }
 }
 
 TEST_CASE("CUDA Llama model matches the CPU model in fp32", "[gpu][model]") {
@@ -139,6 +143,9 @@ TEST_CASE("CUDA model in bf16 and fp16 tracks the CPU model", "[gpu][model]") {
   }
   SECTION("llama bf16, head size 64") {
     compare_with_cpu<__nv_bfloat16>(small_config("tiny-llama", 300, 4, 2, 256), 0, 2e-2, 5e-2);
+  }
+  SECTION("gpt2 bf16, head size 64, hidden and attention dropout") {
+    compare_with_cpu<__nv_bfloat16>(small_config("tiny", 300, 2, 2, 128), 0.1, 2e-2, 5e-2, 0.1);
   }
   SECTION("gpt2 fp16, head size 64") {
     compare_with_cpu<__half>(small_config("tiny", 300, 2, 2, 128), 0, 1e-2, 2e-2);
@@ -185,6 +192,7 @@ TEST_CASE("CUDA model recomputation gives the same gradients bit for bit", "[gpu
   ModelConfig c = small_config("tiny", 300, 2, 2, 128);
   c.num_layers = 3;
   c.hidden_dropout = 0.1;  // recomputed blocks must drop the same elements
+  c.attention_dropout = 0.1;
   std::mt19937 rng(9);
   const Batch batch = random_batch(2, 64, int(c.vocab_size), rng);
   std::vector<float> params(c.num_parameters());

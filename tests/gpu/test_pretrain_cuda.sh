@@ -7,11 +7,11 @@ MEG_TEST_DEVICE=cuda bash "$(dirname "$0")/../tools/test_meg_pretrain.sh"
 
 M=$MEG_TEST_DATA/megatron
 meg-blend -q --seq-length 64 --samples 3300 -o curve.blend 1 $M/fortunes_spm
-RUN="meg-pretrain -q --model tiny --data curve.blend --tokenizer $M/fortunes_spm.model --iters 200 --micro-batch 8
-     --global-batch 16 --lr 3e-3 --warmup-iters 20 --log-interval 1"
-$RUN --device cpu --metrics cpu.jsonl --save ck_cpu
-$RUN --device cuda --precision fp32 --metrics fp32.jsonl
-$RUN --device cuda --precision bf16 --metrics bf16.jsonl --save ck_gpu
+RUN="meg-pretrain -q --model tiny --data curve.blend --tokenizer $M/fortunes_spm.model --micro-batch 8
+     --global-batch 16 --lr 3e-3 --warmup-iters 20 --lr-decay-iters 200 --log-interval 1"
+$RUN --iters 200 --device cpu --metrics cpu.jsonl --save ck_cpu
+$RUN --iters 200 --device cuda --precision fp32 --metrics fp32.jsonl
+$RUN --iters 200 --device cuda --precision bf16 --metrics bf16.jsonl --save ck_gpu
 
 # Mean |loss difference| over the last 50 iterations, and the last losses, of two runs.
 python3 - cpu.jsonl fp32.jsonl bf16.jsonl <<'PY' || fail "the GPU loss curves do not track the CPU's"

@@ -6,6 +6,7 @@
 
 #include <stdexcept>
 
+#include "core/error.hpp"
 #include "ops/cuda/check.hpp"
 
 namespace meg::cuda {
@@ -52,9 +53,10 @@ void* DeviceAllocator::allocate(size_t bytes) {
     }
     if (err != cudaSuccess) {
       cudaGetLastError();
-      throw std::runtime_error(fmt::format(
-          "out of GPU memory: cannot allocate {:.2f} GiB with {:.2f} GiB in use (peak {:.2f} GiB): {}",
-          gib(size), gib(in_use_), gib(peak_), cudaGetErrorString(err)));
+      // The user can fix this (a smaller batch, recomputation, a smaller model): an InputError.
+      input_error("out of GPU memory: cannot allocate {:.2f} GiB with {:.2f} GiB in use (peak {:.2f} GiB): {}; "
+                  "try a smaller --micro-batch or --recompute selective|full",
+                  gib(size), gib(in_use_), gib(peak_), cudaGetErrorString(err));
     }
     live_[ptr] = size;
     in_use_ += size;

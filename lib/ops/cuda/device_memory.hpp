@@ -31,8 +31,8 @@ class DeviceAllocator {
   DeviceAllocator& operator=(const DeviceAllocator&) = delete;
 
   // A block of at least BYTES (0 is allowed and gives a valid, distinct pointer). Throws
-  // std::runtime_error naming the size, the use and the peak when the device is out of memory,
-  // after first giving the cached blocks back and retrying once.
+  // InputError naming the size, the use and the peak, with what to try, when the device is out of
+  // memory, after first giving the cached blocks back and retrying once.
   void* allocate(size_t bytes);
   // Returns a block from allocate() to the cache (nullptr is ignored).
   void deallocate(void* ptr);

@@ -165,20 +165,29 @@ void dropout_apply(X* out, const X* inp, size_t n, double p, uint64_t stream_key
 // the model's linear_qkv) and never materialising the T x T matrix: the flash-attention method,
 // an online softmax over key blocks. Query head h reads key/value head h / (NH / NKV). Scores are
 // scaled by 1/sqrt(HS).
+//
+// Attention dropout (DROPOUT_P in (0, 1); 0, the default, is none), as the CPU's
+// cpu::attention_forward with the same key: out = (P o M / (1 - p)) V, where element
+// (b, h, t, t2) of the mask M is element ((b*NH + h)*T + t)*T + t2 of the key's stream, kept iff
+// cpu::dropout_bits(stream, index) >= cpu::dropout_threshold(p). DROPOUT_STREAM is
+// cpu::dropout_stream(key), as dropout_apply takes it. lse stays that of the undropped softmax P.
+// The backward takes the forward's p and stream and regenerates the mask:
+//   dV = (P o M / (1 - p))^T dO;  dP = (dO V^T) o M / (1 - p);  dS = P o (dP - rowsum(P o dP)).
+// A p outside [0, 1) throws std::invalid_argument.
 
 // out [B, T, NH, HS]; lse [B, NH, T] receives each row's log-sum-exp of the scaled scores (fp32),
 // which the backward uses to recompute the probabilities.
 template <typename X>
 void attention_forward(X* out, float* lse, const X* qkv, int B, int T, int NH, int NKV, int HS,
-                       cudaStream_t stream);
+                       cudaStream_t stream, double dropout_p = 0, uint64_t dropout_stream = 0);
 
 // dqkv [B, T, (NH + 2*NKV) * HS] WRITTEN in full: dq, and dk/dv summed over the query heads of each
 // group in a fixed order. dout and out are [B, T, NH, HS]; lse is the forward's. SCRATCH holds
 // attention_backward_scratch(B, T, NH) floats.
 template <typename X>
 void attention_backward(X* dqkv, const X* dout, const X* qkv, const X* out, const float* lse,
-                        int B, int T, int NH, int NKV, int HS, float* scratch,
-                        cudaStream_t stream);
+                        int B, int T, int NH, int NKV, int HS, float* scratch, cudaStream_t stream,
+                        double dropout_p = 0, uint64_t dropout_stream = 0);
 size_t attention_backward_scratch(int B, int T, int NH);
 
 // ---- kernels/cross_entropy.cu ------------------------------------------------------------------

@@ -1,5 +1,6 @@
 // Times the CUDA attention (kernels/attention.cu), forward and backward, on a CUDA machine: GPT-2
-// 124M's attention shape and a Llama-8B-like one (GQA, head size 128), in bf16 and fp16.
+// 124M's attention shape and a Llama-8B-like one (GQA, head size 128), in bf16 and fp16, without
+// dropout and with attention dropout 0.1.
 //
 // Each figure is the median of kRuns launches, each timed alone with CUDA events, after kWarmup
 // untimed ones (module load, the first-launch costs). Inputs are random, never zeros. FLOPs count
@@ -17,6 +18,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "ops/cpu/dropout_mask.hpp"
 #include "ops/cuda/check.hpp"
 #include "ops/cuda/ops.hpp"
 
@@ -77,7 +79,8 @@ double median_ms(const std::function<void()>& f) {
 }
 
 template <typename X>
-void bench(const Case& c, const char* type) {
+void bench(const Case& c, const char* type, double dropout_p) {
+  const uint64_t stream = meg::cpu::dropout_stream({1, 2, 3, 4});
   const size_t rows = size_t(c.B) * c.T;
   const size_t n_qkv = rows * (c.NH + 2 * c.NKV) * c.HS, n_out = rows * c.NH * c.HS;
   Buffer<X> qkv(n_qkv), out(n_out), dout(n_out), dqkv(n_qkv);
@@ -87,18 +90,19 @@ void bench(const Case& c, const char* type) {
   fill_random(dout.get(), n_out, 2);
 
   const double fwd_ms = median_ms([&] {
-    meg::cuda::attention_forward<X>(out.get(), lse.get(), qkv.get(), c.B, c.T, c.NH, c.NKV, c.HS, 0);
+    meg::cuda::attention_forward<X>(out.get(), lse.get(), qkv.get(), c.B, c.T, c.NH, c.NKV, c.HS, 0,
+                                    dropout_p, stream);
   });
   const double bwd_ms = median_ms([&] {
     meg::cuda::attention_backward<X>(dqkv.get(), dout.get(), qkv.get(), out.get(), lse.get(), c.B,
-                                     c.T, c.NH, c.NKV, c.HS, scratch.get(), 0);
+                                     c.T, c.NH, c.NKV, c.HS, scratch.get(), 0, dropout_p, stream);
   });
   MEG_CUDA_CHECK(cudaDeviceSynchronize());
 
   const double fwd_flop = 2.0 * c.B * c.NH * double(c.T) * c.T * c.HS;
-  std::printf("%-14s %-5s %-8s %9.3f %9.1f\n", c.name, type, "forward", fwd_ms,
+  std::printf("%-14s %-5s %4.2f %-8s %9.3f %9.1f\n", c.name, type, dropout_p, "forward", fwd_ms,
               fwd_flop / (fwd_ms * 1e9));
-  std::printf("%-14s %-5s %-8s %9.3f %9.1f\n", c.name, type, "backward", bwd_ms,
+  std::printf("%-14s %-5s %4.2f %-8s %9.3f %9.1f\n", c.name, type, dropout_p, "backward", bwd_ms,
               2.5 * fwd_flop / (bwd_ms * 1e9));
 }
 
@@ -109,10 +113,11 @@ int main() {
   cudaDeviceProp prop;
   MEG_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   std::printf("%s; median of %d runs\n", prop.name, kRuns);
-  std::printf("%-14s %-5s %-8s %9s %9s\n", "shape", "type", "pass", "ms", "TFLOP/s");
-  for (const Case& c : cases) {
-    bench<__nv_bfloat16>(c, "bf16");
-    bench<__half>(c, "fp16");
-  }
+  std::printf("%-14s %-5s %4s %-8s %9s %9s\n", "shape", "type", "drop", "pass", "ms", "TFLOP/s");
+  for (const Case& c : cases)
+    for (const double p : {0.0, 0.1}) {
+      bench<__nv_bfloat16>(c, "bf16", p);
+      bench<__half>(c, "fp16", p);
+    }
   return 0;
 }
