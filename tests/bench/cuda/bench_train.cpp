@@ -5,7 +5,8 @@
 //
 // Each step waits for the device at its end (the loss is read back), so wall-clock time per step is
 // the device's time plus whatever the host adds; the median of the timed steps is reported after
-// warm-up steps. Model FLOPs per token are 6 N + 12 L d T; MFU is against 800 TFLOP/s, the bf16
+// warm-up steps. "host ms" is the time the host takes to queue the step's forward and backward:
+// when it nears ms/step, launching, not the GPU, sets the pace. Model FLOPs per token are 6 N + 12 L d T; MFU is against 800 TFLOP/s, the bf16
 // dense product rate an 8192^3 cuBLAS GEMM reaches on these cards.
 //
 // Usage: bench_train [--precision bf16|fp16|fp32] [--recompute none|selective|full] [--steps N]
@@ -70,8 +71,8 @@ int main(int argc, char** argv) {
   }
 
   constexpr int T = 1024;
-  std::printf("| model | micro-batch | ms/step | tokens/s | model TFLOP/s | MFU | peak memory | PyTorch tokens/s | ratio |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("| model | micro-batch | ms/step | host ms | tokens/s | model TFLOP/s | MFU | peak memory | PyTorch tokens/s | ratio |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
   for (const auto& c : cases) {
     try {
       meg::ModelConfig config = meg::ModelConfig::preset(c.model);
@@ -85,7 +86,7 @@ int main(int argc, char** argv) {
       std::uniform_int_distribution<int> tok(0, static_cast<int>(config.vocab_size) - 1);
       const int N = c.micro_batch * T;
       std::vector<int32_t> tokens(N), targets(N);
-      std::vector<double> times;
+      std::vector<double> times, launch_times;
       for (int s = 0; s < warmup + steps; ++s) {
         for (int i = 0; i < N; ++i) tokens[i] = tok(rng), targets[i] = tok(rng);
         const bool profiled = profile && s == warmup + steps - 1;
@@ -93,18 +94,22 @@ int main(int argc, char** argv) {
         const auto start = std::chrono::steady_clock::now();
         backend->begin_step();
         backend->micro_batch(tokens.data(), targets.data(), c.micro_batch, T, 1, s, 0, 1);
+        const auto launched = std::chrono::steady_clock::now();
         backend->end_step(1e-4, 1.0);
         if (profiled) cudaProfilerStop();
         const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        if (s >= warmup) times.push_back(secs);
+        if (s >= warmup) {
+          times.push_back(secs);
+          launch_times.push_back(std::chrono::duration<double>(launched - start).count());
+        }
       }
       const double secs = median(times);
       const double tps = N / secs;
       const double tflops = tps * static_cast<double>(config.flops_per_token(T)) / 1e12;
       const std::string ref = c.pytorch_tokens_per_s > 0 ? fmt::format("{:.1f}k", c.pytorch_tokens_per_s / 1e3) : "-";
       const std::string ratio = c.pytorch_tokens_per_s > 0 ? fmt::format("{:.2f}", tps / c.pytorch_tokens_per_s) : "-";
-      std::printf("| %s | %d | %.1f | %.1fk | %.0f | %.1f%% | %.1f GiB | %s | %s |\n", c.model.c_str(), c.micro_batch,
-                  secs * 1e3, tps / 1e3, tflops, 100.0 * tflops / 800.0,
+      std::printf("| %s | %d | %.1f | %.1f | %.1fk | %.0f | %.1f%% | %.1f GiB | %s | %s |\n", c.model.c_str(),
+                  c.micro_batch, secs * 1e3, median(launch_times) * 1e3, tps / 1e3, tflops, 100.0 * tflops / 800.0,
                   static_cast<double>(backend->peak_memory()) / double(1 << 30), ref.c_str(), ratio.c_str());
     } catch (const std::exception& e) {
       std::printf("| %s | %d | failed: %s |\n", c.model.c_str(), c.micro_batch, e.what());
