@@ -5,10 +5,11 @@
 #include "core/cli.hpp"
 #include "core/error.hpp"
 #include "optim/lr_schedule.hpp"
+#include "parallel/comm.hpp"
 #include "train/trainer.hpp"
 
 int main(int argc, char** argv) {
-  CLI::App app{"Pretrain a decoder-only language model on a blend (CPU or one GPU; one process).", "meg-pretrain"};
+  CLI::App app{"Pretrain a decoder-only language model on a blend (CPU or GPUs; one process or many under mpirun).", "meg-pretrain"};
   meg::TrainOptions o;
   std::string decay = "cosine";
   auto& ov = o.overrides;
@@ -65,13 +66,29 @@ int main(int argc, char** argv) {
                  "Activation recomputation on cuda: none, selective (norms and MLP activation) or full (whole "
                  "blocks)")
       ->capture_default_str();
+  app.add_option("--tp", o.tp, "Tensor-parallel size")->capture_default_str();
+  app.add_option("--pp", o.pp, "Pipeline-parallel size")->capture_default_str();
+  app.add_option("--dp", o.dp, "Data-parallel size (default: the number of ranks over tp * pp * cp * ep)");
+  app.add_option("--cp", o.cp, "Context-parallel size")->capture_default_str();
+  app.add_option("--ep", o.ep, "Expert-parallel size")->capture_default_str();
+  app.add_flag("--use-distributed-optimizer", o.distributed_optimizer,
+               "Shard the fp32 master weights and AdamW state over the data-parallel ranks");
+  app.add_flag("--sequence-parallel", o.sequence_parallel, "Sequence parallelism in the tensor-parallel regions");
+  app.add_option("--virtual-stages", o.virtual_stages, "Virtual pipeline stages per rank (interleaved schedule)")
+      ->capture_default_str();
   meg::cli::add_common_options(
       app, "meg-pretrain --model tiny --data run.blend --tokenizer spm.model --iters 100 --micro-batch 4 "
            "--global-batch 8 --lr 1e-3 --warmup-iters 10 --save ckpt --save-interval 50");
 
-  return meg::cli::run_tool(app, argc, argv, [&] {
-    o.lr.style = meg::parse_lr_decay_style(decay);
-    meg::Trainer trainer(o);
-    return trainer.run();
-  });
+  return meg::cli::run_tool(
+      app, argc, argv,
+      [&] {
+        o.lr.style = meg::parse_lr_decay_style(decay);
+        meg::Trainer trainer(o);
+        return trainer.run();
+      },
+      // One rank failing ends the job: the others would wait for it in a collective forever.
+      [](int status) {
+        if (meg::World::initialized() && meg::World::get().distributed()) meg::World::get().abort(status);
+      });
 }

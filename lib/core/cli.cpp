@@ -71,7 +71,8 @@ void add_common_options(CLI::App& app, const std::string& example) {
   app.footer("Example:\n  " + example);
 }
 
-int run_tool(CLI::App& app, int argc, char** argv, const std::function<int()>& body) {
+int run_tool(CLI::App& app, int argc, char** argv, const std::function<int()>& body,
+             const std::function<void(int)>& on_failure) {
   log::set_program(app.get_name());
   try {
     app.parse(argc, argv);
@@ -91,15 +92,18 @@ int run_tool(CLI::App& app, int argc, char** argv, const std::function<int()>& b
     log::write_line(where + what + " (try --help)");
     return kExitBadInput;
   }
+  int status = kExitOk;
   try {
     return body();
   } catch (const InputError& e) {
     log::write_line(e.what());
-    return kExitBadInput;
+    status = kExitBadInput;
   } catch (const std::exception& e) {
     log::write_line(std::string("internal error: ") + e.what());
-    return kExitInternal;
+    status = kExitInternal;
   }
+  if (on_failure) on_failure(status);
+  return status;
 }
 
 unsigned resolve_workers(unsigned requested) {

@@ -20,8 +20,10 @@ namespace meg::cli {
 void add_common_options(CLI::App& app, const std::string& example);
 
 // Parses, runs BODY and turns what escapes into an exit status: usage errors and InputError print
-// one line and give 1, anything else prints "internal error" and gives 2.
-int run_tool(CLI::App& app, int argc, char** argv, const std::function<int()>& body);
+// one line and give 1, anything else prints "internal error" and gives 2. ON_FAILURE, when given,
+// runs with that status after the line is printed (a distributed job aborts all its ranks there).
+int run_tool(CLI::App& app, int argc, char** argv, const std::function<int()>& body,
+             const std::function<void(int)>& on_failure = {});
 
 // Worker threads to use when the user gave N (0 = all available cores).
 unsigned resolve_workers(unsigned requested);

@@ -5,6 +5,9 @@
 //
 // One optimizer step is begin_step(), micro_batch() for each micro-batch of the global batch, then
 // end_step(). Gradients are those of the mean over micro-batches of each micro-batch's mean loss.
+// With a data-parallel group, each replica runs its share of the micro-batches and end_step()
+// averages the gradients and losses over the group before the norm and the update, so every
+// replica takes the same step.
 #pragma once
 
 #include <cstddef>
@@ -16,6 +19,7 @@
 #include "model/config.hpp"
 #include "model/gpt.hpp"
 #include "optim/adamw.hpp"
+#include "parallel/comm.hpp"
 
 namespace meg {
 
@@ -40,6 +44,7 @@ class TrainBackend {
 
   virtual void begin_step() = 0;
   // TOKENS and TARGETS are host arrays [B*T]; the dropout key is (seed, step, micro).
+  // MICRO_BATCHES is this replica's count for the step.
   virtual void micro_batch(const int32_t* tokens, const int32_t* targets, int B, int T, uint64_t seed, uint64_t step,
                            uint64_t micro, int64_t micro_batches) = 0;
   // Clips to CLIP_GRAD (0: off) and updates at LR. When the loss or the norm is not finite (and
@@ -61,6 +66,13 @@ class TrainBackend {
 
   // Peak device memory in bytes (0 on the CPU).
   virtual size_t peak_memory() const { return 0; }
+
+  // The data-parallel group (null or a group of one: none). Set before the first step.
+  void set_data_parallel(Comm* group) { dp_ = group; }
+
+ protected:
+  int dp_size() const { return dp_ ? dp_->size() : 1; }
+  Comm* dp_ = nullptr;
 };
 
 // The model of CONFIG initialised from SEED, with AdamW.

@@ -55,13 +55,20 @@ class CpuBackend final : public TrainBackend {
 
   StepStats end_step(double lr, double clip_grad) override {
     std::span<float> grads(model_.grads(), model_.num_parameters());
-    if (micro_batches_ > 1) {
-      const float scale = 1.0f / static_cast<float>(micro_batches_);
+    // The sum over the replicas' micro-batches, then one division by all of them (in float, as a
+    // single process divides by its own count).
+    const int64_t total = micro_batches_ * dp_size();
+    if (dp_size() > 1) {
+      dp_->all_reduce_sum(grads.data(), grads.size());
+      dp_->all_reduce_sum(&loss_sum_, 1);
+    }
+    if (total > 1) {
+      const float scale = 1.0f / static_cast<float>(total);
       for (float& g : grads) g *= scale;
     }
     StepStats s;
     s.grad_norm = clip_grad_norm(grads, clip_grad);
-    s.loss = loss_sum_ / static_cast<double>(micro_batches_);
+    s.loss = loss_sum_ / static_cast<double>(total);
     if (!std::isfinite(s.grad_norm) || !std::isfinite(s.loss)) return s;
     adam_->step(std::span<float>(model_.params(), model_.num_parameters()), grads, lr);
     return s;

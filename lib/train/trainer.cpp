@@ -68,10 +68,38 @@ nlohmann::ordered_json TrainOptions::to_json() const {
   j["device"] = device;
   j["precision"] = precision;
   j["recompute"] = recompute;
+  j["tp"] = tp;
+  j["pp"] = pp;
+  j["dp"] = dp ? nlohmann::ordered_json(*dp) : nlohmann::ordered_json(nullptr);
+  j["cp"] = cp;
+  j["ep"] = ep;
+  j["use-distributed-optimizer"] = distributed_optimizer;
+  j["sequence-parallel"] = sequence_parallel;
+  j["virtual-stages"] = virtual_stages;
   return j;
 }
 
 Trainer::Trainer(TrainOptions options) : opt_(std::move(options)) {
+  world_ = &World::init();
+  layout_ = ParallelLayout::resolve(world_->size(), opt_.tp, opt_.pp, opt_.cp, opt_.ep, opt_.dp);
+  const auto not_yet = [](const char* what, const char* option, int size) {
+    if (size > 1) input_error("{} {}: {} is not implemented yet; use data parallelism (more ranks, or --dp)", option,
+                              size, what);
+  };
+  not_yet("tensor parallelism", "--tp", layout_.tp);
+  not_yet("pipeline parallelism", "--pp", layout_.pp);
+  not_yet("context parallelism", "--cp", layout_.cp);
+  not_yet("expert parallelism", "--ep", layout_.ep);
+  not_yet("the interleaved pipeline schedule", "--virtual-stages", opt_.virtual_stages);
+  if (opt_.sequence_parallel) input_error("--sequence-parallel: sequence parallelism is not implemented yet");
+  if (opt_.distributed_optimizer)
+    input_error("--use-distributed-optimizer: the distributed optimizer is not implemented yet");
+  world_->set_layout(layout_);
+  dp_group_ = &world_->group(ParallelDim::dp);
+  if (world_->rank() != 0) {  // rank 0 speaks for the job; the others report only their errors
+    log::set_errors_only(true);
+    log::set_program(fmt::format("{} (rank {})", log::program(), world_->rank()));
+  }
   if (opt_.device.empty()) opt_.device = default_device();
   if (opt_.device != "cpu" && opt_.device != "cuda") input_error("--device '{}': expected cpu or cuda", opt_.device);
   if (opt_.precision.empty()) opt_.precision = opt_.device == "cuda" ? "bf16" : "fp32";
@@ -85,9 +113,9 @@ Trainer::Trainer(TrainOptions options) : opt_(std::move(options)) {
   if (opt_.iters <= 0) input_error("--iters must be positive, got {}", opt_.iters);
   if (opt_.micro_batch <= 0) input_error("--micro-batch must be positive, got {}", opt_.micro_batch);
   if (opt_.global_batch == 0) opt_.global_batch = opt_.micro_batch;
-  if (opt_.global_batch <= 0 || opt_.global_batch % opt_.micro_batch != 0)
-    input_error("--global-batch {} must be a positive multiple of --micro-batch {}", opt_.global_batch,
-                opt_.micro_batch);
+  if (opt_.global_batch <= 0 || opt_.global_batch % (opt_.micro_batch * layout_.dp) != 0)
+    input_error("--global-batch {} must be a positive multiple of --micro-batch {} times the {} data-parallel ranks",
+                opt_.global_batch, opt_.micro_batch, layout_.dp);
   if (opt_.log_interval <= 0) input_error("--log-interval must be positive, got {}", opt_.log_interval);
   if (opt_.eval_interval < 0) input_error("--eval-interval must not be negative, got {}", opt_.eval_interval);
   if (opt_.eval_iters < 0) input_error("--eval-iters must not be negative, got {}", opt_.eval_iters);
@@ -133,6 +161,7 @@ Trainer::Trainer(TrainOptions options) : opt_(std::move(options)) {
 
   backend_ = opt_.device == "cuda" ? make_cuda_backend(config_, opt_.adam, opt_.seed, precision, opt_.recompute)
                                     : make_cpu_backend(config_, opt_.adam, opt_.seed);
+  backend_->set_data_parallel(dp_group_);
   opt_.lr.train_iters = opt_.iters;
   schedule_ = std::make_unique<LrSchedule>(opt_.lr);
 
@@ -154,7 +183,8 @@ Trainer::Trainer(TrainOptions options) : opt_(std::move(options)) {
   }
 
   std::string metrics = opt_.metrics;
-  if (metrics.empty() && !opt_.save.empty()) {
+  if (world_->rank() != 0) metrics.clear();  // rank 0 writes the metrics
+  else if (metrics.empty() && !opt_.save.empty()) {
     std::filesystem::create_directories(opt_.save);
     metrics = (std::filesystem::path(opt_.save) / "metrics.jsonl").string();
   }
@@ -177,6 +207,7 @@ nlohmann::ordered_json Trainer::settings() const {
                {"valid_samples", data_->num_samples(Split::kValid)},
                {"fingerprint", hex64(data_->fingerprint())}};
   j["backend"] = backend_->describe();
+  j["parallel"] = layout_.to_json();
   j["start_iteration"] = iteration_;
   return j;
 }
@@ -189,17 +220,19 @@ void Trainer::write_metrics(const nlohmann::ordered_json& line) {
 
 double Trainer::train_step(double* grad_norm_out) {
   const int B = static_cast<int>(opt_.micro_batch), T = static_cast<int>(data_->seq_length());
-  const int64_t micro_batches = opt_.global_batch / opt_.micro_batch;
+  const int64_t D = layout_.dp, r = world_->coords().dp;
+  const int64_t micro_batches = opt_.global_batch / (opt_.micro_batch * D);  // this rank's
   backend_->begin_step();
   for (int64_t m = 0; m < micro_batches; ++m) {
+    const int64_t micro = m * D + r;  // the micro-batch's number in the global batch
     for (int j = 0; j < B; ++j) {
-      const uint64_t index = static_cast<uint64_t>(iteration_ * opt_.global_batch + m * opt_.micro_batch + j);
+      const uint64_t index = static_cast<uint64_t>(iteration_ * opt_.global_batch + micro * opt_.micro_batch + j);
       data_->sample(Split::kTrain, index, sample_.data());
       std::memcpy(tokens_.data() + static_cast<size_t>(j) * T, sample_.data(), sizeof(int32_t) * T);
       std::memcpy(targets_.data() + static_cast<size_t>(j) * T, sample_.data() + 1, sizeof(int32_t) * T);
     }
     backend_->micro_batch(tokens_.data(), targets_.data(), B, T, opt_.seed, static_cast<uint64_t>(iteration_),
-                          static_cast<uint64_t>(m), micro_batches);
+                          static_cast<uint64_t>(micro), micro_batches);
   }
   const StepStats s = backend_->end_step(schedule_->lr_at(iteration_), opt_.clip_grad);
   if (!s.skipped && (!std::isfinite(s.grad_norm) || !std::isfinite(s.loss)))
@@ -213,8 +246,9 @@ double Trainer::train_step(double* grad_norm_out) {
 double Trainer::evaluate() {
   const uint64_t n = data_->num_samples(Split::kValid);
   const int B = static_cast<int>(opt_.micro_batch), T = static_cast<int>(data_->seq_length());
+  // The data-parallel ranks share the validation batches (rank r takes every D-th) and add up.
   double sum = 0;
-  for (int64_t k = 0; k < opt_.eval_iters; ++k) {
+  for (int64_t k = world_->coords().dp; k < opt_.eval_iters; k += layout_.dp) {
     for (int j = 0; j < B; ++j) {
       data_->sample(Split::kValid, static_cast<uint64_t>(k * B + j) % n, sample_.data());
       std::memcpy(tokens_.data() + static_cast<size_t>(j) * T, sample_.data(), sizeof(int32_t) * T);
@@ -222,11 +256,17 @@ double Trainer::evaluate() {
     }
     sum += backend_->eval_loss(tokens_.data(), targets_.data(), B, T);  // no dropout
   }
+  dp_group_->all_reduce_sum(&sum, 1);
   return sum / static_cast<double>(opt_.eval_iters);
 }
 
 void Trainer::save_checkpoint_now() {
   if (opt_.save.empty() || last_saved_ == iteration_) return;
+  if (world_->rank() != 0) {  // the replicas hold what rank 0 writes
+    last_saved_ = iteration_;
+    world_->world().barrier();
+    return;
+  }
   const auto start = Clock::now();
   std::vector<CheckpointTensor> model_tensors, optim_tensors;
   std::vector<float> params, m, v;
@@ -245,13 +285,14 @@ void Trainer::save_checkpoint_now() {
   record["backend_state"] = nlohmann::ordered_json::parse(backend_->extra_state());
   record["blend_fingerprint"] = hex64(data_->fingerprint());
   record["seed"] = opt_.seed;
-  record["parallel"] = {{"tp", 1}, {"pp", 1}, {"dp", 1}, {"cp", 1}, {"ep", 1}};
+  record["parallel"] = layout_.to_json();
   const std::string path = save_checkpoint(
       opt_.save, iteration_, record,
       {{"model.safetensors", model_tensors}, {"optimizer.safetensors", optim_tensors}},
       {.keep = opt_.keep, .overwrite = true});
   last_saved_ = iteration_;
   log::info("saved {} in {:.2f} s", path, std::chrono::duration<double>(Clock::now() - start).count());
+  world_->world().barrier();  // the others wait for the checkpoint to be complete
 }
 
 void Trainer::load_from(const std::string& dir) {
@@ -275,6 +316,18 @@ void Trainer::load_from(const std::string& dir) {
           log::warn("{}: --{} was {} and is now {}: the run will not repeat an uninterrupted one", where, key,
                     rec["options"][key].dump(), now[key].dump());
     }
+    if (rec.contains("parallel")) {
+      const auto& saved = rec["parallel"];
+      for (const char* dim : {"tp", "pp", "cp", "ep"})
+        if (saved.contains(dim) && saved[dim] != layout_.to_json()[dim])
+          input_error("{}: the checkpoint was written with {} {} and this run has {} {}; convert it first "
+                      "(meg-ckpt-convert)",
+                      where, dim, saved[dim].dump(), dim, layout_.to_json()[dim].dump());
+      if (saved.contains("dp") && saved["dp"] != layout_.to_json()["dp"])
+        log::warn("{}: the checkpoint was written with {} data-parallel ranks and this run has {}: the samples "
+                  "are the same, the sums' rounding is not",
+                  where, saved["dp"].dump(), layout_.dp);
+    }
     const int64_t it = rec.at("iteration").get<int64_t>();
     const int64_t step = rec.at("optimizer_step").get<int64_t>();
     const size_t n = backend_->num_parameters();
@@ -297,6 +350,12 @@ void Trainer::load_from(const std::string& dir) {
     input_error("{}: malformed record: {}", where, e.what());
   }
   log::info("loaded {} (iteration {})", ck.path(), iteration_);
+}
+
+bool Trainer::any_rank(bool flag) {
+  int64_t value = flag ? 1 : 0;
+  world_->world().all_reduce_max(&value, 1);
+  return value != 0;
 }
 
 int Trainer::run() {
@@ -349,8 +408,9 @@ int Trainer::run() {
       }
     }
     if (opt_.save_interval > 0 && iteration_ % opt_.save_interval == 0) save_checkpoint_now();
-    if (stop_requested()) {
-      log::info("signal {} received: stopping after iteration {}", stop_signal(), iteration_);
+    if (any_rank(stop_requested())) {
+      if (stop_requested()) log::info("signal {} received: stopping after iteration {}", stop_signal(), iteration_);
+      else log::info("another rank received a stop signal: stopping after iteration {}", iteration_);
       stopped = true;
       break;
     }
@@ -360,7 +420,7 @@ int Trainer::run() {
       break;
     }
     if (opt_.exit_after_minutes > 0 &&
-        std::chrono::duration<double>(Clock::now() - start).count() >= opt_.exit_after_minutes * 60.0) {
+        any_rank(std::chrono::duration<double>(Clock::now() - start).count() >= opt_.exit_after_minutes * 60.0)) {
       log::info("--exit-after-minutes {} reached: stopping after iteration {}", opt_.exit_after_minutes, iteration_);
       stopped = true;
       break;

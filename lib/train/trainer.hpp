@@ -3,10 +3,18 @@
 // through a TrainBackend (train/backend.hpp).
 //
 // One iteration is one optimizer step over a global batch of G samples, taken as G / B micro-batches
-// of B samples (forward + backward each, gradients accumulated and divided by G / B). The sample of
-// global step s, micro-batch m, row j is train sample s*G + m*B + j of the blend: the data position
-// is a function of the step alone, so a run resumed from a checkpoint (parameters, AdamW moments
-// and step count, iteration) continues bit for bit as the uninterrupted run would have.
+// of B samples (forward + backward each, gradients accumulated and divided by G / B). With D
+// data-parallel ranks, each takes G / (B D) of the micro-batches, as Megatron's sampler deals them:
+// the sample of step s, micro-batch m of data-parallel rank r, row j is train sample
+// s*G + (m*D + r)*B + j of the blend, and that micro-batch's dropout key is (seed, s, m*D + r). So
+// the samples and masks of a step are the same whatever the layout, and with D = 1 the formula is
+// the single process's s*G + m*B + j. The data position is a function of the step alone, so a run
+// resumed from a checkpoint (parameters, AdamW moments and step count, iteration) continues bit
+// for bit as the uninterrupted run would have.
+//
+// Distributed runs: rank 0 logs, writes the metrics and the checkpoints (data-parallel replicas
+// hold the same state); the others report only errors. A stop (signal, time limit) is agreed on by
+// all ranks each step, so they stop together.
 //
 // Metrics are JSON lines (one per --log-interval, one per evaluation):
 //   {"iteration": 10, "consumed_tokens": 1280, "loss": 6.9, "lr": 0.001, "grad_norm": 1.2,
@@ -33,6 +41,8 @@
 #include "model/config.hpp"
 #include "optim/adamw.hpp"
 #include "optim/lr_schedule.hpp"
+#include "parallel/comm.hpp"
+#include "parallel/layout.hpp"
 #include "train/backend.hpp"
 
 namespace meg {
@@ -75,6 +85,13 @@ struct TrainOptions {
   std::string precision;  // bf16, fp16 or fp32; empty: bf16 on cuda, fp32 on cpu (its only one)
   std::string recompute = "none";  // none, selective or full (cuda only)
 
+  // Parallelism (parallel/layout.hpp): dp unset is the world size over tp * pp * cp * ep.
+  int tp = 1, pp = 1, cp = 1, ep = 1;
+  std::optional<int> dp;
+  bool distributed_optimizer = false;
+  bool sequence_parallel = false;
+  int virtual_stages = 1;
+
   // The options as stored with checkpoints and printed at start.
   nlohmann::ordered_json to_json() const;
 };
@@ -96,6 +113,8 @@ class Trainer {
 
  private:
   double train_step(double* grad_norm);
+  // Whether any rank asks to stop (signal, time limit): every rank must stop at the same step.
+  bool any_rank(bool flag);
   double evaluate();
   void save_checkpoint_now();
   void load_from(const std::string& dir);
@@ -105,6 +124,9 @@ class Trainer {
   ModelConfig config_;
   std::unique_ptr<GptDataset> data_;
   std::unique_ptr<TrainBackend> backend_;
+  ParallelLayout layout_;
+  World* world_ = nullptr;
+  Comm* dp_group_ = nullptr;
   std::unique_ptr<LrSchedule> schedule_;
   std::ofstream metrics_;
   int64_t iteration_ = 0;

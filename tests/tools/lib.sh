@@ -13,16 +13,29 @@ cd "$WORK"
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
+# exits_with STATUS COMMAND...: runs COMMAND (stdout and stderr kept in $WORK/.out and .err) and
+# fails unless it exits with STATUS.
+exits_with() {
+  local status=$1
+  shift
+  local rc=0
+  "$@" >"$WORK/.out" 2>"$WORK/.err" || rc=$?
+  [ "$rc" -eq "$status" ] || fail "'$*' exited $rc, expected $status; stderr: $(cat "$WORK/.err")"
+}
+
+# stderr_matches PATTERN: the last command's stderr has a line matching PATTERN (grep -E).
+stderr_matches() {
+  grep -Eq -- "$1" "$WORK/.err" || fail "stderr '$(cat "$WORK/.err")' does not match '$1'"
+}
+
 # expect_fail EXPECTED_STATUS PATTERN -- COMMAND...: the command must exit with EXPECTED_STATUS and
 # print exactly one line on stderr matching PATTERN (grep -E).
 expect_fail() {
   local status=$1 pattern=$2
   shift 3
-  local rc=0
-  "$@" >"$WORK/.out" 2>"$WORK/.err" || rc=$?
-  [ "$rc" -eq "$status" ] || fail "'$*' exited $rc, expected $status; stderr: $(cat "$WORK/.err")"
+  exits_with "$status" "$@"
   [ "$(grep -c . "$WORK/.err")" -eq 1 ] || fail "'$*' should print one line on stderr, printed: $(cat "$WORK/.err")"
-  grep -Eq -- "$pattern" "$WORK/.err" || fail "'$*' stderr '$(cat "$WORK/.err")' does not match '$pattern'"
+  stderr_matches "$pattern"
 }
 
 # same_file A B: byte-identical.
@@ -32,4 +45,23 @@ same_file() { cmp -s "$1" "$2" || fail "$1 and $2 differ"; }
 no_file() {
   for f in "$@"; do [ ! -e "$f" ] || fail "$f should not exist"; done
   if ls -a "$WORK" | grep -q '\.tmp\.'; then fail "temporary files left behind: $(ls -a "$WORK")"; fi
+}
+
+# expect_fail_mpi STATUS PATTERN -- mpi N COMMAND...: the job must exit with STATUS and its stderr
+# (every rank's, and mpirun's own report of the abort) must hold a line matching PATTERN.
+expect_fail_mpi() {
+  local status=$1 pattern=$2
+  shift 3
+  exits_with "$status" "$@"
+  stderr_matches "$pattern"
+}
+
+# mpi N COMMAND...: COMMAND on N ranks under mpirun (oversubscribed: N may exceed the cores), one
+# thread each so that the ranks do not fight over the cores.
+mpi() {
+  local n=$1
+  shift
+  local root=()
+  [ "$(id -u)" -eq 0 ] && root=(--allow-run-as-root)
+  mpirun "${root[@]}" --oversubscribe -np "$n" -x OPENBLAS_NUM_THREADS=1 -x MEG_NUM_THREADS=1 -x PATH "$@"
 }

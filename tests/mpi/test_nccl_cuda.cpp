@@ -1,0 +1,213 @@
+// NcclComm under mpirun, one GPU per rank (rank % device count): every collective on float and
+// bf16 device buffers against sums worked out by hand, a ring, and the time-out that turns a
+// missing peer into an exception. Needs as many GPUs as ranks; with fewer it says so and checks
+// nothing (NCCL refuses two members on one device).
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#include "catch.hpp"
+#include "core/error.hpp"
+#include "ops/cuda/check.hpp"
+#include "parallel/comm.hpp"
+#include "parallel/nccl_comm.hpp"
+
+using namespace meg;
+using Catch::Matchers::ContainsSubstring;
+
+namespace {
+
+// A device buffer holding a copy of a host vector.
+template <typename T>
+class DeviceVector {
+ public:
+  explicit DeviceVector(const std::vector<T>& host) : n_(host.size()) {
+    MEG_CUDA_CHECK(cudaMalloc(&ptr_, sizeof(T) * n_));
+    MEG_CUDA_CHECK(cudaMemcpy(ptr_, host.data(), sizeof(T) * n_, cudaMemcpyHostToDevice));
+  }
+  ~DeviceVector() { cudaFree(ptr_); }
+  DeviceVector(const DeviceVector&) = delete;
+  DeviceVector& operator=(const DeviceVector&) = delete;
+  T* get() { return ptr_; }
+  std::vector<T> host() const {
+    std::vector<T> out(n_);
+    MEG_CUDA_CHECK(cudaMemcpy(out.data(), ptr_, sizeof(T) * n_, cudaMemcpyDeviceToHost));
+    return out;
+  }
+
+ private:
+  T* ptr_ = nullptr;
+  size_t n_;
+};
+
+// One GPU per rank and a stream, or nothing when there are too few GPUs.
+struct Setup {
+  Comm& world = World::get().world();
+  cudaStream_t stream = nullptr;
+  bool ok = false;
+  Setup() {
+    int devices = 0;
+    if (cudaGetDeviceCount(&devices) != cudaSuccess) devices = 0;
+    if (devices < world.size()) {
+      WARN("skipped: " << world.size() << " ranks need as many GPUs, " << devices << " visible");
+      return;
+    }
+    MEG_CUDA_CHECK(cudaSetDevice(world.rank() % devices));
+    MEG_CUDA_CHECK(cudaStreamCreate(&stream));
+    ok = true;
+  }
+  ~Setup() {
+    if (stream != nullptr) cudaStreamDestroy(stream);
+  }
+};
+
+// Small multiples of 1/4 below 64: exact in bf16, and so are their sums over a few ranks.
+float v(size_t i, int r) {
+  return static_cast<float>(static_cast<int>((i * 7 + static_cast<size_t>(r) * 5) % 29) - 14) * 0.25f;
+}
+
+template <typename T>
+T to(float x) {
+  if constexpr (std::is_same_v<T, float>) return x;
+  else return __float2bfloat16(x);
+}
+template <typename T>
+float from(T x) {
+  if constexpr (std::is_same_v<T, float>) return x;
+  else return __bfloat162float(x);
+}
+
+template <typename T>
+void check_collectives(NcclComm& nccl, cudaStream_t stream) {
+  const int P = nccl.size(), me = nccl.rank();
+  const size_t n = 100003;
+  const auto sum = [P](size_t i, size_t block) {
+    float s = 0;
+    for (int r = 0; r < P; ++r) s += v(i + block, r);
+    return s;
+  };
+
+  std::vector<T> x(n);
+  for (size_t i = 0; i < n; ++i) x[i] = to<T>(v(i, me));
+  DeviceVector<T> d(x);
+  nccl.all_reduce_sum(d.get(), n, stream);
+  nccl.wait(stream);
+  const std::vector<T> reduced = d.host();
+  size_t wrong = 0;
+  for (size_t i = 0; i < n; ++i) wrong += from(reduced[i]) != sum(i, 0);
+  CHECK(wrong == 0);
+  // The same bits on every rank, for values whose sums round: the results meet on the host.
+  {
+    std::vector<T> rough(n);
+    for (size_t i = 0; i < n; ++i)
+      rough[i] = to<T>(std::sin(0.37f * static_cast<float>(i) + static_cast<float>(me)) *
+                       std::pow(10.0f, static_cast<float>(i % 7) - 3));
+    DeviceVector<T> r(rough);
+    nccl.all_reduce_sum(r.get(), n, stream);
+    nccl.wait(stream);
+    const std::vector<T> result = r.host();
+    std::vector<float> mine(n), all(static_cast<size_t>(P) * n);
+    for (size_t i = 0; i < n; ++i) mine[i] = from(result[i]);
+    World::get().world().all_gather(all.data(), mine.data(), n);
+    for (int k = 1; k < P; ++k) CHECK(std::memcmp(all.data(), all.data() + k * n, n * sizeof(float)) == 0);
+  }
+
+  std::vector<T> blocks(static_cast<size_t>(P) * n);
+  for (size_t b = 0; b < static_cast<size_t>(P); ++b)
+    for (size_t i = 0; i < n; ++i) blocks[b * n + i] = to<T>(v(i + 1000 * b, me));
+  DeviceVector<T> send(blocks), recv(std::vector<T>(n, to<T>(-1.0f)));
+  nccl.reduce_scatter_sum(recv.get(), send.get(), n, stream);
+  nccl.wait(stream);
+  const std::vector<T> scattered = recv.host();
+  wrong = 0;
+  for (size_t i = 0; i < n; ++i) wrong += from(scattered[i]) != sum(i, 1000 * static_cast<size_t>(me));
+  CHECK(wrong == 0);
+
+  DeviceVector<T> own(x), gathered(std::vector<T>(static_cast<size_t>(P) * n, to<T>(-1.0f)));
+  nccl.all_gather(gathered.get(), own.get(), n, stream);
+  nccl.wait(stream);
+  const std::vector<T> all = gathered.host();
+  wrong = 0;
+  for (int k = 0; k < P; ++k)
+    for (size_t i = 0; i < n; ++i) wrong += from(all[static_cast<size_t>(k) * n + i]) != v(i, k);
+  CHECK(wrong == 0);
+
+  // A ring: each rank sends its own values to the next and receives the previous rank's.
+  const int next = (me + 1) % P, prev = (me + P - 1) % P;
+  DeviceVector<T> in(std::vector<T>(n, to<T>(-1.0f)));
+  nccl.send_recv(own.get(), n, next, in.get(), n, prev, stream);
+  nccl.wait(stream);
+  const std::vector<T> ring = in.host();
+  wrong = 0;
+  for (size_t i = 0; i < n; ++i) wrong += from(ring[i]) != v(i, prev);
+  CHECK(wrong == 0);
+
+  // A lone send and a lone receive, member 0 to member 1.
+  DeviceVector<T> one(std::vector<T>(n, to<T>(-1.0f)));
+  if (me == 0) nccl.send(d.get(), n, 1, stream);
+  if (me == 1) nccl.recv(one.get(), n, 0, stream);
+  nccl.wait(stream);
+  if (me == 1) {
+    const std::vector<T> got = one.host();
+    wrong = 0;
+    for (size_t i = 0; i < n; ++i) wrong += from(got[i]) != sum(i, 0);
+    CHECK(wrong == 0);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("NcclComm collectives on float and bf16", "[nccl]") {
+  Setup s;
+  if (!s.ok) return;
+  NcclComm nccl(s.world);
+  CHECK(nccl.size() == s.world.size());
+  CHECK(nccl.rank() == s.world.rank());
+  check_collectives<float>(nccl, s.stream);
+  check_collectives<__nv_bfloat16>(nccl, s.stream);
+}
+
+TEST_CASE("MEG_NCCL_TIMEOUT", "[nccl]") {
+  unsetenv("MEG_NCCL_TIMEOUT");
+  CHECK(NcclComm::timeout_seconds() == 600);
+  setenv("MEG_NCCL_TIMEOUT", "2.5", 1);
+  CHECK(NcclComm::timeout_seconds() == 2.5);
+  setenv("MEG_NCCL_TIMEOUT", "soon", 1);
+  CHECK_THROWS_MATCHES(NcclComm::timeout_seconds(), InputError,
+                       Catch::Matchers::Message("MEG_NCCL_TIMEOUT 'soon': expected a positive number of seconds"));
+  setenv("MEG_NCCL_TIMEOUT", "0", 1);
+  CHECK_THROWS_AS(NcclComm::timeout_seconds(), InputError);
+  unsetenv("MEG_NCCL_TIMEOUT");
+}
+
+TEST_CASE("a receive no peer answers times out and aborts the communicator", "[nccl]") {
+  Setup s;
+  if (!s.ok) return;
+  NcclComm nccl(s.world);
+  const int P = nccl.size(), me = nccl.rank();
+  const size_t n = 1024;
+  DeviceVector<float> out(std::vector<float>(n, 1.0f)), in(std::vector<float>(n, 0.0f));
+  // One good exchange first, so the connections exist and the lone receive below reaches the GPU.
+  nccl.send_recv(out.get(), n, (me + 1) % P, in.get(), n, (me + P - 1) % P, s.stream);
+  nccl.wait(s.stream);
+  nccl.recv(in.get(), n, (me + P - 1) % P, s.stream);  // nobody sends
+  CHECK_THROWS_WITH(nccl.wait(s.stream, 2.0), ContainsSubstring("did not finish within 2 s") &&
+                                                  ContainsSubstring("communicator aborted"));
+  CHECK_THROWS_WITH(nccl.all_reduce_sum(in.get(), n, s.stream), ContainsSubstring("the communicator was aborted"));
+  // The abort stopped the receive's kernel: the stream drains.
+  const auto start = std::chrono::steady_clock::now();
+  cudaError_t state = cudaErrorNotReady;
+  while (state == cudaErrorNotReady && std::chrono::steady_clock::now() - start < std::chrono::seconds(20)) {
+    state = cudaStreamQuery(s.stream);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  CHECK(state == cudaSuccess);
+  World::get().world().barrier();
+}
