@@ -224,6 +224,12 @@ World::World() {
   check(MPI_Comm_rank(comm, &rank), "world", "MPI_Comm_rank");
   check(MPI_Comm_size(comm, &size), "world", "MPI_Comm_size");
   world_.reset(new Comm(to_handle(comm), rank, size, "world"));
+  // The rank among the processes of this node, whatever the launcher: the ranks that share memory.
+  MPI_Comm node;
+  check(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node), "world",
+        "MPI_Comm_split_type");
+  check(MPI_Comm_rank(node, &local_rank_), "node", "MPI_Comm_rank");
+  check(MPI_Comm_free(&node), "node", "MPI_Comm_free");
 }
 
 World::~World() {

@@ -71,6 +71,8 @@ class World {
   int rank() const { return world_->rank(); }
   int size() const { return world_->size(); }
   bool distributed() const { return size() > 1; }
+  // The rank among this node's processes (which GPU of the node to take): 0 in a world of one.
+  int local_rank() const { return local_rank_; }
   Comm& world() { return *world_; }
 
   // Splits the world into the groups of LAYOUT (whose world_size() must equal size(): InputError
@@ -92,6 +94,7 @@ class World {
   RankCoords coords_;
   std::vector<std::unique_ptr<Comm>> groups_;  // indexed by ParallelDim
   bool mpi_ = false;
+  int local_rank_ = 0;
 };
 
 }  // namespace meg

@@ -68,7 +68,7 @@ class TrainBackend {
   virtual size_t peak_memory() const { return 0; }
 
   // The data-parallel group (null or a group of one: none). Set before the first step.
-  void set_data_parallel(Comm* group) { dp_ = group; }
+  virtual void set_data_parallel(Comm* group) { dp_ = group; }
 
  protected:
   int dp_size() const { return dp_ ? dp_->size() : 1; }

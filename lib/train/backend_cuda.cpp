@@ -19,6 +19,7 @@
 #include "model/gpt_cuda.hpp"
 #include "ops/cuda/check.hpp"
 #include "optim/adamw_cuda.hpp"
+#include "parallel/nccl_comm.hpp"
 #include "train/backend.hpp"
 
 namespace meg {
@@ -60,6 +61,13 @@ class CudaBackend final : public TrainBackend {
     return fmt::format("cuda:{} {} {}", device, prop.name, precision_name(precision_));
   }
 
+  // Data parallelism: the gradients are summed over the group by NCCL on the model's stream, and
+  // the division by the group's size is folded into the norm and the optimizer's gradient scale.
+  void set_data_parallel(Comm* group) override {
+    TrainBackend::set_data_parallel(group);
+    if (dp_size() > 1) nccl_ = std::make_unique<NcclComm>(*group);
+  }
+
   void begin_step() override { model_->zero_grad(); }
 
   void micro_batch(const int32_t* tokens, const int32_t* targets, int B, int T, uint64_t seed, uint64_t step,
@@ -71,8 +79,17 @@ class CudaBackend final : public TrainBackend {
 
   StepStats end_step(double lr, double clip_grad) override {
     StepStats s;
+    const double replicas = dp_size();
     s.loss = model_->take_loss() / static_cast<double>(micro_batches_);
-    s.grad_norm = adam_->grad_norm(model_->grads(), model_->num_parameters()) / loss_scale_;
+    if (nccl_) {
+      nccl_->all_reduce_sum(model_->grads(), model_->num_parameters(), stream_);
+      dp_->all_reduce_sum(&s.loss, 1);
+      s.loss /= replicas;
+      nccl_->wait(stream_);  // a failed peer surfaces here, never as a hang
+    }
+    // The summed gradients are REPLICAS times the mean's, and carry the loss scale.
+    const double unscale = loss_scale_ * replicas;
+    s.grad_norm = adam_->grad_norm(model_->grads(), model_->num_parameters()) / unscale;
     if (!std::isfinite(s.grad_norm) && precision_ == Precision::fp16 && std::isfinite(s.loss)) {
       loss_scale_ = std::max(kMinLossScale, loss_scale_ / 2);
       good_steps_ = 0;
@@ -83,7 +100,7 @@ class CudaBackend final : public TrainBackend {
     // torch.nn.utils.clip_grad_norm_'s factor, folded with the loss-scale removal into one scale.
     const double clip = clip_grad > 0 && s.grad_norm > clip_grad ? clip_grad / (s.grad_norm + 1e-6) : 1.0;
     X* copy = std::is_same_v<X, float> ? nullptr : model_->params_x();
-    adam_->step(model_->params(), copy, model_->grads(), lr, clip / loss_scale_);
+    adam_->step(model_->params(), copy, model_->grads(), lr, clip / unscale);
     if (precision_ == Precision::fp16 && ++good_steps_ >= kGrowthInterval) {
       loss_scale_ *= 2;
       good_steps_ = 0;
@@ -131,6 +148,7 @@ class CudaBackend final : public TrainBackend {
   cuda::DeviceAllocator alloc_;  // declared before the model and optimizer: it outlives them
   std::unique_ptr<GptCudaModel<X>> model_;
   std::unique_ptr<CudaAdamW> adam_;
+  std::unique_ptr<NcclComm> nccl_;  // the data-parallel group's, when it has more than one member
   int64_t micro_batches_ = 1;
   double loss_scale_ = 1.0;
   int64_t good_steps_ = 0;
@@ -141,7 +159,10 @@ class CudaBackend final : public TrainBackend {
 std::unique_ptr<TrainBackend> make_cuda_backend(const ModelConfig& config, const AdamWOptions& adam, uint64_t seed,
                                                 Precision precision, const std::string& recompute) {
   const Recompute r = parse_recompute(recompute);
-  if (cuda_devices().empty()) input_error("--device cuda: no CUDA device is visible; use --device cpu");
+  const auto devices = cuda_devices();
+  if (devices.empty()) input_error("--device cuda: no CUDA device is visible; use --device cpu");
+  // One GPU per process: the ranks of a node take its GPUs in turn.
+  if (World::initialized()) MEG_CUDA_CHECK(cudaSetDevice(World::get().local_rank() % int(devices.size())));
   switch (precision) {
     case Precision::fp32: return std::make_unique<CudaBackend<float>>(config, adam, seed, precision, r);
     case Precision::bf16: return std::make_unique<CudaBackend<__nv_bfloat16>>(config, adam, seed, precision, r);
