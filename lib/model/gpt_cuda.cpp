@@ -119,7 +119,8 @@ struct GptCudaModel<X>::Staging {
 };
 
 template <typename X>
-GptCudaModel<X>::GptCudaModel(const ModelConfig& config, cuda::DeviceAllocator& alloc, cudaStream_t stream)
+GptCudaModel<X>::GptCudaModel(const ModelConfig& config, cuda::DeviceAllocator& alloc, cudaStream_t stream,
+                              size_t pad_multiple)
     : config_(config), alloc_(alloc), stream_(stream), gemm_(stream) {
   config_.validate();
   tensors_ = gpt_parameter_table(config_);
@@ -147,12 +148,15 @@ GptCudaModel<X>::GptCudaModel(const ModelConfig& config, cuda::DeviceAllocator& 
                        find(pre + "mlp.linear_fc2.bias")});
   }
 
-  params_ = cuda::DeviceArray<float>(alloc_, num_params_);
-  grads_ = cuda::DeviceArray<float>(alloc_, num_params_);
+  const size_t m = std::max<size_t>(pad_multiple, 1);
+  padded_params_ = (num_params_ + m - 1) / m * m;
+  params_ = cuda::DeviceArray<float>(alloc_, padded_params_);
+  grads_ = cuda::DeviceArray<float>(alloc_, padded_params_);
   if constexpr (std::is_same_v<X, float>) {
     params_x_ = params_.get();
   } else {
-    params_x_store_ = cuda::DeviceArray<X>(alloc_, num_params_);
+    params_x_store_ = cuda::DeviceArray<X>(alloc_, padded_params_);
+    MEG_CUDA_CHECK(cudaMemsetAsync(params_x_store_.get(), 0, params_x_store_.bytes(), stream_));
     params_x_ = params_x_store_.get();
   }
   MEG_CUDA_CHECK(cudaMemsetAsync(params_.get(), 0, params_.bytes(), stream_));
@@ -185,20 +189,20 @@ float* GptCudaModel<X>::g(size_t offset) const {
 
 template <typename X>
 void GptCudaModel<X>::set_params(const float* host) {
-  MEG_CUDA_CHECK(cudaMemcpyAsync(params_.get(), host, params_.bytes(), cudaMemcpyHostToDevice, stream_));
+  MEG_CUDA_CHECK(cudaMemcpyAsync(params_.get(), host, num_params_ * sizeof(float), cudaMemcpyHostToDevice, stream_));
   refresh_compute_copy();
   MEG_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
 template <typename X>
 void GptCudaModel<X>::get_params(float* host) const {
-  MEG_CUDA_CHECK(cudaMemcpyAsync(host, params_.get(), params_.bytes(), cudaMemcpyDeviceToHost, stream_));
+  MEG_CUDA_CHECK(cudaMemcpyAsync(host, params_.get(), num_params_ * sizeof(float), cudaMemcpyDeviceToHost, stream_));
   MEG_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
 template <typename X>
 void GptCudaModel<X>::get_grads(float* host) const {
-  MEG_CUDA_CHECK(cudaMemcpyAsync(host, grads_.get(), grads_.bytes(), cudaMemcpyDeviceToHost, stream_));
+  MEG_CUDA_CHECK(cudaMemcpyAsync(host, grads_.get(), num_params_ * sizeof(float), cudaMemcpyDeviceToHost, stream_));
   MEG_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 

@@ -59,8 +59,11 @@ Recompute parse_recompute(const std::string& name);  // InputError on an unknown
 template <typename X>
 class GptCudaModel {
  public:
-  // Validates CONFIG and allocates parameters (zero) and gradients on the current device.
-  GptCudaModel(const ModelConfig& config, cuda::DeviceAllocator& alloc, cudaStream_t stream);
+  // Validates CONFIG and allocates parameters (zero) and gradients on the current device. The flat
+  // arrays are padded with zeros up to a multiple of PAD_MULTIPLE (the distributed optimizer's
+  // replica count, so that they cut into equal shards).
+  GptCudaModel(const ModelConfig& config, cuda::DeviceAllocator& alloc, cudaStream_t stream,
+               size_t pad_multiple = 1);
   ~GptCudaModel();
   GptCudaModel(const GptCudaModel&) = delete;
   GptCudaModel& operator=(const GptCudaModel&) = delete;
@@ -68,9 +71,11 @@ class GptCudaModel {
   const ModelConfig& config() const { return config_; }
   const std::vector<ParamTensor>& tensors() const { return tensors_; }
   size_t num_parameters() const { return num_params_; }
+  size_t padded_parameters() const { return padded_params_; }
   cudaStream_t stream() const { return stream_; }
 
-  // Device arrays (table layout): fp32 master parameters, their X compute copy, fp32 gradients.
+  // Device arrays (table layout, padded_parameters() long): fp32 master parameters, their X compute
+  // copy, fp32 gradients.
   float* params() { return params_.get(); }
   X* params_x() { return params_x_; }
   float* grads() { return grads_.get(); }
@@ -143,7 +148,7 @@ class GptCudaModel {
 
   ModelConfig config_;
   std::vector<ParamTensor> tensors_;
-  size_t num_params_ = 0;
+  size_t num_params_ = 0, padded_params_ = 0;
   cuda::DeviceAllocator& alloc_;
   cudaStream_t stream_;
   cuda::Gemm gemm_;

@@ -63,6 +63,24 @@ double grad_norm(std::span<const float> grads) {
   return std::sqrt(cpu::grad_sum_squares(grads.data(), grads.size()));
 }
 
+Shard optimizer_shard(size_t n, int replicas, int replica) {
+  const size_t d = static_cast<size_t>(replicas);
+  const size_t size = (n + d - 1) / d;
+  return {static_cast<size_t>(replica) * size, size};
+}
+
+std::vector<ParamGroup> shard_groups(const std::vector<ParamGroup>& groups, size_t n, const Shard& shard) {
+  const size_t lo = shard.begin, hi = shard.begin + shard.size;
+  std::vector<ParamGroup> out;
+  for (const auto& g : groups) {
+    const size_t b = std::max(g.begin, lo), e = std::min(g.end, hi);
+    if (b < e) out.push_back({b - lo, e - lo, g.weight_decay});
+  }
+  const size_t real_end = std::clamp(n, lo, hi);
+  if (real_end < hi) out.push_back({real_end - lo, shard.size, false});
+  return out;
+}
+
 bool clip_grads_to(std::span<float> grads, double norm, double max_norm) {
   if (!std::isfinite(norm) || max_norm <= 0 || !(norm > max_norm)) return false;
   cpu::scale_inplace(grads.data(), grads.size(), float(max_norm / (norm + 1e-6)));

@@ -67,6 +67,19 @@ class AdamW {
   int64_t step_ = 0;
 };
 
+// The shard of the distributed optimizer that replica R of D owns: the n parameters padded up to a
+// multiple of D, cut into D equal pieces; piece R starts at R * size. The last pieces may reach into
+// the padding (or lie wholly in it when n < D).
+struct Shard {
+  size_t begin = 0;
+  size_t size = 0;
+};
+Shard optimizer_shard(size_t n, int replicas, int replica);
+
+// GROUPS (tiling [0, n)) cut to [shard.begin, shard.begin + shard.size), shifted to start at 0;
+// the part past n (padding) is one more group, without decay, so the result tiles the shard.
+std::vector<ParamGroup> shard_groups(const std::vector<ParamGroup>& groups, size_t n, const Shard& shard);
+
 // The global L2 norm of grads (sqrt of the sum of squares, summed in double).
 double grad_norm(std::span<const float> grads);
 

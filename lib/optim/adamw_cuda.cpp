@@ -7,16 +7,30 @@
 
 namespace meg {
 
+namespace {
+std::vector<ParamGroup> tensor_groups(const std::vector<ParamTensor>& tensors) {
+  std::vector<ParamGroup> groups;
+  for (const auto& t : tensors) groups.push_back({t.offset, t.offset + t.numel, t.weight_decay});
+  return groups;
+}
+}  // namespace
+
 CudaAdamW::CudaAdamW(const std::vector<ParamTensor>& tensors, const AdamWOptions& options,
                      cuda::DeviceAllocator& alloc, cudaStream_t stream)
-    : options_(options), n_(tensors.empty() ? 0 : tensors.back().offset + tensors.back().numel), stream_(stream) {
+    : CudaAdamW(tensor_groups(tensors), tensors.empty() ? 0 : tensors.back().offset + tensors.back().numel, options,
+                alloc, stream) {}
+
+CudaAdamW::CudaAdamW(const std::vector<ParamGroup>& groups, size_t n, const AdamWOptions& options,
+                     cuda::DeviceAllocator& alloc, cudaStream_t stream)
+    : options_(options), n_(n), stream_(stream) {
   m_ = cuda::DeviceArray<float>(alloc, n_);
   v_ = cuda::DeviceArray<float>(alloc, n_);
   MEG_CUDA_CHECK(cudaMemsetAsync(m_.get(), 0, m_.bytes(), stream_));
   MEG_CUDA_CHECK(cudaMemsetAsync(v_.get(), 0, v_.bytes(), stream_));
   std::vector<cuda::AdamWSegment> segs;
-  for (const auto& t : tensors)
-    segs.push_back({t.offset, t.numel, t.weight_decay ? static_cast<float>(options_.weight_decay) : 0.0f});
+  for (const auto& g : groups)
+    if (g.end > g.begin)
+      segs.push_back({g.begin, g.end - g.begin, g.weight_decay ? static_cast<float>(options_.weight_decay) : 0.0f});
   num_segments_ = static_cast<int>(segs.size());
   segments_ = cuda::DeviceArray<cuda::AdamWSegment>(alloc, segs.size());
   MEG_CUDA_CHECK(cudaMemcpy(segments_.get(), segs.data(), segs.size() * sizeof(segs[0]), cudaMemcpyHostToDevice));
@@ -24,13 +38,15 @@ CudaAdamW::CudaAdamW(const std::vector<ParamTensor>& tensors, const AdamWOptions
   norm_scratch_ = cuda::DeviceArray<double>(alloc, cuda::sum_squares_scratch(n_));
 }
 
-double CudaAdamW::grad_norm(const float* grads, size_t n) {
+double CudaAdamW::grad_sum_squares(const float* grads, size_t n) {
   cuda::sum_squares(norm_.get(), grads, n, norm_scratch_.get(), stream_);
   double sum = 0;
   MEG_CUDA_CHECK(cudaMemcpyAsync(&sum, norm_.get(), sizeof(double), cudaMemcpyDeviceToHost, stream_));
   MEG_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  return std::sqrt(sum);
+  return sum;
 }
+
+double CudaAdamW::grad_norm(const float* grads, size_t n) { return std::sqrt(grad_sum_squares(grads, n)); }
 
 template <typename X>
 void CudaAdamW::step(float* params, X* params_x, const float* grads, double lr, double grad_scale) {

@@ -26,9 +26,14 @@ class CudaAdamW {
   // Moments for the parameters of TENSORS (zeroed), on STREAM.
   CudaAdamW(const std::vector<ParamTensor>& tensors, const AdamWOptions& options, cuda::DeviceAllocator& alloc,
             cudaStream_t stream);
+  // Moments for N parameters in GROUPS (tiling [0, N): a shard of the distributed optimizer).
+  CudaAdamW(const std::vector<ParamGroup>& groups, size_t n, const AdamWOptions& options,
+            cuda::DeviceAllocator& alloc, cudaStream_t stream);
 
   // The global L2 norm of the n gradients (waits for the device). Non-finite when any is.
   double grad_norm(const float* grads, size_t n);
+  // The sum of squares behind it (for a norm over several shards).
+  double grad_sum_squares(const float* grads, size_t n);
 
   // One step at learning rate LR, the gradients multiplied by GRAD_SCALE first; refreshes
   // PARAMS_X (the compute copy; null when the master is the compute copy).

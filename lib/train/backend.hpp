@@ -27,6 +27,16 @@ enum class Precision { fp32, bf16, fp16 };
 Precision parse_precision(const std::string& name);  // InputError on an unknown name
 const char* precision_name(Precision p);
 
+// The data-parallel group a backend's replicas average over (null or a group of one: none), and
+// whether they shard the optimizer over it (Megatron's distributed optimizer, ZeRO-1 style: the
+// summed gradients are reduce-scattered, each replica updates its 1/D shard of the parameters with
+// its 1/D of the AdamW moments, and the shards are all-gathered).
+struct DataParallel {
+  Comm* group = nullptr;
+  bool distributed_optimizer = false;
+  int size() const { return group ? group->size() : 1; }
+};
+
 struct StepStats {
   double loss = 0;       // mean over the micro-batches
   double grad_norm = 0;  // global L2 norm before clipping
@@ -56,7 +66,8 @@ class TrainBackend {
   virtual double eval_loss(const int32_t* tokens, const int32_t* targets, int B, int T) = 0;
 
   // Checkpoint state: fp32 parameters and AdamW moments in the table's layout, the step count,
-  // and anything else the backend needs to continue exactly (fp16's loss scale), as JSON.
+  // and anything else the backend needs to continue exactly (fp16's loss scale), as JSON. With the
+  // distributed optimizer get_state gathers the shards: every replica must call it.
   virtual void get_state(std::vector<float>& params, std::vector<float>& m, std::vector<float>& v) const = 0;
   virtual void set_state(const std::vector<float>& params, const std::vector<float>& m, const std::vector<float>& v,
                          int64_t optimizer_step) = 0;
@@ -67,19 +78,16 @@ class TrainBackend {
   // Peak device memory in bytes (0 on the CPU).
   virtual size_t peak_memory() const { return 0; }
 
-  // The data-parallel group (null or a group of one: none). Set before the first step.
-  virtual void set_data_parallel(Comm* group) { dp_ = group; }
-
- protected:
-  int dp_size() const { return dp_ ? dp_->size() : 1; }
-  Comm* dp_ = nullptr;
 };
 
 // The model of CONFIG initialised from SEED, with AdamW.
-std::unique_ptr<TrainBackend> make_cpu_backend(const ModelConfig& config, const AdamWOptions& adam, uint64_t seed);
-// On the current CUDA device, with activation recomputation RECOMPUTE (none, selective or full:
-// model/gpt_cuda.hpp). InputError when built without CUDA or when no GPU is present.
+std::unique_ptr<TrainBackend> make_cpu_backend(const ModelConfig& config, const AdamWOptions& adam, uint64_t seed,
+                                               const DataParallel& dp = {});
+// On a CUDA device (the node-local rank's, in a distributed job), with activation recomputation
+// RECOMPUTE (none, selective or full: model/gpt_cuda.hpp). InputError when built without CUDA or
+// when no GPU is present.
 std::unique_ptr<TrainBackend> make_cuda_backend(const ModelConfig& config, const AdamWOptions& adam, uint64_t seed,
-                                                Precision precision, const std::string& recompute = "none");
+                                                Precision precision, const std::string& recompute = "none",
+                                                const DataParallel& dp = {});
 
 }  // namespace meg

@@ -4,6 +4,7 @@
 #include <span>
 
 #include "core/error.hpp"
+#include "ops/cpu/ops.hpp"
 #include "train/backend.hpp"
 
 namespace meg {
@@ -28,11 +29,20 @@ namespace {
 
 class CpuBackend final : public TrainBackend {
  public:
-  CpuBackend(const ModelConfig& config, const AdamWOptions& adam, uint64_t seed) : model_(config) {
+  CpuBackend(const ModelConfig& config, const AdamWOptions& adam, uint64_t seed, const DataParallel& dp)
+      : model_(config), dp_(dp) {
     model_.init(seed);
+    const size_t n = model_.num_parameters();
     std::vector<ParamGroup> groups;
     for (const auto& t : model_.tensors()) groups.push_back({t.offset, t.offset + t.numel, t.weight_decay});
-    adam_ = std::make_unique<AdamW>(model_.num_parameters(), std::move(groups), adam);
+    if (sharded()) {
+      shard_ = optimizer_shard(n, dp_.size(), dp_.group->rank());
+      padded_.assign(shard_.size * static_cast<size_t>(dp_.size()), 0.0f);
+      shard_grads_.assign(shard_.size, 0.0f);
+      adam_ = std::make_unique<AdamW>(shard_.size, shard_groups(groups, n, shard_), adam);
+    } else {
+      adam_ = std::make_unique<AdamW>(n, std::move(groups), adam);
+    }
   }
 
   const std::vector<ParamTensor>& tensors() const override { return model_.tensors(); }
@@ -53,24 +63,32 @@ class CpuBackend final : public TrainBackend {
     micro_batches_ = micro_batches;
   }
 
+  // The gradients are summed over the replicas' micro-batches, then divided once by all of them (in
+  // float, as a single process divides by its own count), clipped by the global norm and applied.
   StepStats end_step(double lr, double clip_grad) override {
-    std::span<float> grads(model_.grads(), model_.num_parameters());
-    // The sum over the replicas' micro-batches, then one division by all of them (in float, as a
-    // single process divides by its own count).
-    const int64_t total = micro_batches_ * dp_size();
-    if (dp_size() > 1) {
-      dp_->all_reduce_sum(grads.data(), grads.size());
-      dp_->all_reduce_sum(&loss_sum_, 1);
-    }
-    if (total > 1) {
-      const float scale = 1.0f / static_cast<float>(total);
-      for (float& g : grads) g *= scale;
-    }
+    const int64_t total = micro_batches_ * dp_.size();
+    if (dp_.size() > 1) dp_.group->all_reduce_sum(&loss_sum_, 1);
     StepStats s;
-    s.grad_norm = clip_grad_norm(grads, clip_grad);
     s.loss = loss_sum_ / static_cast<double>(total);
+    std::span<float> grads = sharded() ? reduce_scatter_grads() : all_reduce_grads();
+    if (total > 1) cpu::scale_inplace(grads.data(), grads.size(), 1.0f / static_cast<float>(total));
+    double sum = cpu::grad_sum_squares(grads.data(), grads.size());
+    if (sharded()) dp_.group->all_reduce_sum(&sum, 1);
+    s.grad_norm = std::sqrt(sum);
     if (!std::isfinite(s.grad_norm) || !std::isfinite(s.loss)) return s;
-    adam_->step(std::span<float>(model_.params(), model_.num_parameters()), grads, lr);
+    clip_grads_to(grads, s.grad_norm, clip_grad);
+    if (!sharded()) {
+      adam_->step(std::span<float>(model_.params(), model_.num_parameters()), grads, lr);
+      return s;
+    }
+    // Update this replica's shard, then every replica gathers all the shards.
+    const size_t n = model_.num_parameters();
+    std::copy(model_.params(), model_.params() + n, padded_.begin());
+    std::vector<float> shard(padded_.begin() + static_cast<std::ptrdiff_t>(shard_.begin),
+                             padded_.begin() + static_cast<std::ptrdiff_t>(shard_.begin + shard_.size));
+    adam_->step(shard, grads, lr);
+    dp_.group->all_gather(padded_.data(), shard.data(), shard_.size);
+    std::copy(padded_.begin(), padded_.begin() + static_cast<std::ptrdiff_t>(n), model_.params());
     return s;
   }
 
@@ -83,32 +101,67 @@ class CpuBackend final : public TrainBackend {
 
   void get_state(std::vector<float>& params, std::vector<float>& m, std::vector<float>& v) const override {
     params.assign(model_.params(), model_.params() + model_.num_parameters());
-    m.assign(adam_->m().begin(), adam_->m().end());
-    v.assign(adam_->v().begin(), adam_->v().end());
+    m = gather(adam_->m());
+    v = gather(adam_->v());
   }
   void set_state(const std::vector<float>& params, const std::vector<float>& m, const std::vector<float>& v,
                  int64_t step) override {
     std::copy(params.begin(), params.end(), model_.params());
-    adam_->restore(m, v, step);
+    adam_->restore(my_shard(m), my_shard(v), step);
   }
   int64_t optimizer_step() const override { return adam_->step_count(); }
 
  private:
+  bool sharded() const { return dp_.distributed_optimizer && dp_.size() > 1; }
+
+  std::span<float> all_reduce_grads() {
+    std::span<float> grads(model_.grads(), model_.num_parameters());
+    if (dp_.size() > 1) dp_.group->all_reduce_sum(grads.data(), grads.size());
+    return grads;
+  }
+  // This replica's shard of the gradients summed over the replicas.
+  std::span<float> reduce_scatter_grads() {
+    const size_t n = model_.num_parameters();
+    std::copy(model_.grads(), model_.grads() + n, padded_.begin());
+    std::fill(padded_.begin() + static_cast<std::ptrdiff_t>(n), padded_.end(), 0.0f);
+    dp_.group->reduce_scatter_sum(shard_grads_.data(), padded_.data(), shard_.size);
+    return shard_grads_;
+  }
+  // A moment of the whole model (the shards gathered, the padding cut off), or the moment itself.
+  std::vector<float> gather(std::span<const float> moment) const {
+    if (!sharded()) return {moment.begin(), moment.end()};
+    std::vector<float> all(shard_.size * static_cast<size_t>(dp_.size()));
+    dp_.group->all_gather(all.data(), moment.data(), shard_.size);
+    all.resize(model_.num_parameters());
+    return all;
+  }
+  // This replica's part of a whole-model moment (zero over the padding).
+  std::vector<float> my_shard(const std::vector<float>& moment) const {
+    if (!sharded()) return moment;
+    std::vector<float> part(shard_.size, 0.0f);
+    for (size_t i = 0; i < shard_.size && shard_.begin + i < moment.size(); ++i) part[i] = moment[shard_.begin + i];
+    return part;
+  }
+
   GptModel<float> model_;
+  DataParallel dp_;
   std::unique_ptr<AdamW> adam_;
+  Shard shard_;                                 // with the distributed optimizer
+  std::vector<float> padded_, shard_grads_;     // its buffers: the padded flat array, the summed shard
   double loss_sum_ = 0;
   int64_t micro_batches_ = 0;
 };
 
 }  // namespace
 
-std::unique_ptr<TrainBackend> make_cpu_backend(const ModelConfig& config, const AdamWOptions& adam, uint64_t seed) {
-  return std::make_unique<CpuBackend>(config, adam, seed);
+std::unique_ptr<TrainBackend> make_cpu_backend(const ModelConfig& config, const AdamWOptions& adam, uint64_t seed,
+                                               const DataParallel& dp) {
+  return std::make_unique<CpuBackend>(config, adam, seed, dp);
 }
 
 #ifndef MEG_CUDA
 std::unique_ptr<TrainBackend> make_cuda_backend(const ModelConfig&, const AdamWOptions&, uint64_t, Precision,
-                                                const std::string&) {
+                                                const std::string&, const DataParallel&) {
   input_error("--device cuda: this build of meg has no CUDA support; use --device cpu");
 }
 #endif

@@ -34,18 +34,28 @@ template <typename X>
 class CudaBackend final : public TrainBackend {
  public:
   CudaBackend(const ModelConfig& config, const AdamWOptions& adam, uint64_t seed, Precision precision,
-              Recompute recompute)
-      : precision_(precision) {
+              Recompute recompute, const DataParallel& dp)
+      : precision_(precision), dp_(dp) {
     MEG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    model_ = std::make_unique<GptCudaModel<X>>(config, alloc_, stream_);
+    model_ = std::make_unique<GptCudaModel<X>>(config, alloc_, stream_, sharded() ? size_t(dp_.size()) : 1);
     model_->set_recompute(recompute);
-    std::vector<float> params(model_->num_parameters());
+    const size_t n = model_->num_parameters();
+    std::vector<float> params(n);
     gpt_init_parameters(config, model_->tensors(), seed, params.data());
     model_->set_params(params.data());
-    adam_ = std::make_unique<CudaAdamW>(model_->tensors(), adam, alloc_, stream_);
+    if (dp_.size() > 1) nccl_ = std::make_unique<NcclComm>(*dp_.group);
+    if (sharded()) {
+      shard_ = optimizer_shard(n, dp_.size(), dp_.group->rank());
+      std::vector<ParamGroup> groups;
+      for (const auto& t : model_->tensors()) groups.push_back({t.offset, t.offset + t.numel, t.weight_decay});
+      adam_ = std::make_unique<CudaAdamW>(shard_groups(groups, n, shard_), shard_.size, adam, alloc_, stream_);
+    } else {
+      adam_ = std::make_unique<CudaAdamW>(model_->tensors(), adam, alloc_, stream_);
+    }
     if (precision_ == Precision::fp16) loss_scale_ = kInitialLossScale;
   }
   ~CudaBackend() override {
+    nccl_.reset();
     adam_.reset();
     model_.reset();
     cudaStreamDestroy(stream_);
@@ -61,13 +71,6 @@ class CudaBackend final : public TrainBackend {
     return fmt::format("cuda:{} {} {}", device, prop.name, precision_name(precision_));
   }
 
-  // Data parallelism: the gradients are summed over the group by NCCL on the model's stream, and
-  // the division by the group's size is folded into the norm and the optimizer's gradient scale.
-  void set_data_parallel(Comm* group) override {
-    TrainBackend::set_data_parallel(group);
-    if (dp_size() > 1) nccl_ = std::make_unique<NcclComm>(*group);
-  }
-
   void begin_step() override { model_->zero_grad(); }
 
   void micro_batch(const int32_t* tokens, const int32_t* targets, int B, int T, uint64_t seed, uint64_t step,
@@ -77,19 +80,32 @@ class CudaBackend final : public TrainBackend {
     micro_batches_ = micro_batches;
   }
 
+  // Data parallelism: the gradients are summed over the group by NCCL on the model's stream (all of
+  // them, or with the distributed optimizer this replica's shard), and the division by the group's
+  // size is folded into the norm and the optimizer's gradient scale.
   StepStats end_step(double lr, double clip_grad) override {
     StepStats s;
-    const double replicas = dp_size();
+    const double replicas = dp_.size();
     s.loss = model_->take_loss() / static_cast<double>(micro_batches_);
+    float* grads = model_->grads();
+    size_t begin = 0, count = model_->num_parameters();  // the gradients this replica applies
+    if (sharded()) {
+      begin = shard_.begin;
+      count = shard_.size;
+      nccl_->reduce_scatter_sum(grads + begin, grads, count, stream_);  // in place: NCCL allows it
+    } else if (nccl_) {
+      nccl_->all_reduce_sum(grads, count, stream_);
+    }
     if (nccl_) {
-      nccl_->all_reduce_sum(model_->grads(), model_->num_parameters(), stream_);
-      dp_->all_reduce_sum(&s.loss, 1);
+      dp_.group->all_reduce_sum(&s.loss, 1);
       s.loss /= replicas;
       nccl_->wait(stream_);  // a failed peer surfaces here, never as a hang
     }
     // The summed gradients are REPLICAS times the mean's, and carry the loss scale.
     const double unscale = loss_scale_ * replicas;
-    s.grad_norm = adam_->grad_norm(model_->grads(), model_->num_parameters()) / unscale;
+    double sum = adam_->grad_sum_squares(grads + begin, count);
+    if (sharded()) dp_.group->all_reduce_sum(&sum, 1);
+    s.grad_norm = std::sqrt(sum) / unscale;
     if (!std::isfinite(s.grad_norm) && precision_ == Precision::fp16 && std::isfinite(s.loss)) {
       loss_scale_ = std::max(kMinLossScale, loss_scale_ / 2);
       good_steps_ = 0;
@@ -99,8 +115,9 @@ class CudaBackend final : public TrainBackend {
     if (!std::isfinite(s.grad_norm) || !std::isfinite(s.loss)) return s;
     // torch.nn.utils.clip_grad_norm_'s factor, folded with the loss-scale removal into one scale.
     const double clip = clip_grad > 0 && s.grad_norm > clip_grad ? clip_grad / (s.grad_norm + 1e-6) : 1.0;
-    X* copy = std::is_same_v<X, float> ? nullptr : model_->params_x();
-    adam_->step(model_->params(), copy, model_->grads(), lr, clip / unscale);
+    X* copy = std::is_same_v<X, float> ? nullptr : model_->params_x() + begin;
+    adam_->step(model_->params() + begin, copy, grads + begin, lr, clip / unscale);
+    if (sharded()) gather_compute_copy();
     if (precision_ == Precision::fp16 && ++good_steps_ >= kGrowthInterval) {
       loss_scale_ *= 2;
       good_steps_ = 0;
@@ -116,14 +133,24 @@ class CudaBackend final : public TrainBackend {
   }
 
   void get_state(std::vector<float>& params, std::vector<float>& m, std::vector<float>& v) const override {
-    params.resize(model_->num_parameters());
+    const size_t n = model_->num_parameters();
+    if (sharded()) {  // each replica's master weights are current on its shard only: gather them
+      float* p = model_->params();
+      nccl_->all_gather(p, p + shard_.begin, shard_.size, stream_);
+      nccl_->wait(stream_);
+    }
+    params.resize(n);
     model_->get_params(params.data());
     adam_->get_state(m, v);
+    if (sharded()) {
+      m = gather(m);
+      v = gather(v);
+    }
   }
   void set_state(const std::vector<float>& params, const std::vector<float>& m, const std::vector<float>& v,
                  int64_t step) override {
     model_->set_params(params.data());
-    adam_->restore(m, v, step);
+    adam_->restore(sharded() ? my_shard(m) : m, sharded() ? my_shard(v) : v, step);
   }
   int64_t optimizer_step() const override { return adam_->step_count(); }
 
@@ -143,12 +170,43 @@ class CudaBackend final : public TrainBackend {
   size_t peak_memory() const override { return alloc_.peak(); }
 
  private:
+  bool sharded() const { return dp_.distributed_optimizer && dp_.size() > 1; }
+
+  // After the shard's update: every replica gathers the shards of the weights the model computes
+  // with (bf16: the compute copy, 2 bytes a parameter; fp32: the master; fp16, which NCCL here does
+  // not gather: the fp32 master, then a fresh compute copy).
+  void gather_compute_copy() {
+    if constexpr (std::is_same_v<X, __nv_bfloat16>) {
+      X* x = model_->params_x();
+      nccl_->all_gather(x, x + shard_.begin, shard_.size, stream_);
+    } else {
+      float* p = model_->params();
+      nccl_->all_gather(p, p + shard_.begin, shard_.size, stream_);
+      if constexpr (!std::is_same_v<X, float>) model_->refresh_compute_copy();
+    }
+  }
+  // A moment of the whole model from the replicas' shards (host arrays), the padding cut off.
+  std::vector<float> gather(const std::vector<float>& shard) const {
+    std::vector<float> all(shard_.size * static_cast<size_t>(dp_.size()));
+    dp_.group->all_gather(all.data(), shard.data(), shard_.size);
+    all.resize(model_->num_parameters());
+    return all;
+  }
+  // This replica's part of a whole-model moment (zero over the padding).
+  std::vector<float> my_shard(const std::vector<float>& moment) const {
+    std::vector<float> part(shard_.size, 0.0f);
+    for (size_t i = 0; i < shard_.size && shard_.begin + i < moment.size(); ++i) part[i] = moment[shard_.begin + i];
+    return part;
+  }
+
   Precision precision_;
   cudaStream_t stream_ = nullptr;
   cuda::DeviceAllocator alloc_;  // declared before the model and optimizer: it outlives them
   std::unique_ptr<GptCudaModel<X>> model_;
   std::unique_ptr<CudaAdamW> adam_;
+  DataParallel dp_;
   std::unique_ptr<NcclComm> nccl_;  // the data-parallel group's, when it has more than one member
+  Shard shard_;                     // this replica's, with the distributed optimizer
   int64_t micro_batches_ = 1;
   double loss_scale_ = 1.0;
   int64_t good_steps_ = 0;
@@ -157,16 +215,17 @@ class CudaBackend final : public TrainBackend {
 }  // namespace
 
 std::unique_ptr<TrainBackend> make_cuda_backend(const ModelConfig& config, const AdamWOptions& adam, uint64_t seed,
-                                                Precision precision, const std::string& recompute) {
+                                                Precision precision, const std::string& recompute,
+                                                const DataParallel& dp) {
   const Recompute r = parse_recompute(recompute);
   const auto devices = cuda_devices();
   if (devices.empty()) input_error("--device cuda: no CUDA device is visible; use --device cpu");
   // One GPU per process: the ranks of a node take its GPUs in turn.
   if (World::initialized()) MEG_CUDA_CHECK(cudaSetDevice(World::get().local_rank() % int(devices.size())));
   switch (precision) {
-    case Precision::fp32: return std::make_unique<CudaBackend<float>>(config, adam, seed, precision, r);
-    case Precision::bf16: return std::make_unique<CudaBackend<__nv_bfloat16>>(config, adam, seed, precision, r);
-    case Precision::fp16: return std::make_unique<CudaBackend<__half>>(config, adam, seed, precision, r);
+    case Precision::fp32: return std::make_unique<CudaBackend<float>>(config, adam, seed, precision, r, dp);
+    case Precision::bf16: return std::make_unique<CudaBackend<__nv_bfloat16>>(config, adam, seed, precision, r, dp);
+    case Precision::fp16: return std::make_unique<CudaBackend<__half>>(config, adam, seed, precision, r, dp);
   }
   input_error("unknown precision");
 }

@@ -92,8 +92,6 @@ Trainer::Trainer(TrainOptions options) : opt_(std::move(options)) {
   not_yet("expert parallelism", "--ep", layout_.ep);
   not_yet("the interleaved pipeline schedule", "--virtual-stages", opt_.virtual_stages);
   if (opt_.sequence_parallel) input_error("--sequence-parallel: sequence parallelism is not implemented yet");
-  if (opt_.distributed_optimizer)
-    input_error("--use-distributed-optimizer: the distributed optimizer is not implemented yet");
   world_->set_layout(layout_);
   dp_group_ = &world_->group(ParallelDim::dp);
   if (world_->rank() != 0) {  // rank 0 speaks for the job; the others report only their errors
@@ -159,9 +157,9 @@ Trainer::Trainer(TrainOptions options) : opt_(std::move(options)) {
     input_error("{}: {} train samples, but --iters {} x --global-batch {} needs {}", opt_.data,
                 data_->num_samples(Split::kTrain), opt_.iters, opt_.global_batch, needed);
 
-  backend_ = opt_.device == "cuda" ? make_cuda_backend(config_, opt_.adam, opt_.seed, precision, opt_.recompute)
-                                    : make_cpu_backend(config_, opt_.adam, opt_.seed);
-  backend_->set_data_parallel(dp_group_);
+  const DataParallel dp{dp_group_, opt_.distributed_optimizer};
+  backend_ = opt_.device == "cuda" ? make_cuda_backend(config_, opt_.adam, opt_.seed, precision, opt_.recompute, dp)
+                                    : make_cpu_backend(config_, opt_.adam, opt_.seed, dp);
   opt_.lr.train_iters = opt_.iters;
   schedule_ = std::make_unique<LrSchedule>(opt_.lr);
 
@@ -262,15 +260,16 @@ double Trainer::evaluate() {
 
 void Trainer::save_checkpoint_now() {
   if (opt_.save.empty() || last_saved_ == iteration_) return;
-  if (world_->rank() != 0) {  // the replicas hold what rank 0 writes
+  std::vector<float> params, m, v;
+  // The replicas hold what rank 0 writes; with the distributed optimizer they gather it together.
+  if (world_->rank() == 0 || opt_.distributed_optimizer) backend_->get_state(params, m, v);
+  if (world_->rank() != 0) {
     last_saved_ = iteration_;
     world_->world().barrier();
     return;
   }
   const auto start = Clock::now();
   std::vector<CheckpointTensor> model_tensors, optim_tensors;
-  std::vector<float> params, m, v;
-  backend_->get_state(params, m, v);
   for (const auto& t : backend_->tensors()) {
     model_tensors.push_back({t.name, SafetensorsDtype::kF32, shape_of(t), params.data() + t.offset});
     optim_tensors.push_back({"exp_avg." + t.name, SafetensorsDtype::kF32, shape_of(t), m.data() + t.offset});
