@@ -29,6 +29,7 @@ for precision in fp32 bf16 fp16; do
   $BASE --precision $precision --metrics one-$precision.jsonl
   losses one-$precision.jsonl > one.loss
   for zero in "" --use-distributed-optimizer; do
+    rm -f two.jsonl  # metrics files are appended to
     mpi 2 -x NCCL_NVLS_ENABLE $BASE --precision $precision $zero --metrics two.jsonl
     losses two.jsonl > two.loss
     close one.loss two.loss $tolerance
@@ -38,7 +39,7 @@ done
 # Exact resume under mpirun, with and without the distributed optimizer (whose checkpoint gathers
 # the shards).
 for zero in "" --use-distributed-optimizer; do
-  rm -rf ck
+  rm -rf ck straight.jsonl
   mpi 2 -x NCCL_NVLS_ENABLE $BASE $zero --metrics straight.jsonl
   mpi 2 -x NCCL_NVLS_ENABLE $BASE $zero --save ck --exit-interval 4
   mpi 2 -x NCCL_NVLS_ENABLE $BASE $zero --save ck --load ck
