@@ -70,4 +70,22 @@ expect_fail_mpi 1 "--tp 2: tensor parallelism is not implemented yet" -- mpi 2 $
 expect_fail_mpi 1 "meg-pretrain: .*(tp|world|ranks)" -- mpi 3 $RUN --tp 2
 expect_fail_mpi 1 "--global-batch 6 must be a positive multiple of --micro-batch 2 times the 2 data-parallel ranks" -- \
   mpi 2 $BASE --global-batch 6
+# A rank that dies ends the job: the survivor must not wait in a collective forever.
+meg-blend -q --seq-length 32 --samples 40000 -o long.blend 1 $M/fortunes_spm
+LONG="meg-pretrain -q --device cpu --model tiny --data long.blend --tokenizer $M/fortunes_spm.model --micro-batch 2
+      --global-batch 4 --iters 10000 --log-interval 1 --metrics long.jsonl"
+mpi 2 $LONG &
+job=$!
+for _ in $(seq 100); do grep -q '"loss"' long.jsonl 2>/dev/null && break; sleep 0.1; done
+victim=$(pgrep -f "meg-pretrain -q --device cpu --model tiny --data long.blend" | tail -1)
+[ -n "$victim" ] || fail "no rank to kill"
+kill -9 "$victim"
+for _ in $(seq 300); do kill -0 $job 2>/dev/null || break; sleep 0.1; done
+if kill -0 $job 2>/dev/null; then
+  kill -9 $job
+  fail "the job did not end within 30 s of a rank dying"
+fi
+rc=0
+wait $job || rc=$?
+[ "$rc" -ne 0 ] || fail "a job with a dead rank exited 0"
 echo "meg-pretrain under mpirun: all tests passed"
