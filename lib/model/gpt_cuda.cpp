@@ -466,6 +466,9 @@ void GptCudaModel<X>::run_backward(int B, int T) {
   MEG_CUDA_CHECK(cudaMemsetAsync(a.dres, 0, NC * sizeof(X), stream_));
   const X* last = L > 0 ? a.blocks[L - 1].out : a.embedded;
   norm_backward(a.dres, a.dln, last, lnf_w_, lnf_b_, a.lnf_mean, a.lnf_rstd, N);
+  // The final norm and (untied) output layer are done; a tied output layer's gradient is the
+  // embedding's, which the embedding backward finishes last.
+  if (grads_ready_) grads_ready_(lnf_w_);
 
   // a.dres holds the gradient of the residual stream, flowing down through the blocks; a branch
   // with hidden dropout takes it through the branch's mask (into a.branch).
@@ -509,9 +512,11 @@ void GptCudaModel<X>::run_backward(int B, int T) {
     gemm_.linear_backward_input(a.dln, a.dqkv, px(w.qkv_w), N, C, QKV);
     weight_backward(w.qkv_w, w.qkv_b, a.dqkv, b.ln1, N, C, QKV);
     norm_backward(a.dres, a.dln, x, w.ln1_w, w.ln1_b, b.ln1_mean, b.ln1_rstd, N);
+    if (grads_ready_) grads_ready_(w.ln1_w);  // the block's first tensor: all of the block is done
   }
   if (hp > 0) dropout(a.dres, a.dres, NC, hp, 0);
   cuda::embedding_backward(g(wte_), g(wpe_), a.dres, a.unique, a.starts, a.positions, groups_, B, T, C, stream_);
+  if (grads_ready_) grads_ready_(0);
 }
 
 template <typename X>

@@ -42,6 +42,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -97,6 +98,13 @@ class GptCudaModel {
   }
   void set_training(bool training) { training_ = training; }
   void set_recompute(Recompute mode);
+  // A hook the backward calls on the host each time it has queued the last work on the gradients of
+  // a stretch of the flat array: after the call with FROM, the gradients [FROM, padded_parameters())
+  // are final once the stream reaches this point. The table's order (embedding, blocks, final norm,
+  // output layer) is the reverse of the backward's, so FROM only ever falls, to 0 at the end. Data
+  // parallelism starts reducing those gradients while the backward goes on. Empty: no calls.
+  void set_grads_ready_hook(std::function<void(size_t from)> hook) { grads_ready_ = std::move(hook); }
+
   // Whether to use cuBLASLt's fused GELU epilogues (on by default) or separate kernels: the same function, for measuring what the fusion saves.
   void set_fused_epilogues(bool on) { fused_ = on; }
 
@@ -167,6 +175,7 @@ class GptCudaModel {
   bool training_ = true;
   Recompute recompute_ = Recompute::none;
   bool fused_ = true;
+  std::function<void(size_t)> grads_ready_;
   double hidden_p_ = 0;  // of the last forward
   double attn_p_ = 0;    // of the last forward
   int groups_ = 0;       // distinct tokens of the last batch

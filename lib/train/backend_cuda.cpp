@@ -29,6 +29,9 @@ namespace {
 constexpr double kInitialLossScale = 65536.0;
 constexpr double kMinLossScale = 1.0;
 constexpr int64_t kGrowthInterval = 1000;
+// Gradients per all-reduce while the backward runs: large enough to keep NCCL efficient, small
+// enough that the first bucket starts early (Megatron's default is of this order).
+constexpr size_t kBucketElements = size_t(25) << 20;
 
 template <typename X>
 class CudaBackend final : public TrainBackend {
@@ -44,6 +47,12 @@ class CudaBackend final : public TrainBackend {
     gpt_init_parameters(config, model_->tensors(), seed, params.data());
     model_->set_params(params.data());
     if (dp_.size() > 1) nccl_ = std::make_unique<NcclComm>(*dp_.group);
+    if (nccl_ && !sharded()) {  // all-reduce buckets of gradients while the backward goes on
+      MEG_CUDA_CHECK(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
+      MEG_CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
+      MEG_CUDA_CHECK(cudaEventCreateWithFlags(&reduced_, cudaEventDisableTiming));
+      model_->set_grads_ready_hook([this](size_t from) { on_grads_ready(from); });
+    }
     if (sharded()) {
       shard_ = optimizer_shard(n, dp_.size(), dp_.group->rank());
       std::vector<ParamGroup> groups;
@@ -55,6 +64,12 @@ class CudaBackend final : public TrainBackend {
     if (precision_ == Precision::fp16) loss_scale_ = kInitialLossScale;
   }
   ~CudaBackend() override {
+    if (comm_stream_) {
+      cudaStreamSynchronize(comm_stream_);
+      cudaEventDestroy(ready_);
+      cudaEventDestroy(reduced_);
+      cudaStreamDestroy(comm_stream_);
+    }
     nccl_.reset();
     adam_.reset();
     model_.reset();
@@ -71,10 +86,15 @@ class CudaBackend final : public TrainBackend {
     return fmt::format("cuda:{} {} {}", device, prop.name, precision_name(precision_));
   }
 
-  void begin_step() override { model_->zero_grad(); }
+  void begin_step() override {
+    model_->zero_grad();
+    micro_done_ = 0;
+    unreduced_ = model_->padded_parameters();
+  }
 
   void micro_batch(const int32_t* tokens, const int32_t* targets, int B, int T, uint64_t seed, uint64_t step,
                    uint64_t micro, int64_t micro_batches) override {
+    last_micro_ = ++micro_done_ == micro_batches;  // only its backward finishes the gradients
     model_->set_dropout_key(seed, step, micro);
     model_->forward_backward(tokens, targets, B, T, static_cast<float>(loss_scale_ / double(micro_batches)));
     micro_batches_ = micro_batches;
@@ -94,7 +114,9 @@ class CudaBackend final : public TrainBackend {
       count = shard_.size;
       nccl_->reduce_scatter_sum(grads + begin, grads, count, stream_);  // in place: NCCL allows it
     } else if (nccl_) {
-      nccl_->all_reduce_sum(grads, count, stream_);
+      all_reduce(0, unreduced_);  // what the backward's buckets left
+      MEG_CUDA_CHECK(cudaEventRecord(reduced_, comm_stream_));
+      MEG_CUDA_CHECK(cudaStreamWaitEvent(stream_, reduced_, 0));
     }
     if (nccl_) {
       dp_.group->all_reduce_sum(&s.loss, 1);
@@ -172,6 +194,20 @@ class CudaBackend final : public TrainBackend {
  private:
   bool sharded() const { return dp_.distributed_optimizer && dp_.size() > 1; }
 
+  // The backward of the last micro-batch has finished the gradients [FROM, end): once a bucket's
+  // worth waits, it is all-reduced on the communication stream, after the compute stream's work so
+  // far, while the backward continues on the rest.
+  void on_grads_ready(size_t from) {
+    if (last_micro_ && unreduced_ - from >= kBucketElements) all_reduce(from, unreduced_);
+  }
+  void all_reduce(size_t from, size_t to) {
+    if (to <= from) return;
+    MEG_CUDA_CHECK(cudaEventRecord(ready_, stream_));
+    MEG_CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, ready_, 0));
+    nccl_->all_reduce_sum(model_->grads() + from, to - from, comm_stream_);
+    unreduced_ = from;
+  }
+
   // After the shard's update: every replica gathers the shards of the weights the model computes
   // with (bf16: the compute copy, 2 bytes a parameter; fp32: the master; fp16, which NCCL here does
   // not gather: the fp32 master, then a fresh compute copy).
@@ -207,6 +243,12 @@ class CudaBackend final : public TrainBackend {
   DataParallel dp_;
   std::unique_ptr<NcclComm> nccl_;  // the data-parallel group's, when it has more than one member
   Shard shard_;                     // this replica's, with the distributed optimizer
+  // Overlapped all-reduce (data parallelism without the distributed optimizer).
+  cudaStream_t comm_stream_ = nullptr;
+  cudaEvent_t ready_ = nullptr, reduced_ = nullptr;
+  size_t unreduced_ = 0;  // gradients [0, unreduced_) not yet handed to NCCL this step
+  int64_t micro_done_ = 0;
+  bool last_micro_ = false;
   int64_t micro_batches_ = 1;
   double loss_scale_ = 1.0;
   int64_t good_steps_ = 0;
