@@ -1,0 +1,111 @@
+#include "model/tensor_parallel.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "core/error.hpp"
+
+namespace meg {
+
+namespace {
+
+bool ends_with(const std::string& s, const char* tail) {
+  const size_t n = std::strlen(tail);
+  return s.size() >= n && s.compare(s.size() - n, n, tail) == 0;
+}
+
+// Calls RUN(full_index, local_index, length) for the contiguous runs that make up rank R's slice
+// of the full tensor T (indices into the tensor's full and local elements). A tensor is a
+// [rows, cols] matrix (a vector is [n, 1]); the split axis holds the parts back to back, and rank R
+// owns the R-th T-th of each part.
+template <typename Run>
+void for_each_run(const ParamTensor& t, const TpSplitOf& how, int tp, int rank, Run run) {
+  if (how.split == TpSplit::replicated) {
+    run(size_t(0), size_t(0), t.numel);
+    return;
+  }
+  const int64_t rows = t.shape[0];
+  const int64_t cols = t.shape.size() > 1 ? t.shape[1] : 1;
+  const int64_t local_cols = how.split == TpSplit::columns ? cols / tp : cols;
+  int64_t part_start = 0, local_start = 0;  // along the split axis, in the full and local tensor
+  for (const int64_t part : how.parts) {
+    const int64_t piece = part / tp;
+    const int64_t from = part_start + piece * rank;
+    if (how.split == TpSplit::rows) {
+      run(size_t(from * cols), size_t(local_start * cols), size_t(piece * cols));
+    } else {
+      for (int64_t r = 0; r < rows; ++r)
+        run(size_t(r * cols + from), size_t(r * local_cols + local_start), size_t(piece));
+    }
+    part_start += part;
+    local_start += piece;
+  }
+}
+
+}  // namespace
+
+void check_tensor_parallel(const ModelConfig& c, int tp) {
+  if (tp < 1) input_error("--tp {} must be at least 1", tp);
+  const auto need = [&](int64_t size, const char* what) {
+    if (size % tp != 0) input_error("--tp {}: the model's {} ({}) do not divide over {} ranks", tp, what, size, tp);
+  };
+  need(c.num_heads, "attention heads");
+  need(c.num_kv_heads, "key/value heads");
+  need(c.ffn_hidden_size, "MLP width");
+  need(c.padded_vocab_size, "padded vocabulary rows");
+}
+
+TpSplitOf tp_split_of(const ModelConfig& c, const ParamTensor& t) {
+  const int64_t HS = c.head_size(), Q = c.num_heads * HS, KV = c.num_kv_heads * HS, F = c.ffn_hidden_size;
+  const bool swiglu = c.activation == Activation::swiglu;
+  const std::string& n = t.name;
+  if (n == "embedding.word_embeddings.weight" || n == "output_layer.weight") return {TpSplit::rows, {t.shape[0]}};
+  if (ends_with(n, "linear_qkv.weight") || ends_with(n, "linear_qkv.bias")) return {TpSplit::rows, {Q, KV, KV}};
+  if (ends_with(n, "linear_fc1.weight") || ends_with(n, "linear_fc1.bias"))
+    return swiglu ? TpSplitOf{TpSplit::rows, {F, F}} : TpSplitOf{TpSplit::rows, {F}};
+  if (ends_with(n, "linear_proj.weight")) return {TpSplit::columns, {Q}};
+  if (ends_with(n, "linear_fc2.weight")) return {TpSplit::columns, {F}};
+  return {};
+}
+
+std::vector<ParamTensor> gpt_parameter_table(const ModelConfig& config, int tp) {
+  check_tensor_parallel(config, tp);
+  std::vector<ParamTensor> table = gpt_parameter_table(config);
+  size_t offset = 0;
+  for (auto& t : table) {
+    const TpSplitOf how = tp_split_of(config, t);
+    if (how.split == TpSplit::rows) t.shape[0] /= tp;
+    if (how.split == TpSplit::columns) t.shape[1] /= tp;
+    t.numel = 1;
+    for (const int64_t d : t.shape) t.numel *= static_cast<size_t>(d);
+    t.offset = offset;
+    offset += t.numel;
+  }
+  return table;
+}
+
+void shard_parameters(const ModelConfig& config, int tp, int rank, const float* full, float* local) {
+  const auto full_table = gpt_parameter_table(config);
+  const auto local_table = gpt_parameter_table(config, tp);
+  for (size_t i = 0; i < full_table.size(); ++i) {
+    const float* f = full + full_table[i].offset;
+    float* l = local + local_table[i].offset;
+    for_each_run(full_table[i], tp_split_of(config, full_table[i]), tp, rank,
+                 [&](size_t fi, size_t li, size_t n) { std::copy(f + fi, f + fi + n, l + li); });
+  }
+}
+
+void unshard_parameters(const ModelConfig& config, int tp, const std::vector<const float*>& locals, float* full) {
+  const auto full_table = gpt_parameter_table(config);
+  const auto local_table = gpt_parameter_table(config, tp);
+  for (int rank = 0; rank < tp; ++rank)
+    for (size_t i = 0; i < full_table.size(); ++i) {
+      const float* l = locals[static_cast<size_t>(rank)] + local_table[i].offset;
+      float* f = full + full_table[i].offset;
+      for_each_run(full_table[i], tp_split_of(config, full_table[i]), tp, rank,
+                   [&](size_t fi, size_t li, size_t n) { std::copy(l + li, l + li + n, f + fi); });
+    }
+}
+
+}  // namespace meg
