@@ -4,17 +4,19 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <random>
 #include <stdexcept>
 
 #include "core/error.hpp"
+#include "model/tensor_parallel.hpp"
 #include "ops/cpu/ops.hpp"
 
 namespace meg {
 
 namespace {
 
-constexpr size_t kAbsent = static_cast<size_t>(-1);
+constexpr size_t kAbsent = kAbsentTensor;
 
 // Appends tensors to the table with contiguous offsets; add() returns the new tensor's offset.
 struct TableBuilder {
@@ -37,53 +39,36 @@ struct TableBuilder {
   }
 };
 
-struct Offsets {
-  size_t wte = 0, wpe = kAbsent, lnf_w = 0, lnf_b = kAbsent, out_w = 0;
-  struct Layer {
-    size_t ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc1_w, fc1_b, fc2_w, fc2_b;
-  };
-  std::vector<Layer> layers;
-};
-
-std::vector<ParamTensor> build_table(const ModelConfig& c, Offsets* off) {
+std::vector<ParamTensor> build_table(const ModelConfig& c) {
   const int64_t C = c.hidden_size, F = c.ffn_hidden_size, Vp = c.padded_vocab_size;
   const int64_t QKV = C + 2 * c.num_kv_heads * c.head_size();
   const int64_t FC = (c.activation == Activation::swiglu ? 2 : 1) * F;
   const bool ln = c.norm == NormKind::layernorm;
   const bool bias = c.use_bias;
   TableBuilder b;
-  Offsets o;
 
-  auto norm = [&](const std::string& prefix, size_t* w, size_t* bb) {
-    *w = b.add(prefix + ".weight", {C}, false, ParamInit::ones);
-    *bb = ln ? b.add(prefix + ".bias", {C}, false, ParamInit::zeros) : kAbsent;
+  auto norm = [&](const std::string& prefix) {
+    b.add(prefix + ".weight", {C}, false, ParamInit::ones);
+    if (ln) b.add(prefix + ".bias", {C}, false, ParamInit::zeros);
   };
-  auto linear = [&](const std::string& prefix, int64_t out, int64_t in, ParamInit init, size_t* w,
-                    size_t* bb) {
-    *w = b.add(prefix + ".weight", {out, in}, true, init);
-    *bb = bias ? b.add(prefix + ".bias", {out}, false, ParamInit::zeros) : kAbsent;
+  auto linear = [&](const std::string& prefix, int64_t out, int64_t in, ParamInit init) {
+    b.add(prefix + ".weight", {out, in}, true, init);
+    if (bias) b.add(prefix + ".bias", {out}, false, ParamInit::zeros);
   };
 
-  o.wte = b.add("embedding.word_embeddings.weight", {Vp, C}, true, ParamInit::normal);
-  if (c.learned_positions())
-    o.wpe = b.add("embedding.position_embeddings.weight", {c.seq_length, C}, true,
-                  ParamInit::normal);
+  b.add("embedding.word_embeddings.weight", {Vp, C}, true, ParamInit::normal);
+  if (c.learned_positions()) b.add("embedding.position_embeddings.weight", {c.seq_length, C}, true, ParamInit::normal);
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const std::string pre = "decoder.layers." + std::to_string(l) + ".";
-    Offsets::Layer L{};
-    norm(pre + "input_layernorm", &L.ln1_w, &L.ln1_b);
-    linear(pre + "self_attention.linear_qkv", QKV, C, ParamInit::normal, &L.qkv_w, &L.qkv_b);
-    linear(pre + "self_attention.linear_proj", C, C, ParamInit::normal_scaled, &L.proj_w,
-           &L.proj_b);
-    norm(pre + "pre_mlp_layernorm", &L.ln2_w, &L.ln2_b);
-    linear(pre + "mlp.linear_fc1", FC, C, ParamInit::normal, &L.fc1_w, &L.fc1_b);
-    linear(pre + "mlp.linear_fc2", C, F, ParamInit::normal_scaled, &L.fc2_w, &L.fc2_b);
-    o.layers.push_back(L);
+    norm(pre + "input_layernorm");
+    linear(pre + "self_attention.linear_qkv", QKV, C, ParamInit::normal);
+    linear(pre + "self_attention.linear_proj", C, C, ParamInit::normal_scaled);
+    norm(pre + "pre_mlp_layernorm");
+    linear(pre + "mlp.linear_fc1", FC, C, ParamInit::normal);
+    linear(pre + "mlp.linear_fc2", C, F, ParamInit::normal_scaled);
   }
-  norm("decoder.final_layernorm", &o.lnf_w, &o.lnf_b);
-  o.out_w = c.tie_embeddings ? o.wte
-                             : b.add("output_layer.weight", {Vp, C}, true, ParamInit::normal);
-  if (off) *off = std::move(o);
+  norm("decoder.final_layernorm");
+  if (!c.tie_embeddings) b.add("output_layer.weight", {Vp, C}, true, ParamInit::normal);
   return std::move(b.tensors);
 }
 
@@ -131,15 +116,38 @@ void zero(F* a, size_t n) {
 
 }  // namespace
 
-std::vector<ParamTensor> gpt_parameter_table(const ModelConfig& config) {
-  return build_table(config, nullptr);
+std::vector<ParamTensor> gpt_parameter_table(const ModelConfig& config) { return build_table(config); }
+
+GptOffsets gpt_offsets(const ModelConfig& config, const std::vector<ParamTensor>& table) {
+  std::map<std::string, size_t> at;
+  for (const auto& t : table) at[t.name] = t.offset;
+  auto find = [&](const std::string& name) {
+    auto it = at.find(name);
+    return it == at.end() ? kAbsentTensor : it->second;
+  };
+  GptOffsets o;
+  o.wte = find("embedding.word_embeddings.weight");
+  o.wpe = find("embedding.position_embeddings.weight");
+  o.lnf_w = find("decoder.final_layernorm.weight");
+  o.lnf_b = find("decoder.final_layernorm.bias");
+  o.out_w = config.tie_embeddings ? o.wte : find("output_layer.weight");
+  for (int64_t l = 0; l < config.num_layers; ++l) {
+    const std::string pre = "decoder.layers." + std::to_string(l) + ".";
+    o.layers.push_back({find(pre + "input_layernorm.weight"), find(pre + "input_layernorm.bias"),
+                        find(pre + "self_attention.linear_qkv.weight"), find(pre + "self_attention.linear_qkv.bias"),
+                        find(pre + "self_attention.linear_proj.weight"), find(pre + "self_attention.linear_proj.bias"),
+                        find(pre + "pre_mlp_layernorm.weight"), find(pre + "pre_mlp_layernorm.bias"),
+                        find(pre + "mlp.linear_fc1.weight"), find(pre + "mlp.linear_fc1.bias"),
+                        find(pre + "mlp.linear_fc2.weight"), find(pre + "mlp.linear_fc2.bias")});
+  }
+  return o;
 }
 
 template <typename F>
-GptModel<F>::GptModel(const ModelConfig& config) : config_(config) {
+GptModel<F>::GptModel(const ModelConfig& config, Comm* tp) : config_(config), tp_(tp) {
   config_.validate();
-  Offsets o;
-  tensors_ = build_table(config_, &o);
+  tensors_ = tp_size() > 1 ? gpt_parameter_table(config_, tp_size()) : build_table(config_);
+  const GptOffsets o = gpt_offsets(config_, tensors_);
   wte_ = o.wte;
   wpe_ = o.wpe;
   lnf_w_ = o.lnf_w;
@@ -185,7 +193,15 @@ template void gpt_init_parameters<double>(const ModelConfig&, const std::vector<
 
 template <typename F>
 void GptModel<F>::init(uint64_t seed) {
-  gpt_init_parameters(config_, tensors_, seed, params_.data());
+  if (tp_size() == 1) {
+    gpt_init_parameters(config_, tensors_, seed, params_.data());
+    return;
+  }
+  // Megatron's CPU initialisation: the full model from the seed, then this rank's slices.
+  const auto full_table = build_table(config_);
+  std::vector<F> full(full_table.back().offset + full_table.back().numel);
+  gpt_init_parameters(config_, full_table, seed, full.data());
+  shard_parameters(config_, tp_size(), tp_->rank(), full.data(), params_.data());
 }
 
 template <typename F>
@@ -284,18 +300,21 @@ void GptModel<F>::norm_backward(F* dinp, const F* dout, const F* inp, size_t w, 
 
 template <typename F>
 typename GptModel<F>::Dims GptModel<F>::dims(int B, int T) const {
+  const int tp = tp_size();
   Dims d;
   d.N = B * T;
   d.C = static_cast<int>(config_.hidden_size);
-  d.NH = static_cast<int>(config_.num_heads);
-  d.NKV = static_cast<int>(config_.num_kv_heads);
+  d.NH = static_cast<int>(config_.num_heads) / tp;
+  d.NKV = static_cast<int>(config_.num_kv_heads) / tp;
   d.HS = static_cast<int>(config_.head_size());
   d.KV = d.NKV * d.HS;
-  d.QKV = d.C + 2 * d.KV;
-  d.Fh = static_cast<int>(config_.ffn_hidden_size);
+  d.CQ = d.NH * d.HS;
+  d.QKV = d.CQ + 2 * d.KV;
+  d.Fh = static_cast<int>(config_.ffn_hidden_size) / tp;
   d.FC = (config_.activation == Activation::swiglu ? 2 : 1) * d.Fh;
   d.V = static_cast<int>(config_.vocab_size);
-  d.Vp = static_cast<int>(config_.padded_vocab_size);
+  d.Vp = static_cast<int>(config_.padded_vocab_size) / tp;
+  d.V0 = tp > 1 ? d.Vp * tp_->rank() : 0;
   d.NC = static_cast<size_t>(d.N) * static_cast<size_t>(d.C);
   return d;
 }
@@ -307,7 +326,7 @@ double GptModel<F>::forward(const int32_t* tokens, const int32_t* targets, int B
     input_error("model forward: sequence length {} exceeds the {} learned positions", T,
                 config_.seq_length);
   allocate_activations(B, T);
-  const auto [N, C, NH, NKV, HS, KV, QKV, Fh, FC, V, Vp, NC] = dims(B, T);
+  const auto [N, C, NH, NKV, HS, KV, CQ, QKV, Fh, FC, V, Vp, V0, NC] = dims(B, T);
   const F theta = static_cast<F>(config_.rope_theta);
 
   have_targets_ = false;  // set only once a forward with targets has succeeded
@@ -321,7 +340,7 @@ double GptModel<F>::forward(const int32_t* tokens, const int32_t* targets, int B
   const double hp = fwd_hidden_p_, ap = fwd_attn_p_;
   auto key = [&](uint64_t site) { return cpu::DropoutKey{fwd_seed_, fwd_step_, fwd_micro_, site}; };
 
-  cpu::embedding_forward(res_[0], tokens, p(wte_), p(wpe_), B, T, C, V);
+  embed(tokens, B, T);
   if (hp > 0) cpu::dropout_forward(res_[0], res_[0], NC, hp, key(0));
   for (size_t l = 0; l < layers_.size(); ++l) {
     const LayerOffsets& w = layers_[l];
@@ -329,9 +348,9 @@ double GptModel<F>::forward(const int32_t* tokens, const int32_t* targets, int B
     const F* x = res_[l];
     norm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1_w, w.ln1_b, N);
     cpu::linear_forward(a.qkv, a.ln1, p(w.qkv_w), p(w.qkv_b), N, C, QKV);
-    gather_cols(a.q, a.qkv, N, QKV, 0, C);
-    gather_cols(a.k, a.qkv, N, QKV, C, KV);
-    gather_cols(a.v, a.qkv, N, QKV, C + KV, KV);
+    gather_cols(a.q, a.qkv, N, QKV, 0, CQ);
+    gather_cols(a.k, a.qkv, N, QKV, CQ, KV);
+    gather_cols(a.v, a.qkv, N, QKV, CQ + KV, KV);
     if (config_.uses_rope()) {
       cpu::rope_forward(a.q, a.q, B, T, NH, HS, theta);
       cpu::rope_forward(a.k, a.k, B, T, NKV, HS, theta);
@@ -341,7 +360,7 @@ double GptModel<F>::forward(const int32_t* tokens, const int32_t* targets, int B
       cpu::attention_forward(a.atty, a.att, a.q, a.k, a.v, B, T, NH, NKV, HS, ap, key(site + 1));
     else
       cpu::attention_forward(a.atty, a.att, a.q, a.k, a.v, B, T, NH, NKV, HS);
-    cpu::linear_forward(scratch_, a.atty, p(w.proj_w), p(w.proj_b), N, C, C);
+    row_parallel_forward(scratch_, a.atty, w.proj_w, w.proj_b, N, CQ, C);
     if (hp > 0) cpu::dropout_forward(scratch_, scratch_, NC, hp, key(site + 2));
     for (size_t i = 0; i < NC; ++i) a.mid[i] = x[i] + scratch_[i];
     norm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.mid, w.ln2_w, w.ln2_b, N);
@@ -350,7 +369,7 @@ double GptModel<F>::forward(const int32_t* tokens, const int32_t* targets, int B
       cpu::swiglu_forward(a.act, a.fc1, N, Fh);
     else
       cpu::gelu_forward(a.act, a.fc1, static_cast<size_t>(N) * static_cast<size_t>(Fh));
-    cpu::linear_forward(scratch_, a.act, p(w.fc2_w), p(w.fc2_b), N, Fh, C);
+    row_parallel_forward(scratch_, a.act, w.fc2_w, w.fc2_b, N, Fh, C);
     if (hp > 0) cpu::dropout_forward(scratch_, scratch_, NC, hp, key(site + 3));
     F* out = res_[l + 1];
     for (size_t i = 0; i < NC; ++i) out[i] = a.mid[i] + scratch_[i];
@@ -361,7 +380,7 @@ double GptModel<F>::forward(const int32_t* tokens, const int32_t* targets, int B
     zero(losses_, static_cast<size_t>(N));
     return 0.0;
   }
-  const double loss = cpu::cross_entropy_forward(losses_, logits_, targets, N, V, Vp);
+  const double loss = loss_forward(targets, N);
   have_targets_ = true;
   return loss;
 }
@@ -371,16 +390,17 @@ void GptModel<F>::backward() {
   if (!have_targets_ || B_ == 0)
     throw std::logic_error("GptModel::backward: the last forward had no targets");
   const int B = B_, T = T_;
-  const auto [N, C, NH, NKV, HS, KV, QKV, Fh, FC, V, Vp, NC] = dims(B, T);
+  const auto [N, C, NH, NKV, HS, KV, CQ, QKV, Fh, FC, V, Vp, V0, NC] = dims(B, T);
   const F theta = static_cast<F>(config_.rope_theta);
   const size_t n = static_cast<size_t>(N);
   const double hp = fwd_hidden_p_, ap = fwd_attn_p_;
   auto key = [&](uint64_t site) { return cpu::DropoutKey{fwd_seed_, fwd_step_, fwd_micro_, site}; };
 
   // Loss and output layer (for tied embeddings, g(out_w_) is the embedding's gradient).
-  cpu::cross_entropy_backward(dlogits_, logits_, targets_.data(), N, V, Vp);
+  loss_backward(N);
   zero(dln_, NC);
   cpu::linear_backward(dln_, g(out_w_), nullptr, dlogits_, lnf_, p(out_w_), N, C, Vp);
+  sum_over_tp(dln_, NC);  // the vocabulary-parallel output layer's input gradient
   zero(dres_, NC);
   norm_backward(dres_, dln_, res_[layers_.size()], lnf_w_, lnf_b_, lnf_mean_, lnf_rstd_, N);
 
@@ -406,11 +426,12 @@ void GptModel<F>::backward() {
       cpu::gelu_backward(dfc1_, dact_, a.fc1, n * static_cast<size_t>(Fh));
     zero(dln_, NC);
     cpu::linear_backward(dln_, g(w.fc1_w), g(w.fc1_b), dfc1_, a.ln2, p(w.fc1_w), N, C, FC);
+    sum_over_tp(dln_, NC);  // column-parallel: the input gradient's parts from every rank
     norm_backward(dres_, dln_, a.mid, w.ln2_w, w.ln2_b, a.ln2_mean, a.ln2_rstd, N);
     // Attention: mid = x + dropout(proj(attention(split(qkv(norm1(x)))))).
     if (hp > 0) cpu::dropout_forward(scratch_, dres_, NC, hp, key(site + 2));
     zero(datty_, NC);
-    cpu::linear_backward(datty_, g(w.proj_w), g(w.proj_b), dbranch, a.atty, p(w.proj_w), N, C, C);
+    cpu::linear_backward(datty_, g(w.proj_w), g(w.proj_b), dbranch, a.atty, p(w.proj_w), N, CQ, C);
     zero(dq_, NC);
     zero(dk_, n * static_cast<size_t>(KV));
     zero(dv_, n * static_cast<size_t>(KV));
@@ -429,15 +450,137 @@ void GptModel<F>::backward() {
       dq = dqr_;
       dk = dkr_;
     }
-    scatter_cols(dqkv_, dq, n, QKV, 0, C);
-    scatter_cols(dqkv_, dk, n, QKV, C, KV);
-    scatter_cols(dqkv_, static_cast<const F*>(dv_), n, QKV, C + KV, KV);
+    scatter_cols(dqkv_, dq, n, QKV, 0, CQ);
+    scatter_cols(dqkv_, dk, n, QKV, CQ, KV);
+    scatter_cols(dqkv_, static_cast<const F*>(dv_), n, QKV, CQ + KV, KV);
     zero(dln_, NC);
     cpu::linear_backward(dln_, g(w.qkv_w), g(w.qkv_b), dqkv_, a.ln1, p(w.qkv_w), N, C, QKV);
+    sum_over_tp(dln_, NC);
     norm_backward(dres_, dln_, res_[l], w.ln1_w, w.ln1_b, a.ln1_mean, a.ln1_rstd, N);
   }
   if (hp > 0) cpu::dropout_forward(dres_, dres_, NC, hp, key(0));  // dres_ is not needed after
-  cpu::embedding_backward(g(wte_), g(wpe_), dres_, tokens_.data(), B, T, C);
+  embed_backward(B, T);
+}
+
+// ---- the tensor-parallel pieces ------------------------------------------------------------------
+
+template <typename F>
+void GptModel<F>::sum_over_tp(F* data, size_t n) {
+  if (tp_size() > 1) tp_->all_reduce_sum(data, n);
+}
+
+// Token embedding: each rank looks up the tokens of its vocabulary rows (zero for the others), the
+// sum over the ranks is the whole lookup; then the (replicated) position embedding.
+template <typename F>
+void GptModel<F>::embed(const int32_t* tokens, int B, int T) {
+  const auto [N, C, NH, NKV, HS, KV, CQ, QKV, Fh, FC, V, Vp, V0, NC] = dims(B, T);
+  if (tp_size() == 1) {
+    cpu::embedding_forward(res_[0], tokens, p(wte_), p(wpe_), B, T, C, V);
+    return;
+  }
+  F* out = res_[0];
+  zero(out, NC);
+  for (int i = 0; i < N; ++i) {
+    const int32_t t = tokens[i];
+    if (t < 0 || t >= V) input_error("embedding: token {} at position {} is outside the vocabulary [0,{})", t, i, V);
+    if (t >= V0 && t < V0 + Vp) std::copy_n(p(wte_) + size_t(t - V0) * C, C, out + size_t(i) * C);
+  }
+  tp_->all_reduce_sum(out, NC);
+  if (wpe_ != kAbsent)
+    for (int i = 0; i < N; ++i)
+      for (int c = 0; c < C; ++c) out[size_t(i) * C + c] += p(wpe_)[size_t(i % T) * C + c];
+}
+
+template <typename F>
+void GptModel<F>::embed_backward(int B, int T) {
+  const auto [N, C, NH, NKV, HS, KV, CQ, QKV, Fh, FC, V, Vp, V0, NC] = dims(B, T);
+  if (tp_size() == 1) {
+    cpu::embedding_backward(g(wte_), g(wpe_), dres_, tokens_.data(), B, T, C);
+    return;
+  }
+  for (int i = 0; i < N; ++i) {
+    const int32_t t = tokens_[size_t(i)];
+    const F* d = dres_ + size_t(i) * C;
+    if (t >= V0 && t < V0 + Vp)
+      for (int c = 0; c < C; ++c) g(wte_)[size_t(t - V0) * C + c] += d[c];
+    if (wpe_ != kAbsent)
+      for (int c = 0; c < C; ++c) g(wpe_)[size_t(i % T) * C + c] += d[c];
+  }
+}
+
+// A row-parallel linear layer: this rank's input columns times its weight columns is a part of the
+// output; the parts are summed over the ranks, then the bias (replicated) is added once.
+template <typename F>
+void GptModel<F>::row_parallel_forward(F* out, const F* inp, size_t w, size_t b, int N, int in, int OC) {
+  if (tp_size() == 1) {
+    cpu::linear_forward(out, inp, p(w), p(b), N, in, OC);
+    return;
+  }
+  cpu::linear_forward(out, inp, p(w), static_cast<const F*>(nullptr), N, in, OC);
+  tp_->all_reduce_sum(out, size_t(N) * size_t(OC));
+  if (b != kAbsent)
+    for (int i = 0; i < N; ++i)
+      for (int o = 0; o < OC; ++o) out[size_t(i) * OC + o] += p(b)[o];
+}
+
+// Cross-entropy over vocabulary-parallel logits: each row's log-sum-exp is combined from the ranks'
+// (the maximum over all, then the sum of exponentials), and the target's logit comes from the rank
+// that holds it. Padded columns (>= V) take no part, as in the single-rank op.
+template <typename F>
+double GptModel<F>::loss_forward(const int32_t* targets, int N) {
+  const auto [n_, C, NH, NKV, HS, KV, CQ, QKV, Fh, FC, V, Vp, V0, NC] = dims(N, 1);
+  if (tp_size() == 1) return cpu::cross_entropy_forward(losses_, logits_, targets, N, V, Vp);
+  const int real = std::clamp(V - V0, 0, Vp);  // this rank's columns inside the vocabulary
+  std::vector<double> maxima(size_t(N), -INFINITY), sums(size_t(N), 0.0), target_logit(size_t(N), 0.0);
+  int count = 0;
+  for (int i = 0; i < N; ++i) {
+    if (targets[i] < -1 || targets[i] >= V)
+      input_error("cross entropy: target {} at position {} is outside the vocabulary [0,{})", targets[i], i, V);
+    count += targets[i] != -1;
+    const F* row = logits_ + size_t(i) * Vp;
+    for (int j = 0; j < real; ++j) maxima[size_t(i)] = std::max(maxima[size_t(i)], double(row[j]));
+    if (targets[i] >= V0 && targets[i] < V0 + real) target_logit[size_t(i)] = row[targets[i] - V0];
+  }
+  tp_->all_reduce_max(maxima.data(), maxima.size());
+  for (int i = 0; i < N; ++i) {
+    const F* row = logits_ + size_t(i) * Vp;
+    for (int j = 0; j < real; ++j) sums[size_t(i)] += std::exp(double(row[j]) - maxima[size_t(i)]);
+  }
+  tp_->all_reduce_sum(sums.data(), sums.size());
+  tp_->all_reduce_sum(target_logit.data(), target_logit.size());
+  lse_.assign(size_t(N), 0.0);
+  double total = 0;
+  for (int i = 0; i < N; ++i) {
+    lse_[size_t(i)] = maxima[size_t(i)] + std::log(sums[size_t(i)]);
+    const double loss = targets[i] == -1 ? 0.0 : lse_[size_t(i)] - target_logit[size_t(i)];
+    losses_[i] = F(loss);
+    total += loss;
+  }
+  return count > 0 ? total / count : 0.0;
+}
+
+template <typename F>
+void GptModel<F>::loss_backward(int N) {
+  const auto [n_, C, NH, NKV, HS, KV, CQ, QKV, Fh, FC, V, Vp, V0, NC] = dims(N, 1);
+  if (tp_size() == 1) {
+    cpu::cross_entropy_backward(dlogits_, logits_, targets_.data(), N, V, Vp);
+    return;
+  }
+  const int real = std::clamp(V - V0, 0, Vp);
+  int count = 0;
+  for (int i = 0; i < N; ++i) count += targets_[size_t(i)] != -1;
+  const double factor = count > 0 ? 1.0 / count : 0.0;
+  for (int i = 0; i < N; ++i) {
+    const F* row = logits_ + size_t(i) * Vp;
+    F* drow = dlogits_ + size_t(i) * Vp;
+    zero(drow, size_t(Vp));
+    const int32_t t = targets_[size_t(i)];
+    if (t == -1) continue;
+    for (int j = 0; j < real; ++j) {
+      const double onehot = V0 + j == t ? 1.0 : 0.0;
+      drow[j] = F(factor * (std::exp(double(row[j]) - lse_[size_t(i)]) - onehot));
+    }
+  }
 }
 
 template class GptModel<float>;

@@ -67,6 +67,7 @@
 #include <vector>
 
 #include "model/config.hpp"
+#include "parallel/comm.hpp"
 
 namespace meg {
 
@@ -87,6 +88,18 @@ struct ParamTensor {
 // the last tensor ends at config.num_parameters(). Allocates no parameters.
 std::vector<ParamTensor> gpt_parameter_table(const ModelConfig& config);
 
+// Where each tensor of a table (the full one, or a tensor-parallel rank's) starts in its flat
+// array, looked up by name; kAbsentTensor for a tensor the config lacks (biases of Llama, ...).
+inline constexpr size_t kAbsentTensor = static_cast<size_t>(-1);
+struct GptOffsets {
+  struct Layer {
+    size_t ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc1_w, fc1_b, fc2_w, fc2_b;
+  };
+  size_t wte = 0, wpe = kAbsentTensor, lnf_w = 0, lnf_b = kAbsentTensor, out_w = 0;  // out_w is wte when tied
+  std::vector<Layer> layers;
+};
+GptOffsets gpt_offsets(const ModelConfig& config, const std::vector<ParamTensor>& table);
+
 // Megatron's initialisation (see the top of this file) of the parameters PARAMS laid out by
 // TENSORS (CONFIG's table), deterministic in SEED. Shared by the CPU and CUDA models, so that a
 // seed gives the same starting point on both.
@@ -94,12 +107,22 @@ template <typename F>
 void gpt_init_parameters(const ModelConfig& config, const std::vector<ParamTensor>& tensors, uint64_t seed,
                          F* params);
 
+// Tensor parallelism (model/tensor_parallel.hpp) over the group TP, as Megatron's layers do it:
+// the model holds its rank's shard of every split tensor; the column-parallel products (QKV, fc1)
+// run on the rank's heads and MLP columns and their input gradients are summed over the group;
+// the row-parallel ones (proj, fc2) sum their partial outputs over the group before the
+// (replicated) bias; the embedding and the output layer split the vocabulary, the lookup summed
+// over the group and the cross-entropy's log-sum-exp and target logit combined across it. The
+// replicated tensors' gradients come out the same on every rank. Attention dropout draws its masks
+// by the rank's own head numbers, so with tensor parallelism they differ from one process's (as
+// Megatron's per-rank dropout generators do); hidden dropout is the same.
 template <typename F>
 class GptModel {
  public:
-  // Validates CONFIG (InputError on a bad one) and allocates parameters and gradients (zeroed;
-  // call init() for Megatron's initialisation). Activations are allocated by forward().
-  explicit GptModel(const ModelConfig& config);
+  // Validates CONFIG (InputError on a bad one, or on one that does not split over TP's ranks) and
+  // allocates parameters and gradients (zeroed; call init() for Megatron's initialisation).
+  // Activations are allocated by forward(). TP null or of one rank: the whole model.
+  explicit GptModel(const ModelConfig& config, Comm* tp = nullptr);
 
   const ModelConfig& config() const { return config_; }
   const std::vector<ParamTensor>& tensors() const { return tensors_; }
@@ -114,8 +137,10 @@ class GptModel {
   F* param(const std::string& name) { return params_.data() + tensor(name).offset; }
   F* grad(const std::string& name) { return grads_.data() + tensor(name).offset; }
 
-  // Megatron's initialisation (see the top of this file), deterministic in SEED.
+  // Megatron's initialisation (see the top of this file), deterministic in SEED; with tensor
+  // parallelism, this rank's shard of the full model's initialisation.
   void init(uint64_t seed);
+  int tp_size() const { return tp_ ? tp_->size() : 1; }
   void zero_grad();
 
   // Runs the model on TOKENS[B*T] (row-major [B,T], each in [0, vocab_size); InputError
@@ -156,8 +181,10 @@ class GptModel {
   };
 
   // The shapes of one forward/backward of a B x T batch, as the ops take them.
+  // With tensor parallelism NH, NKV, KV, CQ, QKV, Fh, FC and Vp are this rank's; V is the whole
+  // vocabulary and V0 the first of this rank's vocabulary rows.
   struct Dims {
-    int N, C, NH, NKV, HS, KV, QKV, Fh, FC, V, Vp;
+    int N, C, NH, NKV, HS, KV, CQ, QKV, Fh, FC, V, Vp, V0;
     size_t NC;  // N * C, the size of the residual stream
   };
   Dims dims(int B, int T) const;
@@ -168,10 +195,18 @@ class GptModel {
   void norm_forward(F* out, F* mean, F* rstd, const F* inp, size_t w, size_t b, int N);
   void norm_backward(F* dinp, const F* dout, const F* inp, size_t w, size_t b, const F* mean,
                      const F* rstd, int N);
+  // The tensor-parallel pieces (each the plain op when the group has one rank).
+  void embed(const int32_t* tokens, int B, int T);
+  void embed_backward(int B, int T);
+  void row_parallel_forward(F* out, const F* inp, size_t w, size_t b, int N, int in, int OC);
+  void sum_over_tp(F* data, size_t n);
+  double loss_forward(const int32_t* targets, int N);
+  void loss_backward(int N);
 
   static constexpr size_t kAbsent = static_cast<size_t>(-1);
 
   ModelConfig config_;
+  Comm* tp_ = nullptr;
   std::vector<ParamTensor> tensors_;
   std::vector<F> params_;
   std::vector<F> grads_;
@@ -190,6 +225,7 @@ class GptModel {
     *dv_ = nullptr, *dqr_ = nullptr, *dkr_ = nullptr, *datty_ = nullptr, *dfc1_ = nullptr,
     *dact_ = nullptr, *dlogits_ = nullptr;
   std::vector<int32_t> tokens_, targets_;
+  std::vector<double> lse_;  // vocabulary-parallel cross-entropy: each row's log-sum-exp
   bool have_targets_ = false;
   // Dropout: the key and mode for the next forward, and what the last forward used.
   uint64_t drop_seed_ = 0, drop_step_ = 0, drop_micro_ = 0;

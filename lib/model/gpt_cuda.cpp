@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <map>
 #include <stdexcept>
 
 #include "core/error.hpp"
@@ -15,7 +14,7 @@ namespace meg {
 
 namespace {
 
-constexpr size_t kAbsent = static_cast<size_t>(-1);
+constexpr size_t kAbsent = kAbsentTensor;
 constexpr size_t kAlign = 256;  // bytes: every carved array starts on a 16-byte vector boundary and more
 
 size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
@@ -126,27 +125,15 @@ GptCudaModel<X>::GptCudaModel(const ModelConfig& config, cuda::DeviceAllocator& 
   tensors_ = gpt_parameter_table(config_);
   num_params_ = tensors_.empty() ? 0 : tensors_.back().offset + tensors_.back().numel;
 
-  std::map<std::string, size_t> at;
-  for (const auto& t : tensors_) at[t.name] = t.offset;
-  auto find = [&](const std::string& name) {
-    auto it = at.find(name);
-    return it == at.end() ? kAbsent : it->second;
-  };
-  wte_ = find("embedding.word_embeddings.weight");
-  wpe_ = find("embedding.position_embeddings.weight");
-  lnf_w_ = find("decoder.final_layernorm.weight");
-  lnf_b_ = find("decoder.final_layernorm.bias");
-  out_w_ = config_.tie_embeddings ? wte_ : find("output_layer.weight");
-  for (int64_t l = 0; l < config_.num_layers; ++l) {
-    const std::string pre = "decoder.layers." + std::to_string(l) + ".";
-    layers_.push_back({find(pre + "input_layernorm.weight"), find(pre + "input_layernorm.bias"),
-                       find(pre + "self_attention.linear_qkv.weight"), find(pre + "self_attention.linear_qkv.bias"),
-                       find(pre + "self_attention.linear_proj.weight"),
-                       find(pre + "self_attention.linear_proj.bias"), find(pre + "pre_mlp_layernorm.weight"),
-                       find(pre + "pre_mlp_layernorm.bias"), find(pre + "mlp.linear_fc1.weight"),
-                       find(pre + "mlp.linear_fc1.bias"), find(pre + "mlp.linear_fc2.weight"),
-                       find(pre + "mlp.linear_fc2.bias")});
-  }
+  const GptOffsets o = gpt_offsets(config_, tensors_);
+  wte_ = o.wte;
+  wpe_ = o.wpe;
+  lnf_w_ = o.lnf_w;
+  lnf_b_ = o.lnf_b;
+  out_w_ = o.out_w;
+  for (const auto& L : o.layers)
+    layers_.push_back({L.ln1_w, L.ln1_b, L.qkv_w, L.qkv_b, L.proj_w, L.proj_b, L.ln2_w, L.ln2_b, L.fc1_w, L.fc1_b,
+                       L.fc2_w, L.fc2_b});
 
   const size_t m = std::max<size_t>(pad_multiple, 1);
   padded_params_ = (num_params_ + m - 1) / m * m;

@@ -85,27 +85,34 @@ std::vector<ParamTensor> gpt_parameter_table(const ModelConfig& config, int tp) 
   return table;
 }
 
-void shard_parameters(const ModelConfig& config, int tp, int rank, const float* full, float* local) {
+template <typename F>
+void shard_parameters(const ModelConfig& config, int tp, int rank, const F* full, F* local) {
   const auto full_table = gpt_parameter_table(config);
   const auto local_table = gpt_parameter_table(config, tp);
   for (size_t i = 0; i < full_table.size(); ++i) {
-    const float* f = full + full_table[i].offset;
-    float* l = local + local_table[i].offset;
+    const F* f = full + full_table[i].offset;
+    F* l = local + local_table[i].offset;
     for_each_run(full_table[i], tp_split_of(config, full_table[i]), tp, rank,
                  [&](size_t fi, size_t li, size_t n) { std::copy(f + fi, f + fi + n, l + li); });
   }
 }
 
-void unshard_parameters(const ModelConfig& config, int tp, const std::vector<const float*>& locals, float* full) {
+template <typename F>
+void unshard_parameters(const ModelConfig& config, int tp, const std::vector<const F*>& locals, F* full) {
   const auto full_table = gpt_parameter_table(config);
   const auto local_table = gpt_parameter_table(config, tp);
   for (int rank = 0; rank < tp; ++rank)
     for (size_t i = 0; i < full_table.size(); ++i) {
-      const float* l = locals[static_cast<size_t>(rank)] + local_table[i].offset;
-      float* f = full + full_table[i].offset;
+      const F* l = locals[static_cast<size_t>(rank)] + local_table[i].offset;
+      F* f = full + full_table[i].offset;
       for_each_run(full_table[i], tp_split_of(config, full_table[i]), tp, rank,
                    [&](size_t fi, size_t li, size_t n) { std::copy(l + li, l + li + n, f + fi); });
     }
 }
+
+template void shard_parameters<float>(const ModelConfig&, int, int, const float*, float*);
+template void shard_parameters<double>(const ModelConfig&, int, int, const double*, double*);
+template void unshard_parameters<float>(const ModelConfig&, int, const std::vector<const float*>&, float*);
+template void unshard_parameters<double>(const ModelConfig&, int, const std::vector<const double*>&, double*);
 
 }  // namespace meg

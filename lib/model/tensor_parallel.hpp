@@ -43,10 +43,12 @@ TpSplitOf tp_split_of(const ModelConfig& config, const ParamTensor& t);
 // The table of one rank's shard (the same for every rank).
 std::vector<ParamTensor> gpt_parameter_table(const ModelConfig& config, int tp);
 
-// Rank RANK's shard (its table's layout) of the full flat array FULL.
-void shard_parameters(const ModelConfig& config, int tp, int rank, const float* full, float* local);
+// Rank RANK's shard (its table's layout) of the full flat array FULL (float or double).
+template <typename F>
+void shard_parameters(const ModelConfig& config, int tp, int rank, const F* full, F* local);
 
 // The full flat array from every rank's shard, LOCALS[r] being rank r's (all TP of them).
-void unshard_parameters(const ModelConfig& config, int tp, const std::vector<const float*>& locals, float* full);
+template <typename F>
+void unshard_parameters(const ModelConfig& config, int tp, const std::vector<const F*>& locals, F* full);
 
 }  // namespace meg

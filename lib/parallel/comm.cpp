@@ -50,6 +50,7 @@ MPI_Datatype mpi_type() {
   if constexpr (std::is_same_v<T, float>) return MPI_FLOAT;
   else if constexpr (std::is_same_v<T, double>) return MPI_DOUBLE;
   else if constexpr (std::is_same_v<T, int64_t>) return MPI_INT64_T;
+  else if constexpr (std::is_same_v<T, int64_t>) return MPI_INT64_T;
   else static_assert(sizeof(T) == 0, "no MPI type");
 }
 
@@ -112,15 +113,19 @@ Comm::~Comm() {
 void Comm::all_reduce_sum(float* data, size_t n) { sum_everywhere(*this, data, n); }
 void Comm::all_reduce_sum(double* data, size_t n) { sum_everywhere(*this, data, n); }
 
-void Comm::all_reduce_max(int64_t* data, size_t n) {
-  if (size_ == 1) return;
-  // A maximum is exact, so MPI's own all-reduce gives every member the same values.
-  for (size_t off = 0; off < n; off += kChunk<int64_t>) {
-    const int count = static_cast<int>(std::min(kChunk<int64_t>, n - off));
-    check(MPI_Allreduce(MPI_IN_PLACE, data + off, count, MPI_INT64_T, MPI_MAX, to_comm(handle_)), name_,
+// A maximum is exact, so MPI's own all-reduce gives every member the same values.
+template <typename T>
+void all_reduce_max_impl(Comm& c, T* data, size_t n) {
+  if (c.size() == 1) return;
+  for (size_t off = 0; off < n; off += kChunk<T>) {
+    const int count = static_cast<int>(std::min(kChunk<T>, n - off));
+    check(MPI_Allreduce(MPI_IN_PLACE, data + off, count, mpi_type<T>(), MPI_MAX, to_comm(c.handle())), c.name(),
           "MPI_Allreduce");
   }
 }
+
+void Comm::all_reduce_max(int64_t* data, size_t n) { all_reduce_max_impl(*this, data, n); }
+void Comm::all_reduce_max(double* data, size_t n) { all_reduce_max_impl(*this, data, n); }
 
 void Comm::reduce_scatter_sum(float* recv, const float* send, size_t n) {
   if (size_ == 1) {

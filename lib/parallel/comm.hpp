@@ -39,6 +39,7 @@ class Comm {
   void all_reduce_sum(double* data, size_t n);
   // The element-wise maximum (e.g. of a status flag).
   void all_reduce_max(int64_t* data, size_t n);
+  void all_reduce_max(double* data, size_t n);
   // SEND holds size() * n values; member r receives in RECV[n] the sum over members of block r.
   void reduce_scatter_sum(float* recv, const float* send, size_t n);
   // Every member contributes SEND[n]; RECV[size() * n] holds them in member order.
