@@ -27,14 +27,17 @@ enum class Precision { fp32, bf16, fp16 };
 Precision parse_precision(const std::string& name);  // InputError on an unknown name
 const char* precision_name(Precision p);
 
-// The data-parallel group a backend's replicas average over (null or a group of one: none), and
-// whether they shard the optimizer over it (Megatron's distributed optimizer, ZeRO-1 style: the
-// summed gradients are reduce-scattered, each replica updates its 1/D shard of the parameters with
-// its 1/D of the AdamW moments, and the shards are all-gathered).
-struct DataParallel {
-  Comm* group = nullptr;
+// The process groups of a backend (null or a group of one: none): the data-parallel group its
+// replicas average over, whether they shard the optimizer over it (Megatron's distributed
+// optimizer, ZeRO-1 style: the summed gradients are reduce-scattered, each replica updates its 1/D
+// shard of the parameters with its 1/D of the AdamW moments, and the shards are all-gathered), and
+// the tensor-parallel group the model is split over (model/tensor_parallel.hpp).
+struct ParallelGroups {
+  Comm* dp = nullptr;
+  Comm* tp = nullptr;
   bool distributed_optimizer = false;
-  int size() const { return group ? group->size() : 1; }
+  int dp_size() const { return dp ? dp->size() : 1; }
+  int tp_size() const { return tp ? tp->size() : 1; }
 };
 
 struct StepStats {
@@ -47,6 +50,8 @@ class TrainBackend {
  public:
   virtual ~TrainBackend() = default;
 
+  // The whole model's tensors and size: the layout of get_state()/set_state() and of checkpoints,
+  // whatever part of the model this rank holds.
   virtual const std::vector<ParamTensor>& tensors() const = 0;
   virtual size_t num_parameters() const = 0;
   // "cpu" or "cuda:0 NVIDIA H100 ... bf16": for the logs.
@@ -82,12 +87,12 @@ class TrainBackend {
 
 // The model of CONFIG initialised from SEED, with AdamW.
 std::unique_ptr<TrainBackend> make_cpu_backend(const ModelConfig& config, const AdamWOptions& adam, uint64_t seed,
-                                               const DataParallel& dp = {});
+                                               const ParallelGroups& parallel = {});
 // On a CUDA device (the node-local rank's, in a distributed job), with activation recomputation
 // RECOMPUTE (none, selective or full: model/gpt_cuda.hpp). InputError when built without CUDA or
 // when no GPU is present.
 std::unique_ptr<TrainBackend> make_cuda_backend(const ModelConfig& config, const AdamWOptions& adam, uint64_t seed,
                                                 Precision precision, const std::string& recompute = "none",
-                                                const DataParallel& dp = {});
+                                                const ParallelGroups& parallel = {});
 
 }  // namespace meg

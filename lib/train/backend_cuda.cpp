@@ -37,16 +37,16 @@ template <typename X>
 class CudaBackend final : public TrainBackend {
  public:
   CudaBackend(const ModelConfig& config, const AdamWOptions& adam, uint64_t seed, Precision precision,
-              Recompute recompute, const DataParallel& dp)
-      : precision_(precision), dp_(dp) {
+              Recompute recompute, const ParallelGroups& parallel)
+      : precision_(precision), parallel_(parallel) {
     MEG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    model_ = std::make_unique<GptCudaModel<X>>(config, alloc_, stream_, sharded() ? size_t(dp_.size()) : 1);
+    model_ = std::make_unique<GptCudaModel<X>>(config, alloc_, stream_, sharded() ? size_t(parallel_.dp_size()) : 1);
     model_->set_recompute(recompute);
     const size_t n = model_->num_parameters();
     std::vector<float> params(n);
     gpt_init_parameters(config, model_->tensors(), seed, params.data());
     model_->set_params(params.data());
-    if (dp_.size() > 1) nccl_ = std::make_unique<NcclComm>(*dp_.group);
+    if (parallel_.dp_size() > 1) nccl_ = std::make_unique<NcclComm>(*parallel_.dp);
     if (nccl_ && !sharded()) {  // all-reduce buckets of gradients while the backward goes on
       MEG_CUDA_CHECK(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
       MEG_CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
@@ -54,7 +54,7 @@ class CudaBackend final : public TrainBackend {
       model_->set_grads_ready_hook([this](size_t from) { on_grads_ready(from); });
     }
     if (sharded()) {
-      shard_ = optimizer_shard(n, dp_.size(), dp_.group->rank());
+      shard_ = optimizer_shard(n, parallel_.dp_size(), parallel_.dp->rank());
       std::vector<ParamGroup> groups;
       for (const auto& t : model_->tensors()) groups.push_back({t.offset, t.offset + t.numel, t.weight_decay});
       adam_ = std::make_unique<CudaAdamW>(shard_groups(groups, n, shard_), shard_.size, adam, alloc_, stream_);
@@ -105,7 +105,7 @@ class CudaBackend final : public TrainBackend {
   // size is folded into the norm and the optimizer's gradient scale.
   StepStats end_step(double lr, double clip_grad) override {
     StepStats s;
-    const double replicas = dp_.size();
+    const double replicas = parallel_.dp_size();
     s.loss = model_->take_loss() / static_cast<double>(micro_batches_);
     float* grads = model_->grads();
     size_t begin = 0, count = model_->num_parameters();  // the gradients this replica applies
@@ -119,14 +119,14 @@ class CudaBackend final : public TrainBackend {
       MEG_CUDA_CHECK(cudaStreamWaitEvent(stream_, reduced_, 0));
     }
     if (nccl_) {
-      dp_.group->all_reduce_sum(&s.loss, 1);
+      parallel_.dp->all_reduce_sum(&s.loss, 1);
       s.loss /= replicas;
       nccl_->wait(stream_);  // a failed peer surfaces here, never as a hang
     }
     // The summed gradients are REPLICAS times the mean's, and carry the loss scale.
     const double unscale = loss_scale_ * replicas;
     double sum = adam_->grad_sum_squares(grads + begin, count);
-    if (sharded()) dp_.group->all_reduce_sum(&sum, 1);
+    if (sharded()) parallel_.dp->all_reduce_sum(&sum, 1);
     s.grad_norm = std::sqrt(sum) / unscale;
     if (!std::isfinite(s.grad_norm) && precision_ == Precision::fp16 && std::isfinite(s.loss)) {
       loss_scale_ = std::max(kMinLossScale, loss_scale_ / 2);
@@ -192,7 +192,7 @@ class CudaBackend final : public TrainBackend {
   size_t peak_memory() const override { return alloc_.peak(); }
 
  private:
-  bool sharded() const { return dp_.distributed_optimizer && dp_.size() > 1; }
+  bool sharded() const { return parallel_.distributed_optimizer && parallel_.dp_size() > 1; }
 
   // The backward of the last micro-batch has finished the gradients [FROM, end): once a bucket's
   // worth waits, it is all-reduced on the communication stream, after the compute stream's work so
@@ -223,8 +223,8 @@ class CudaBackend final : public TrainBackend {
   }
   // A moment of the whole model from the replicas' shards (host arrays), the padding cut off.
   std::vector<float> gather(const std::vector<float>& shard) const {
-    std::vector<float> all(shard_.size * static_cast<size_t>(dp_.size()));
-    dp_.group->all_gather(all.data(), shard.data(), shard_.size);
+    std::vector<float> all(shard_.size * static_cast<size_t>(parallel_.dp_size()));
+    parallel_.dp->all_gather(all.data(), shard.data(), shard_.size);
     all.resize(model_->num_parameters());
     return all;
   }
@@ -240,7 +240,7 @@ class CudaBackend final : public TrainBackend {
   cuda::DeviceAllocator alloc_;  // declared before the model and optimizer: it outlives them
   std::unique_ptr<GptCudaModel<X>> model_;
   std::unique_ptr<CudaAdamW> adam_;
-  DataParallel dp_;
+  ParallelGroups parallel_;
   std::unique_ptr<NcclComm> nccl_;  // the data-parallel group's, when it has more than one member
   Shard shard_;                     // this replica's, with the distributed optimizer
   // Overlapped all-reduce (data parallelism without the distributed optimizer).
@@ -258,16 +258,16 @@ class CudaBackend final : public TrainBackend {
 
 std::unique_ptr<TrainBackend> make_cuda_backend(const ModelConfig& config, const AdamWOptions& adam, uint64_t seed,
                                                 Precision precision, const std::string& recompute,
-                                                const DataParallel& dp) {
+                                                const ParallelGroups& parallel) {
   const Recompute r = parse_recompute(recompute);
   const auto devices = cuda_devices();
   if (devices.empty()) input_error("--device cuda: no CUDA device is visible; use --device cpu");
   // One GPU per process: the ranks of a node take its GPUs in turn.
   if (World::initialized()) MEG_CUDA_CHECK(cudaSetDevice(World::get().local_rank() % int(devices.size())));
   switch (precision) {
-    case Precision::fp32: return std::make_unique<CudaBackend<float>>(config, adam, seed, precision, r, dp);
-    case Precision::bf16: return std::make_unique<CudaBackend<__nv_bfloat16>>(config, adam, seed, precision, r, dp);
-    case Precision::fp16: return std::make_unique<CudaBackend<__half>>(config, adam, seed, precision, r, dp);
+    case Precision::fp32: return std::make_unique<CudaBackend<float>>(config, adam, seed, precision, r, parallel);
+    case Precision::bf16: return std::make_unique<CudaBackend<__nv_bfloat16>>(config, adam, seed, precision, r, parallel);
+    case Precision::fp16: return std::make_unique<CudaBackend<__half>>(config, adam, seed, precision, r, parallel);
   }
   input_error("unknown precision");
 }

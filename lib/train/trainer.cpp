@@ -12,6 +12,7 @@
 #include "core/hash.hpp"
 #include "core/log.hpp"
 #include "data/tokenizer.hpp"
+#include "model/tensor_parallel.hpp"
 #include "train/signals.hpp"
 
 namespace meg {
@@ -86,7 +87,6 @@ Trainer::Trainer(TrainOptions options) : opt_(std::move(options)) {
     if (size > 1) input_error("{} {}: {} is not implemented yet; use data parallelism (more ranks, or --dp)", option,
                               size, what);
   };
-  not_yet("tensor parallelism", "--tp", layout_.tp);
   not_yet("pipeline parallelism", "--pp", layout_.pp);
   not_yet("context parallelism", "--cp", layout_.cp);
   not_yet("expert parallelism", "--ep", layout_.ep);
@@ -151,15 +151,21 @@ Trainer::Trainer(TrainOptions options) : opt_(std::move(options)) {
     input_error("model config: seq-length {} differs from the sequence length {} of {}", config_.seq_length,
                 blend_seq, opt_.data);
   if (tokenizer_vocab_ > 0) config_.set_vocab_from_tokenizer(tokenizer_vocab_);
+  if (layout_.tp > 1) {
+    if (opt_.device == "cuda") input_error("--tp {}: tensor parallelism runs on the CPU path only so far", layout_.tp);
+    config_.pad_vocab(layout_.tp);  // Megatron pads the vocabulary to a multiple of 128 * tp
+    check_tensor_parallel(config_, layout_.tp);
+  }
 
   const uint64_t needed = static_cast<uint64_t>(opt_.iters) * static_cast<uint64_t>(opt_.global_batch);
   if (data_->num_samples(Split::kTrain) < needed)
     input_error("{}: {} train samples, but --iters {} x --global-batch {} needs {}", opt_.data,
                 data_->num_samples(Split::kTrain), opt_.iters, opt_.global_batch, needed);
 
-  const DataParallel dp{dp_group_, opt_.distributed_optimizer};
-  backend_ = opt_.device == "cuda" ? make_cuda_backend(config_, opt_.adam, opt_.seed, precision, opt_.recompute, dp)
-                                    : make_cpu_backend(config_, opt_.adam, opt_.seed, dp);
+  const ParallelGroups groups{dp_group_, &world_->group(ParallelDim::tp), opt_.distributed_optimizer};
+  backend_ = opt_.device == "cuda"
+                 ? make_cuda_backend(config_, opt_.adam, opt_.seed, precision, opt_.recompute, groups)
+                 : make_cpu_backend(config_, opt_.adam, opt_.seed, groups);
   opt_.lr.train_iters = opt_.iters;
   schedule_ = std::make_unique<LrSchedule>(opt_.lr);
 
@@ -261,8 +267,9 @@ double Trainer::evaluate() {
 void Trainer::save_checkpoint_now() {
   if (opt_.save.empty() || last_saved_ == iteration_) return;
   std::vector<float> params, m, v;
-  // The replicas hold what rank 0 writes; with the distributed optimizer they gather it together.
-  if (world_->rank() == 0 || opt_.distributed_optimizer) backend_->get_state(params, m, v);
+  // The replicas hold what rank 0 writes; with the distributed optimizer or tensor parallelism the
+  // ranks gather it together (checkpoints hold the whole model, whatever the layout).
+  if (world_->rank() == 0 || opt_.distributed_optimizer || layout_.tp > 1) backend_->get_state(params, m, v);
   if (world_->rank() != 0) {
     last_saved_ = iteration_;
     world_->world().barrier();
@@ -316,16 +323,21 @@ void Trainer::load_from(const std::string& dir) {
                     rec["options"][key].dump(), now[key].dump());
     }
     if (rec.contains("parallel")) {
+      // Checkpoints hold the whole model whatever the data- and tensor-parallel sizes, so those may
+      // change (the sums' rounding does); the vocabulary padding, which follows tp, is checked with
+      // the model config above.
       const auto& saved = rec["parallel"];
-      for (const char* dim : {"tp", "pp", "cp", "ep"})
-        if (saved.contains(dim) && saved[dim] != layout_.to_json()[dim])
+      const auto now = layout_.to_json();
+      for (const char* dim : {"pp", "cp", "ep"})
+        if (saved.contains(dim) && saved[dim] != now[dim])
           input_error("{}: the checkpoint was written with {} {} and this run has {} {}; convert it first "
                       "(meg-ckpt-convert)",
-                      where, dim, saved[dim].dump(), dim, layout_.to_json()[dim].dump());
-      if (saved.contains("dp") && saved["dp"] != layout_.to_json()["dp"])
-        log::warn("{}: the checkpoint was written with {} data-parallel ranks and this run has {}: the samples "
-                  "are the same, the sums' rounding is not",
-                  where, saved["dp"].dump(), layout_.dp);
+                      where, dim, saved[dim].dump(), dim, now[dim].dump());
+      for (const char* dim : {"dp", "tp"})
+        if (saved.contains(dim) && saved[dim] != now[dim])
+          log::warn("{}: the checkpoint was written with {} {} and this run has {}: the model is the same, the "
+                    "sums' rounding is not",
+                    where, dim, saved[dim].dump(), now[dim].dump());
     }
     const int64_t it = rec.at("iteration").get<int64_t>();
     const int64_t step = rec.at("optimizer_step").get<int64_t>();

@@ -40,34 +40,62 @@ for model in tiny tiny-llama; do
   close one.loss many.loss  # 3 replicas: the shards are uneven, the last one padded
 done
 
-# The record holds the layout; exact resume under mpirun (the first leg stops at iteration 3).
+# Tensor parallelism (alone and with data parallelism) trains to one process's losses: hidden
+# dropout only, since attention dropout draws its masks by each rank's own heads.
+for model in tiny tiny-llama; do
+  NOBATCH="meg-pretrain -q --device cpu --model $model --data run.blend --tokenizer $M/fortunes_spm.model
+           --micro-batch 2 --lr 3e-3 --warmup-iters 2 --log-interval 1 --iters 6 --hidden-dropout 0.1"
+  $NOBATCH --global-batch 8 --metrics tp-$model-1.jsonl
+  losses tp-$model-1.jsonl > one.loss
+  mpi 2 $NOBATCH --global-batch 8 --tp 2 --metrics tp-$model-2.jsonl
+  mpi 4 $NOBATCH --global-batch 8 --tp 2 --metrics tp-$model-2x2.jsonl
+  for f in 2 2x2; do
+    losses tp-$model-$f.jsonl > many.loss
+    close one.loss many.loss
+  done
+done
+mpi 4 meg-pretrain -q --device cpu --model tiny --data run.blend --tokenizer $M/fortunes_spm.model --micro-batch 2 \
+  --lr 3e-3 --warmup-iters 2 --log-interval 1 --iters 6 --global-batch 8 --hidden-dropout 0.1 --tp 4 --metrics tp-4.jsonl
+losses tp-tiny-1.jsonl > one.loss
+losses tp-4.jsonl > many.loss
+close one.loss many.loss
+
+expect_fail_mpi 1 "key/value heads \(2\) do not divide over 4 ranks" -- \
+  mpi 4 meg-pretrain -q --device cpu --model tiny-llama --data run.blend --tokenizer $M/fortunes_spm.model \
+  --micro-batch 2 --global-batch 8 --iters 2 --tp 4
+
+# The record holds the layout. Exact resume under mpirun (the first leg stops at iteration 3), for
+# data parallelism, the distributed optimizer and tensor parallelism; the latter two's checkpoints
+# hold the whole model (shards gathered), so one process continues them.
 BASE="meg-pretrain -q --device cpu --model tiny --data run.blend --tokenizer $M/fortunes_spm.model --micro-batch 2
       --lr 3e-3 --warmup-iters 2 --log-interval 1 --iters 6"
 RUN="$BASE --global-batch 8"
-mpi 2 $RUN --metrics straight.jsonl
-mpi 2 $RUN --save ck --exit-interval 3
-python3 -c "import json,sys; r=json.load(open('ck/iter_0000003/checkpoint.json'))['record']; assert r['parallel']['dp'] == 2, r['parallel']" ||
+resumes_exactly() {  # resumes_exactly DIR OPTIONS...: 2 ranks, straight and stopped-then-resumed
+  local dir=$1
+  shift
+  mpi 2 $RUN "$@" --metrics $dir-straight.jsonl
+  mpi 2 $RUN "$@" --save $dir --exit-interval 3
+  mpi 2 $RUN "$@" --save $dir --load $dir
+  losses $dir-straight.jsonl > straight.loss
+  losses $dir/metrics.jsonl > resumed.loss
+  same_file straight.loss resumed.loss
+}
+one_process_continues() {  # one_process_continues DIR
+  meg-pretrain -q --device cpu --model tiny --data run.blend --tokenizer $M/fortunes_spm.model --micro-batch 2 \
+    --global-batch 8 --lr 3e-3 --warmup-iters 2 --log-interval 1 --iters 7 --load $1 --metrics $1-single.jsonl 2>/dev/null
+  [ "$(grep -c '"loss"' $1-single.jsonl)" -eq 1 ] || fail "one process could not continue the checkpoint in $1"
+}
+resumes_exactly ck
+python3 -c "import json,sys; r=json.load(open('ck/iter_0000006/checkpoint.json'))['record']; assert r['parallel']['dp'] == 2, r['parallel']" ||
   fail "layout not in the record"
-mpi 2 $RUN --save ck --load ck
-losses straight.jsonl > straight.loss
-losses ck/metrics.jsonl > resumed.loss
-same_file straight.loss resumed.loss
-
-# The same with the distributed optimizer, whose checkpoints gather the shards (so they load in any
-# layout): resumed exactly, and loadable by one process.
-mpi 2 $RUN --use-distributed-optimizer --metrics zstraight.jsonl
-mpi 2 $RUN --use-distributed-optimizer --save zk --exit-interval 3
-mpi 2 $RUN --use-distributed-optimizer --save zk --load zk
-losses zstraight.jsonl > straight.loss
-losses zk/metrics.jsonl > resumed.loss
-same_file straight.loss resumed.loss
-meg-pretrain -q --device cpu --model tiny --data run.blend --tokenizer $M/fortunes_spm.model --micro-batch 2 \
-  --global-batch 8 --lr 3e-3 --warmup-iters 2 --log-interval 1 --iters 7 --load zk --metrics single.jsonl 2>/dev/null
-[ "$(grep -c '"loss"' single.jsonl)" -eq 1 ] || fail "one process could not continue a distributed-optimizer checkpoint"
+resumes_exactly zk --use-distributed-optimizer
+one_process_continues zk
+resumes_exactly tk --tp 2
+one_process_continues tk
 
 # Refused layouts: the error line, exit 1, and the job ends (a rank that fails aborts them all).
-expect_fail_mpi 1 "--tp 2: tensor parallelism is not implemented yet" -- mpi 2 $RUN --tp 2
-expect_fail_mpi 1 "meg-pretrain: .*(tp|world|ranks)" -- mpi 3 $RUN --tp 2
+expect_fail_mpi 1 "--pp 2: pipeline parallelism is not implemented yet" -- mpi 2 $RUN --pp 2
+expect_fail_mpi 1 "meg-pretrain: .*(tp|world|ranks)" -- mpi 3 $RUN --tp 2 --dp 2
 expect_fail_mpi 1 "--global-batch 6 must be a positive multiple of --micro-batch 2 times the 2 data-parallel ranks" -- \
   mpi 2 $BASE --global-batch 6
 # A rank that dies ends the job: the survivor must not wait in a collective forever.
