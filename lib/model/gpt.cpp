@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "core/error.hpp"
+#include "model/pipeline.hpp"
 #include "model/tensor_parallel.hpp"
 #include "ops/cpu/ops.hpp"
 
@@ -144,18 +145,24 @@ GptOffsets gpt_offsets(const ModelConfig& config, const std::vector<ParamTensor>
 }
 
 template <typename F>
-GptModel<F>::GptModel(const ModelConfig& config, Comm* tp) : config_(config), tp_(tp) {
+GptModel<F>::GptModel(const ModelConfig& config, Comm* tp, PipelineStage stage)
+    : config_(config), tp_(tp), stage_(stage) {
   config_.validate();
-  tensors_ = tp_size() > 1 ? gpt_parameter_table(config_, tp_size()) : build_table(config_);
+  check_pipeline_parallel(config_, stage_.stages);
+  tensors_ = stage_table(config_, stage_, tp_size() > 1 ? gpt_parameter_table(config_, tp_size()) : build_table(config_));
   const GptOffsets o = gpt_offsets(config_, tensors_);
+  const auto [first_layer, end_layer] = stage_layers(config_, stage_);
+  first_layer_ = static_cast<size_t>(first_layer);
   wte_ = o.wte;
   wpe_ = o.wpe;
   lnf_w_ = o.lnf_w;
   lnf_b_ = o.lnf_b;
   out_w_ = o.out_w;
-  for (const auto& L : o.layers)
+  for (int64_t l = first_layer; l < end_layer; ++l) {
+    const auto& L = o.layers[static_cast<size_t>(l)];
     layers_.push_back({L.ln1_w, L.ln1_b, L.qkv_w, L.qkv_b, L.proj_w, L.proj_b, L.ln2_w, L.ln2_b,
                        L.fc1_w, L.fc1_b, L.fc2_w, L.fc2_b});
+  }
   const size_t n = tensors_.empty() ? 0 : tensors_.back().offset + tensors_.back().numel;
   params_.assign(n, F(0));
   grads_.assign(n, F(0));
@@ -193,15 +200,29 @@ template void gpt_init_parameters<double>(const ModelConfig&, const std::vector<
 
 template <typename F>
 void GptModel<F>::init(uint64_t seed) {
-  if (tp_size() == 1) {
+  if (tp_size() == 1 && stage_.stages == 1) {
     gpt_init_parameters(config_, tensors_, seed, params_.data());
     return;
   }
-  // Megatron's CPU initialisation: the full model from the seed, then this rank's slices.
+  // Megatron's CPU initialisation: the full model from the seed, then this rank's slices of its
+  // stage's tensors.
   const auto full_table = build_table(config_);
   std::vector<F> full(full_table.back().offset + full_table.back().numel);
   gpt_init_parameters(config_, full_table, seed, full.data());
-  shard_parameters(config_, tp_size(), tp_->rank(), full.data(), params_.data());
+  std::vector<F> mine = full;
+  const auto tp_table = tp_size() > 1 ? gpt_parameter_table(config_, tp_size()) : full_table;
+  if (tp_size() > 1) {
+    mine.assign(tp_table.back().offset + tp_table.back().numel, F(0));
+    shard_parameters(config_, tp_size(), tp_->rank(), full.data(), mine.data());
+  }
+  copy_stage_tensors(tp_table, mine.data());
+}
+
+template <typename F>
+void GptModel<F>::copy_stage_tensors(const std::vector<ParamTensor>& table, const F* from) {
+  size_t k = 0;  // the stage's tensors come in the table's order
+  for (const auto& t : table)
+    if (k < tensors_.size() && tensors_[k].name == t.name) std::copy_n(from + t.offset, t.numel, params_.data() + tensors_[k++].offset);
 }
 
 template <typename F>
@@ -321,6 +342,16 @@ typename GptModel<F>::Dims GptModel<F>::dims(int B, int T) const {
 
 template <typename F>
 double GptModel<F>::forward(const int32_t* tokens, const int32_t* targets, int B, int T) {
+  return forward_stage(tokens, nullptr, targets, B, T);
+}
+
+template <typename F>
+void GptModel<F>::backward() {
+  backward_stage(nullptr);
+}
+
+template <typename F>
+double GptModel<F>::forward_stage(const int32_t* tokens, const F* hidden, const int32_t* targets, int B, int T) {
   if (B <= 0 || T <= 0) input_error("model forward: batch {} x sequence {} must be positive", B, T);
   if (config_.learned_positions() && T > config_.seq_length)
     input_error("model forward: sequence length {} exceeds the {} learned positions", T,
@@ -340,8 +371,13 @@ double GptModel<F>::forward(const int32_t* tokens, const int32_t* targets, int B
   const double hp = fwd_hidden_p_, ap = fwd_attn_p_;
   auto key = [&](uint64_t site) { return cpu::DropoutKey{fwd_seed_, fwd_step_, fwd_micro_, site}; };
 
-  embed(tokens, B, T);
-  if (hp > 0) cpu::dropout_forward(res_[0], res_[0], NC, hp, key(0));
+  forward_done_ = false;
+  if (stage_.first()) {
+    embed(tokens, B, T);
+    if (hp > 0) cpu::dropout_forward(res_[0], res_[0], NC, hp, key(0));
+  } else {
+    std::copy_n(hidden, NC, res_[0]);
+  }
   for (size_t l = 0; l < layers_.size(); ++l) {
     const LayerOffsets& w = layers_[l];
     LayerActs& a = la_[l];
@@ -355,7 +391,7 @@ double GptModel<F>::forward(const int32_t* tokens, const int32_t* targets, int B
       cpu::rope_forward(a.q, a.q, B, T, NH, HS, theta);
       cpu::rope_forward(a.k, a.k, B, T, NKV, HS, theta);
     }
-    const uint64_t site = 3 * static_cast<uint64_t>(l);
+    const uint64_t site = 3 * static_cast<uint64_t>(first_layer_ + l);  // the global block number
     if (ap > 0)
       cpu::attention_forward(a.atty, a.att, a.q, a.k, a.v, B, T, NH, NKV, HS, ap, key(site + 1));
     else
@@ -374,6 +410,8 @@ double GptModel<F>::forward(const int32_t* tokens, const int32_t* targets, int B
     F* out = res_[l + 1];
     for (size_t i = 0; i < NC; ++i) out[i] = a.mid[i] + scratch_[i];
   }
+  forward_done_ = true;
+  if (!stage_.last()) return 0.0;  // the output is stage_output()
   norm_forward(lnf_, lnf_mean_, lnf_rstd_, res_[layers_.size()], lnf_w_, lnf_b_, N);
   cpu::linear_forward(logits_, lnf_, p(out_w_), nullptr, N, C, Vp);
   if (!targets) {
@@ -386,8 +424,8 @@ double GptModel<F>::forward(const int32_t* tokens, const int32_t* targets, int B
 }
 
 template <typename F>
-void GptModel<F>::backward() {
-  if (!have_targets_ || B_ == 0)
+void GptModel<F>::backward_stage(const F* dout) {
+  if (stage_.last() ? !have_targets_ || B_ == 0 : !forward_done_)
     throw std::logic_error("GptModel::backward: the last forward had no targets");
   const int B = B_, T = T_;
   const auto [N, C, NH, NKV, HS, KV, CQ, QKV, Fh, FC, V, Vp, V0, NC] = dims(B, T);
@@ -396,19 +434,23 @@ void GptModel<F>::backward() {
   const double hp = fwd_hidden_p_, ap = fwd_attn_p_;
   auto key = [&](uint64_t site) { return cpu::DropoutKey{fwd_seed_, fwd_step_, fwd_micro_, site}; };
 
-  // Loss and output layer (for tied embeddings, g(out_w_) is the embedding's gradient).
-  loss_backward(N);
-  zero(dln_, NC);
-  cpu::linear_backward(dln_, g(out_w_), nullptr, dlogits_, lnf_, p(out_w_), N, C, Vp);
-  sum_over_tp(dln_, NC);  // the vocabulary-parallel output layer's input gradient
-  zero(dres_, NC);
-  norm_backward(dres_, dln_, res_[layers_.size()], lnf_w_, lnf_b_, lnf_mean_, lnf_rstd_, N);
+  if (stage_.last()) {
+    // Loss and output layer (for tied embeddings, g(out_w_) is the embedding's gradient).
+    loss_backward(N);
+    zero(dln_, NC);
+    cpu::linear_backward(dln_, g(out_w_), nullptr, dlogits_, lnf_, p(out_w_), N, C, Vp);
+    sum_over_tp(dln_, NC);  // the vocabulary-parallel output layer's input gradient
+    zero(dres_, NC);
+    norm_backward(dres_, dln_, res_[layers_.size()], lnf_w_, lnf_b_, lnf_mean_, lnf_rstd_, N);
+  } else {
+    std::copy_n(dout, NC, dres_);  // the next stage's gradient of this stage's output
+  }
 
   // dres_ holds the gradient of the residual stream, flowing down through the blocks.
   for (size_t l = layers_.size(); l-- > 0;) {
     const LayerOffsets& w = layers_[l];
     const LayerActs& a = la_[l];
-    const uint64_t site = 3 * static_cast<uint64_t>(l);
+    const uint64_t site = 3 * static_cast<uint64_t>(first_layer_ + l);  // the global block number
     // With hidden dropout, the gradient of a branch output is dres_ through the branch's mask
     // (in scratch_); the residual path takes dres_ itself.
     const F* dbranch = dres_;
@@ -458,6 +500,7 @@ void GptModel<F>::backward() {
     sum_over_tp(dln_, NC);
     norm_backward(dres_, dln_, res_[l], w.ln1_w, w.ln1_b, a.ln1_mean, a.ln1_rstd, N);
   }
+  if (!stage_.first()) return;  // dres_ is stage_input_grad()
   if (hp > 0) cpu::dropout_forward(dres_, dres_, NC, hp, key(0));  // dres_ is not needed after
   embed_backward(B, T);
 }

@@ -67,22 +67,11 @@
 #include <vector>
 
 #include "model/config.hpp"
+#include "model/param_tensor.hpp"
+#include "model/pipeline.hpp"
 #include "parallel/comm.hpp"
 
 namespace meg {
-
-// How init() fills a tensor.
-enum class ParamInit { normal, normal_scaled, zeros, ones };
-
-// One named tensor of the flat parameter array.
-struct ParamTensor {
-  std::string name;
-  std::vector<int64_t> shape;
-  size_t offset = 0;         // in elements, into the flat array
-  size_t numel = 0;          // product of shape
-  bool weight_decay = true;  // false for norm weights and biases
-  ParamInit init = ParamInit::normal;
-};
 
 // The tensor table of CONFIG (which must be valid) in storage order, offsets contiguous from 0;
 // the last tensor ends at config.num_parameters(). Allocates no parameters.
@@ -122,7 +111,9 @@ class GptModel {
   // Validates CONFIG (InputError on a bad one, or on one that does not split over TP's ranks) and
   // allocates parameters and gradients (zeroed; call init() for Megatron's initialisation).
   // Activations are allocated by forward(). TP null or of one rank: the whole model.
-  explicit GptModel(const ModelConfig& config, Comm* tp = nullptr);
+  // STAGE: this rank's pipeline stage (model/pipeline.hpp): its blocks, and the embeddings on the
+  // first stage, the final norm and output layer on the last.
+  explicit GptModel(const ModelConfig& config, Comm* tp = nullptr, PipelineStage stage = {});
 
   const ModelConfig& config() const { return config_; }
   const std::vector<ParamTensor>& tensors() const { return tensors_; }
@@ -164,6 +155,17 @@ class GptModel {
   // otherwise), ACCUMULATED into grads().
   void backward();
 
+  // Pipeline stages. The stage's forward from its input: TOKENS on the first stage, HIDDEN [B*T, C]
+  // (the previous stage's stage_output()) on the others; the last stage returns the loss as
+  // forward() does, the others 0 with their output in stage_output(). backward_stage() takes DOUT,
+  // the gradient of stage_output() (null on the last stage, which starts from its loss), and leaves
+  // the gradient of HIDDEN in stage_input_grad() on all but the first stage.
+  double forward_stage(const int32_t* tokens, const F* hidden, const int32_t* targets, int B, int T);
+  void backward_stage(const F* dout);
+  const F* stage_output() const { return res_.empty() ? nullptr : res_.back(); }
+  const F* stage_input_grad() const { return dres_; }
+  const PipelineStage& stage() const { return stage_; }
+
   // From the last forward: logits [B,T,Vp] (Vp = padded_vocab_size) and per-position losses [B*T]
   // (0 at ignored positions; meaningful only with targets).
   const F* logits() const { return logits_; }
@@ -202,11 +204,15 @@ class GptModel {
   void sum_over_tp(F* data, size_t n);
   double loss_forward(const int32_t* targets, int N);
   void loss_backward(int N);
+  void copy_stage_tensors(const std::vector<ParamTensor>& table, const F* from);
 
   static constexpr size_t kAbsent = static_cast<size_t>(-1);
 
   ModelConfig config_;
   Comm* tp_ = nullptr;
+  PipelineStage stage_;
+  size_t first_layer_ = 0;  // the global number of the stage's first block
+  bool forward_done_ = false;
   std::vector<ParamTensor> tensors_;
   std::vector<F> params_;
   std::vector<F> grads_;

@@ -208,6 +208,28 @@ void Comm::recv(float* data, size_t n, int source, int tag) {
   }
 }
 
+void Comm::send_recv(const float* send, size_t send_n, int dest, float* recv, size_t recv_n, int source, int tag) {
+  for (const int peer : {dest, source})
+    if (peer < 0 || peer >= size_ || peer == rank_)
+      throw std::invalid_argument(fmt::format("send_recv on the {} group: member {} of {} cannot exchange with {}",
+                                              name_, rank_, size_, peer));
+  // Every chunk of both directions posted at once, then waited for: neither side can block the other.
+  std::vector<MPI_Request> requests;
+  for (size_t off = 0; off < recv_n; off += kChunk<float>) {
+    requests.emplace_back();
+    check(MPI_Irecv(recv + off, static_cast<int>(std::min(kChunk<float>, recv_n - off)), MPI_FLOAT, source, tag,
+                    to_comm(handle_), &requests.back()),
+          name_, "MPI_Irecv");
+  }
+  for (size_t off = 0; off < send_n; off += kChunk<float>) {
+    requests.emplace_back();
+    check(MPI_Isend(send + off, static_cast<int>(std::min(kChunk<float>, send_n - off)), MPI_FLOAT, dest, tag,
+                    to_comm(handle_), &requests.back()),
+          name_, "MPI_Isend");
+  }
+  check(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE), name_, "MPI_Waitall");
+}
+
 void Comm::barrier() {
   if (size_ == 1) return;
   check(MPI_Barrier(to_comm(handle_)), name_, "MPI_Barrier");

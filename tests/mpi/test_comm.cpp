@@ -163,6 +163,23 @@ TEST_CASE("send and recv around a ring", "[mpi]") {
   CHECK(wrong == 0);
 }
 
+TEST_CASE("send_recv: every member sends and receives at once, in both directions", "[mpi]") {
+  Comm& c = world_of_four();
+  const int next = (c.rank() + 1) % 4, prev = (c.rank() + 3) % 4;
+  const size_t n = 2 * kChunk + 5, m = 77;  // unequal sizes, several chunks one way
+  const auto p = [](size_t i, int r) { return static_cast<float>(r * 4096 + static_cast<int>(i % 4096)); };
+  std::vector<float> out(n), in(n, -1.0f), back(m), got_back(m, -1.0f);
+  for (size_t i = 0; i < n; ++i) out[i] = p(i, c.rank());
+  for (size_t i = 0; i < m; ++i) back[i] = -p(i, c.rank());
+  // All ranks at once: forward to NEXT while receiving from PREV, then the reverse.
+  c.send_recv(out.data(), n, next, in.data(), n, prev, 5);
+  c.send_recv(back.data(), m, prev, got_back.data(), m, next, 6);
+  size_t wrong = 0;
+  for (size_t i = 0; i < n; ++i) wrong += in[i] != p(i, prev);
+  for (size_t i = 0; i < m; ++i) wrong += got_back[i] != -p(i, next);
+  CHECK(wrong == 0);
+}
+
 TEST_CASE("point-to-point errors name the group and the call", "[mpi]") {
   Comm& c = world_of_four();
   std::vector<float> buf(20, 1.0f);
