@@ -215,14 +215,7 @@ void GptModel<F>::init(uint64_t seed) {
     mine.assign(tp_table.back().offset + tp_table.back().numel, F(0));
     shard_parameters(config_, tp_size(), tp_->rank(), full.data(), mine.data());
   }
-  copy_stage_tensors(tp_table, mine.data());
-}
-
-template <typename F>
-void GptModel<F>::copy_stage_tensors(const std::vector<ParamTensor>& table, const F* from) {
-  size_t k = 0;  // the stage's tensors come in the table's order
-  for (const auto& t : table)
-    if (k < tensors_.size() && tensors_[k].name == t.name) std::copy_n(from + t.offset, t.numel, params_.data() + tensors_[k++].offset);
+  copy_stage(tp_table, tensors_, mine.data(), params_.data(), true);
 }
 
 template <typename F>
@@ -235,7 +228,7 @@ void GptModel<F>::allocate_activations(int B, int T) {
   const Dims d = dims(B, T);
   const size_t N = size_t(d.N), C = size_t(d.C), NH = size_t(d.NH), KV = size_t(d.KV), QKV = size_t(d.QKV),
                Fh = size_t(d.Fh), FC = size_t(d.FC), Vp = size_t(d.Vp);
-  const size_t L = static_cast<size_t>(config_.num_layers);
+  const size_t L = layers_.size();  // this stage's blocks
   const size_t BTT = static_cast<size_t>(B) * NH * static_cast<size_t>(T) * static_cast<size_t>(T);
 
   // Two passes over the same carving: the first (base null) only counts.

@@ -204,7 +204,6 @@ class GptModel {
   void sum_over_tp(F* data, size_t n);
   double loss_forward(const int32_t* targets, int N);
   void loss_backward(int N);
-  void copy_stage_tensors(const std::vector<ParamTensor>& table, const F* from);
 
   static constexpr size_t kAbsent = static_cast<size_t>(-1);
 

@@ -5,6 +5,7 @@
 // so they stay equal.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -35,5 +36,20 @@ bool stage_holds(const ModelConfig& config, const PipelineStage& stage, const st
 // contiguous from 0.
 std::vector<ParamTensor> stage_table(const ModelConfig& config, const PipelineStage& stage,
                                      const std::vector<ParamTensor>& table);
+
+// Copies the tensors of STAGE_TABLE (a subsequence of TABLE, by name) between an array laid out by
+// TABLE and one laid out by STAGE_TABLE: FROM_TABLE chooses the direction.
+template <typename F>
+void copy_stage(const std::vector<ParamTensor>& table, const std::vector<ParamTensor>& stage_table, F* table_array,
+                F* stage_array, bool from_table) {
+  size_t k = 0;
+  for (const auto& t : table) {
+    if (k == stage_table.size() || stage_table[k].name != t.name) continue;
+    F* a = table_array + t.offset;
+    F* b = stage_array + stage_table[k++].offset;
+    if (from_table) std::copy_n(a, t.numel, b);
+    else std::copy_n(b, t.numel, a);
+  }
+}
 
 }  // namespace meg

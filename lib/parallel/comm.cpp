@@ -208,7 +208,8 @@ void Comm::recv(float* data, size_t n, int source, int tag) {
   }
 }
 
-void Comm::send_recv(const float* send, size_t send_n, int dest, float* recv, size_t recv_n, int source, int tag) {
+void Comm::send_recv(const float* send, size_t send_n, int dest, int send_tag, float* recv, size_t recv_n, int source,
+                     int recv_tag) {
   for (const int peer : {dest, source})
     if (peer < 0 || peer >= size_ || peer == rank_)
       throw std::invalid_argument(fmt::format("send_recv on the {} group: member {} of {} cannot exchange with {}",
@@ -217,13 +218,13 @@ void Comm::send_recv(const float* send, size_t send_n, int dest, float* recv, si
   std::vector<MPI_Request> requests;
   for (size_t off = 0; off < recv_n; off += kChunk<float>) {
     requests.emplace_back();
-    check(MPI_Irecv(recv + off, static_cast<int>(std::min(kChunk<float>, recv_n - off)), MPI_FLOAT, source, tag,
+    check(MPI_Irecv(recv + off, static_cast<int>(std::min(kChunk<float>, recv_n - off)), MPI_FLOAT, source, recv_tag,
                     to_comm(handle_), &requests.back()),
           name_, "MPI_Irecv");
   }
   for (size_t off = 0; off < send_n; off += kChunk<float>) {
     requests.emplace_back();
-    check(MPI_Isend(send + off, static_cast<int>(std::min(kChunk<float>, send_n - off)), MPI_FLOAT, dest, tag,
+    check(MPI_Isend(send + off, static_cast<int>(std::min(kChunk<float>, send_n - off)), MPI_FLOAT, dest, send_tag,
                     to_comm(handle_), &requests.back()),
           name_, "MPI_Isend");
   }

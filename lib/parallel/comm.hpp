@@ -50,7 +50,8 @@ class Comm {
   void recv(float* data, size_t n, int source, int tag = 0);
   // SEND[send_n] to DEST and RECV[recv_n] from SOURCE at once (a pipeline stage passing activations
   // on while taking gradients back): never blocked by the peer doing the same.
-  void send_recv(const float* send, size_t send_n, int dest, float* recv, size_t recv_n, int source, int tag = 0);
+  void send_recv(const float* send, size_t send_n, int dest, int send_tag, float* recv, size_t recv_n, int source,
+                 int recv_tag);
   void barrier();
 
   // The MPI communicator (an MPI_Comm cast to a pointer-sized integer), or 0 in a world of one.

@@ -30,14 +30,17 @@ const char* precision_name(Precision p);
 // The process groups of a backend (null or a group of one: none): the data-parallel group its
 // replicas average over, whether they shard the optimizer over it (Megatron's distributed
 // optimizer, ZeRO-1 style: the summed gradients are reduce-scattered, each replica updates its 1/D
-// shard of the parameters with its 1/D of the AdamW moments, and the shards are all-gathered), and
-// the tensor-parallel group the model is split over (model/tensor_parallel.hpp).
+// shard of the parameters with its 1/D of the AdamW moments, and the shards are all-gathered), the
+// tensor-parallel group the model is split over (model/tensor_parallel.hpp), and the pipeline whose
+// stages hold its blocks, run by the 1F1B schedule (train/pipeline_schedule.hpp).
 struct ParallelGroups {
   Comm* dp = nullptr;
   Comm* tp = nullptr;
+  Comm* pp = nullptr;  // the pipeline: this rank's stage is its rank there (model/pipeline.hpp)
   bool distributed_optimizer = false;
   int dp_size() const { return dp ? dp->size() : 1; }
   int tp_size() const { return tp ? tp->size() : 1; }
+  int pp_size() const { return pp ? pp->size() : 1; }
 };
 
 struct StepStats {

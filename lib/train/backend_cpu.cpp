@@ -4,7 +4,9 @@
 #include <span>
 
 #include "core/error.hpp"
+#include "model/pipeline.hpp"
 #include "model/tensor_parallel.hpp"
+#include "train/pipeline_schedule.hpp"
 #include "ops/cpu/ops.hpp"
 #include "train/backend.hpp"
 
@@ -31,16 +33,14 @@ namespace {
 class CpuBackend final : public TrainBackend {
  public:
   CpuBackend(const ModelConfig& config, const AdamWOptions& adam, uint64_t seed, const ParallelGroups& parallel)
-      : model_(config, parallel.tp_size() > 1 ? parallel.tp : nullptr),
+      : model_(config, parallel.tp_size() > 1 ? parallel.tp : nullptr,
+               PipelineStage{parallel.pp ? parallel.pp->rank() : 0, parallel.pp_size()}),
         parallel_(parallel),
         full_tensors_(gpt_parameter_table(config)) {
-    if (parallel_.tp_size() > 1 && parallel_.distributed_optimizer && parallel_.dp_size() > 1)
-      input_error("--use-distributed-optimizer with --tp {}: the distributed optimizer does not shard a "
-                  "tensor-parallel model yet",
-                  parallel_.tp_size());
+    if ((parallel_.tp_size() > 1 || parallel_.pp_size() > 1) && parallel_.distributed_optimizer &&
+        parallel_.dp_size() > 1)
+      input_error("--use-distributed-optimizer with tensor or pipeline parallelism is not implemented yet");
     model_.init(seed);
-    if (parallel_.tp_size() > 1)
-      for (const auto& t : full_tensors_) split_.push_back(tp_split_of(config, t).split != TpSplit::replicated);
     const size_t n = model_.num_parameters();
     std::vector<ParamGroup> groups;
     for (const auto& t : model_.tensors()) groups.push_back({t.offset, t.offset + t.numel, t.weight_decay});
@@ -62,26 +62,35 @@ class CpuBackend final : public TrainBackend {
     model_.zero_grad();
     loss_sum_ = 0;
     micro_batches_ = 0;
+    stash_.clear();
   }
 
+  // Without a pipeline, forward and backward at once; with one, the micro-batch waits for
+  // end_step(), which runs the step's micro-batches through the 1F1B schedule.
   void micro_batch(const int32_t* tokens, const int32_t* targets, int B, int T, uint64_t seed, uint64_t step,
                    uint64_t micro, int64_t micro_batches) override {
+    micro_batches_ = micro_batches;
+    if (pipelined()) {
+      const size_t N = static_cast<size_t>(B) * static_cast<size_t>(T);
+      stash_.push_back({{tokens, tokens + N}, {targets, targets + N}, B, T, seed, step, micro});
+      return;
+    }
     model_.set_dropout_key(seed, step, micro);
     loss_sum_ += model_.forward(tokens, targets, B, T);
     model_.backward();
-    micro_batches_ = micro_batches;
   }
 
   // The gradients are summed over the replicas' micro-batches, then divided once by all of them (in
   // float, as a single process divides by its own count), clipped by the global norm and applied.
   StepStats end_step(double lr, double clip_grad) override {
+    if (pipelined()) run_pipeline();
     const int64_t total = micro_batches_ * parallel_.dp_size();
     if (parallel_.dp_size() > 1) parallel_.dp->all_reduce_sum(&loss_sum_, 1);
     StepStats s;
     s.loss = loss_sum_ / static_cast<double>(total);
     std::span<float> grads = sharded() ? reduce_scatter_grads() : all_reduce_grads();
     if (total > 1) cpu::scale_inplace(grads.data(), grads.size(), 1.0f / static_cast<float>(total));
-    double sum = parallel_.tp_size() > 1 ? tp_sum_squares(grads) : cpu::grad_sum_squares(grads.data(), grads.size());
+    double sum = sum_squares(grads);
     if (sharded()) parallel_.dp->all_reduce_sum(&sum, 1);
     s.grad_norm = std::sqrt(sum);
     if (!std::isfinite(s.grad_norm) || !std::isfinite(s.loss)) return s;
@@ -101,10 +110,17 @@ class CpuBackend final : public TrainBackend {
     return s;
   }
 
+  // Through the stages one after the other; the last one's loss is everyone's.
   double eval_loss(const int32_t* tokens, const int32_t* targets, int B, int T) override {
+    const PipelineStage& st = model_.stage();
+    const size_t n = static_cast<size_t>(B) * static_cast<size_t>(T) * static_cast<size_t>(model_.config().hidden_size);
+    std::vector<float> input(st.first() ? 0 : n);
+    if (!st.first()) parallel_.pp->recv(input.data(), n, st.stage - 1, kEvalTag);
     model_.set_training(false);
-    const double loss = model_.forward(tokens, targets, B, T);
+    double loss = model_.forward_stage(tokens, st.first() ? nullptr : input.data(), targets, B, T);
     model_.set_training(true);
+    if (!st.last()) parallel_.pp->send(model_.stage_output(), n, st.stage + 1, kEvalTag);
+    if (pipelined()) parallel_.pp->broadcast(&loss, sizeof(loss), st.stages - 1);
     return loss;
   }
 
@@ -122,37 +138,127 @@ class CpuBackend final : public TrainBackend {
   int64_t optimizer_step() const override { return adam_->step_count(); }
 
  private:
-  bool sharded() const { return parallel_.distributed_optimizer && parallel_.dp_size() > 1; }
+  static constexpr int kEvalTag = 3;
 
-  // Tensor parallelism: the squares of the split tensors' gradients are summed over the group,
-  // the replicated ones (the same on every rank) counted once.
-  double tp_sum_squares(std::span<const float> grads) const {
-    double split = 0, replicated = 0;
-    for (size_t i = 0; i < split_.size(); ++i) {
-      const auto& t = model_.tensors()[i];
-      (split_[i] ? split : replicated) += cpu::grad_sum_squares(grads.data() + t.offset, t.numel);
-    }
-    parallel_.tp->all_reduce_sum(&split, 1);
-    return split + replicated;
+  // A micro-batch waiting for the pipeline schedule.
+  struct Stashed {
+    std::vector<int32_t> tokens, targets;
+    int B, T;
+    uint64_t seed, step, micro;
+  };
+
+  bool sharded() const { return parallel_.distributed_optimizer && parallel_.dp_size() > 1; }
+  bool pipelined() const { return parallel_.pp_size() > 1; }
+  bool split_over_tp() const { return parallel_.tp_size() > 1; }
+
+  // The last stage's copy of a tied word embedding (the first stage's counts; the copies are equal).
+  bool tied_copy(const ParamTensor& t) const {
+    const PipelineStage& st = model_.stage();
+    return pipelined() && st.last() && !st.first() && t.name == "embedding.word_embeddings.weight";
   }
-  // A flat array of the whole model from this rank's shard and the group's (all of them call it),
-  // and the reverse: the layout of checkpoints, whatever the tensor-parallel size.
+
+  // 1F1B over the stashed micro-batches. A stage keeps one set of activations, so a backward whose
+  // forward is not the last one run recomputes it first (from the kept input: the same dropout
+  // masks, so the same values). Then the tied embedding's two copies add their gradients.
+  void run_pipeline() {
+    const PipelineStage& st = model_.stage();
+    StageOps ops;
+    ops.message_floats = static_cast<size_t>(stash_.front().B) * static_cast<size_t>(stash_.front().T) *
+                         static_cast<size_t>(model_.config().hidden_size);
+    int current = -1;  // the micro-batch whose activations the model holds
+    const auto forward = [&](int i, const float* input) {
+      const Stashed& b = stash_[size_t(i)];
+      model_.set_dropout_key(b.seed, b.step, b.micro);
+      const double loss = model_.forward_stage(b.tokens.data(), input, b.targets.data(), b.B, b.T);
+      current = i;
+      return loss;
+    };
+    ops.forward = [&](int i, const float* input) {
+      const double loss = forward(i, input);
+      if (st.last()) loss_sum_ += loss;
+      return model_.stage_output();
+    };
+    ops.backward = [&](int i, const float* input, const float* output_grad) {
+      if (current != i) forward(i, input);
+      model_.backward_stage(output_grad);
+      current = -1;
+      return model_.stage_input_grad();
+    };
+    run_one_f_one_b(*parallel_.pp, static_cast<int>(stash_.size()), ops);
+    parallel_.pp->broadcast(&loss_sum_, sizeof(loss_sum_), st.stages - 1);
+    if (model_.config().tie_embeddings && (st.first() || st.last())) {
+      const ParamTensor& t = model_.tensor("embedding.word_embeddings.weight");
+      float* g = model_.grads() + t.offset;
+      std::vector<float> other(t.numel);
+      const int peer = st.first() ? st.stages - 1 : 0;
+      parallel_.pp->send_recv(g, t.numel, peer, kEmbeddingTag, other.data(), t.numel, peer, kEmbeddingTag);
+      for (size_t k = 0; k < t.numel; ++k) g[k] += other[k];  // a + b on one end, b + a on the other: equal
+    }
+  }
+  static constexpr int kEmbeddingTag = 4;
+
+  // The sum of squares of the whole model's gradients: split tensors summed over the tensor-parallel
+  // group, replicated ones counted once, the stages summed, the tied copy left out.
+  double sum_squares(std::span<const float> grads) const {
+    if (!split_over_tp() && !pipelined()) return cpu::grad_sum_squares(grads.data(), grads.size());
+    double split = 0, replicated = 0;
+    for (const auto& t : model_.tensors()) {
+      if (tied_copy(t)) continue;
+      const bool is_split = split_over_tp() && tp_split_of(model_.config(), t).split != TpSplit::replicated;
+      (is_split ? split : replicated) += cpu::grad_sum_squares(grads.data() + t.offset, t.numel);
+    }
+    if (split_over_tp()) parallel_.tp->all_reduce_sum(&split, 1);
+    double sum = split + replicated;
+    if (pipelined()) parallel_.pp->all_reduce_sum(&sum, 1);
+    return sum;
+  }
+
+  // A flat array of the whole model from this rank's part (its stage's tensors, its tensor-parallel
+  // slices) and its groups' (all of them call it), and the reverse: the layout of checkpoints,
+  // whatever the layout of the run.
   std::vector<float> unshard(std::span<const float> local) const {
-    const int tp = parallel_.tp_size();
-    if (tp == 1) return {local.begin(), local.end()};
-    std::vector<float> all(local.size() * static_cast<size_t>(tp));
-    parallel_.tp->all_gather(all.data(), local.data(), local.size());
-    std::vector<const float*> parts;
-    for (int r = 0; r < tp; ++r) parts.push_back(all.data() + static_cast<size_t>(r) * local.size());
-    std::vector<float> full(num_parameters());
-    unshard_parameters(model_.config(), tp, parts, full.data());
+    if (!split_over_tp() && !pipelined()) return {local.begin(), local.end()};
+    const ModelConfig& c = model_.config();
+    std::vector<float> full(num_parameters(), 0.0f);
+    if (split_over_tp()) {
+      const int tp = parallel_.tp_size();
+      const auto tp_table = gpt_parameter_table(c, tp);
+      std::vector<float> all(local.size() * static_cast<size_t>(tp));
+      parallel_.tp->all_gather(all.data(), local.data(), local.size());
+      std::vector<std::vector<float>> ranks(static_cast<size_t>(tp),
+                                            std::vector<float>(tp_table.back().offset + tp_table.back().numel, 0.0f));
+      std::vector<const float*> parts;
+      for (int r = 0; r < tp; ++r) {
+        copy_stage(tp_table, model_.tensors(), ranks[size_t(r)].data(), all.data() + size_t(r) * local.size(), false);
+        parts.push_back(ranks[size_t(r)].data());
+      }
+      unshard_parameters(c, tp, parts, full.data());
+    } else {
+      std::vector<float> mine(local.begin(), local.end());
+      copy_stage(full_tensors_, model_.tensors(), full.data(), mine.data(), false);
+    }
+    if (pipelined()) {  // each stage fills its own tensors; the tied copy stays out of the sum
+      for (const auto& t : model_.tensors())
+        if (tied_copy(t)) {
+          const ParamTensor& f = full_tensors_.front();  // the word embedding comes first
+          std::fill_n(full.begin() + static_cast<std::ptrdiff_t>(f.offset), f.numel, 0.0f);
+        }
+      parallel_.pp->all_reduce_sum(full.data(), full.size());
+    }
     return full;
   }
   std::vector<float> shard(const std::vector<float>& full) const {
-    const int tp = parallel_.tp_size();
-    if (tp == 1) return full;
+    if (!split_over_tp() && !pipelined()) return full;
+    const ModelConfig& c = model_.config();
+    std::vector<float> tp_local = full;
+    auto table = full_tensors_;
+    if (split_over_tp()) {
+      table = gpt_parameter_table(c, parallel_.tp_size());
+      tp_local.assign(table.back().offset + table.back().numel, 0.0f);
+      shard_parameters(c, parallel_.tp_size(), parallel_.tp->rank(), full.data(), tp_local.data());
+    }
     std::vector<float> local(model_.num_parameters());
-    shard_parameters(model_.config(), tp, parallel_.tp->rank(), full.data(), local.data());
+    copy_stage(table, model_.tensors(), tp_local.data(), local.data(), true);
     return local;
   }
 
@@ -189,9 +295,9 @@ class CpuBackend final : public TrainBackend {
   ParallelGroups parallel_;
   std::vector<ParamTensor> full_tensors_;
   std::unique_ptr<AdamW> adam_;
-  std::vector<bool> split_;                     // tensor parallelism: which tensors are split
-  Shard shard_;                                 // with the distributed optimizer
-  std::vector<float> padded_, shard_grads_;     // its buffers: the padded flat array, the summed shard
+  Shard shard_;                              // with the distributed optimizer
+  std::vector<float> padded_, shard_grads_;  // its buffers: the padded flat array, the summed shard
+  std::vector<Stashed> stash_;               // with a pipeline: the step's micro-batches
   double loss_sum_ = 0;
   int64_t micro_batches_ = 0;
 };

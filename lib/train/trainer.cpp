@@ -12,6 +12,7 @@
 #include "core/hash.hpp"
 #include "core/log.hpp"
 #include "data/tokenizer.hpp"
+#include "model/pipeline.hpp"
 #include "model/tensor_parallel.hpp"
 #include "train/signals.hpp"
 
@@ -87,7 +88,6 @@ Trainer::Trainer(TrainOptions options) : opt_(std::move(options)) {
     if (size > 1) input_error("{} {}: {} is not implemented yet; use data parallelism (more ranks, or --dp)", option,
                               size, what);
   };
-  not_yet("pipeline parallelism", "--pp", layout_.pp);
   not_yet("context parallelism", "--cp", layout_.cp);
   not_yet("expert parallelism", "--ep", layout_.ep);
   not_yet("the interleaved pipeline schedule", "--virtual-stages", opt_.virtual_stages);
@@ -151,6 +151,10 @@ Trainer::Trainer(TrainOptions options) : opt_(std::move(options)) {
     input_error("model config: seq-length {} differs from the sequence length {} of {}", config_.seq_length,
                 blend_seq, opt_.data);
   if (tokenizer_vocab_ > 0) config_.set_vocab_from_tokenizer(tokenizer_vocab_);
+  if (layout_.pp > 1) {
+    if (opt_.device == "cuda") input_error("--pp {}: pipeline parallelism runs on the CPU path only so far", layout_.pp);
+    check_pipeline_parallel(config_, layout_.pp);
+  }
   if (layout_.tp > 1) {
     if (opt_.device == "cuda") input_error("--tp {}: tensor parallelism runs on the CPU path only so far", layout_.tp);
     config_.pad_vocab(layout_.tp);  // Megatron pads the vocabulary to a multiple of 128 * tp
@@ -162,7 +166,8 @@ Trainer::Trainer(TrainOptions options) : opt_(std::move(options)) {
     input_error("{}: {} train samples, but --iters {} x --global-batch {} needs {}", opt_.data,
                 data_->num_samples(Split::kTrain), opt_.iters, opt_.global_batch, needed);
 
-  const ParallelGroups groups{dp_group_, &world_->group(ParallelDim::tp), opt_.distributed_optimizer};
+  const ParallelGroups groups{dp_group_, &world_->group(ParallelDim::tp), &world_->group(ParallelDim::pp),
+                              opt_.distributed_optimizer};
   backend_ = opt_.device == "cuda"
                  ? make_cuda_backend(config_, opt_.adam, opt_.seed, precision, opt_.recompute, groups)
                  : make_cpu_backend(config_, opt_.adam, opt_.seed, groups);
@@ -267,9 +272,10 @@ double Trainer::evaluate() {
 void Trainer::save_checkpoint_now() {
   if (opt_.save.empty() || last_saved_ == iteration_) return;
   std::vector<float> params, m, v;
-  // The replicas hold what rank 0 writes; with the distributed optimizer or tensor parallelism the
-  // ranks gather it together (checkpoints hold the whole model, whatever the layout).
-  if (world_->rank() == 0 || opt_.distributed_optimizer || layout_.tp > 1) backend_->get_state(params, m, v);
+  // The replicas hold what rank 0 writes; with the distributed optimizer, tensor or pipeline
+  // parallelism the ranks gather it together (checkpoints hold the whole model, whatever the layout).
+  if (world_->rank() == 0 || opt_.distributed_optimizer || layout_.tp > 1 || layout_.pp > 1)
+    backend_->get_state(params, m, v);
   if (world_->rank() != 0) {
     last_saved_ = iteration_;
     world_->world().barrier();
@@ -328,12 +334,12 @@ void Trainer::load_from(const std::string& dir) {
       // the model config above.
       const auto& saved = rec["parallel"];
       const auto now = layout_.to_json();
-      for (const char* dim : {"pp", "cp", "ep"})
+      for (const char* dim : {"cp", "ep"})
         if (saved.contains(dim) && saved[dim] != now[dim])
           input_error("{}: the checkpoint was written with {} {} and this run has {} {}; convert it first "
                       "(meg-ckpt-convert)",
                       where, dim, saved[dim].dump(), dim, now[dim].dump());
-      for (const char* dim : {"dp", "tp"})
+      for (const char* dim : {"dp", "tp", "pp"})
         if (saved.contains(dim) && saved[dim] != now[dim])
           log::warn("{}: the checkpoint was written with {} {} and this run has {}: the model is the same, the "
                     "sums' rounding is not",

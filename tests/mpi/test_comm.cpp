@@ -172,8 +172,8 @@ TEST_CASE("send_recv: every member sends and receives at once, in both direction
   for (size_t i = 0; i < n; ++i) out[i] = p(i, c.rank());
   for (size_t i = 0; i < m; ++i) back[i] = -p(i, c.rank());
   // All ranks at once: forward to NEXT while receiving from PREV, then the reverse.
-  c.send_recv(out.data(), n, next, in.data(), n, prev, 5);
-  c.send_recv(back.data(), m, prev, got_back.data(), m, next, 6);
+  c.send_recv(out.data(), n, next, 5, in.data(), n, prev, 5);
+  c.send_recv(back.data(), m, prev, 6, got_back.data(), m, next, 6);
   size_t wrong = 0;
   for (size_t i = 0; i < n; ++i) wrong += in[i] != p(i, prev);
   for (size_t i = 0; i < m; ++i) wrong += got_back[i] != -p(i, next);

@@ -20,53 +20,48 @@ assert worst < 1e-5, worst
 PY
 }
 
-for model in tiny tiny-llama; do
-  NOBATCH="meg-pretrain -q --device cpu --model $model --data run.blend --tokenizer $M/fortunes_spm.model
-           --micro-batch 2 --lr 3e-3 --warmup-iters 2 --log-interval 1 --iters 6 --hidden-dropout 0.1"
-  RUN="$NOBATCH --global-batch 8"
-  $RUN --metrics $model-1.jsonl
-  mpi 2 $RUN --metrics $model-2.jsonl
-  mpi 4 $RUN --metrics $model-4.jsonl
-  mpi 2 $RUN --use-distributed-optimizer --metrics $model-2z.jsonl
-  mpi 3 $NOBATCH --global-batch 6 --use-distributed-optimizer --metrics $model-3z.jsonl
-  $NOBATCH --global-batch 6 --metrics $model-1b.jsonl
-  for f in 2 4 2z; do
-    losses $model-1.jsonl > one.loss
-    losses $model-$f.jsonl > many.loss
+# same_as_one_process MODEL_OPTIONS -- "RANKS LAYOUT_OPTIONS" ...: the model trained by one process,
+# then under mpirun in each layout: every loss within 1e-5 of one process's.
+same_as_one_process() {
+  local model=()
+  while [ "$1" != -- ]; do model+=("$1"); shift; done
+  shift
+  local run="meg-pretrain -q --device cpu ${model[*]} --data run.blend --tokenizer $M/fortunes_spm.model
+             --micro-batch 2 --lr 3e-3 --warmup-iters 2 --log-interval 1 --iters 6"
+  rm -f one.jsonl
+  $run --metrics one.jsonl
+  losses one.jsonl > one.loss
+  for layout in "$@"; do
+    rm -f many.jsonl
+    mpi ${layout%% *} $run ${layout#* } --metrics many.jsonl
+    losses many.jsonl > many.loss
     close one.loss many.loss
   done
-  losses $model-1b.jsonl > one.loss
-  losses $model-3z.jsonl > many.loss
-  close one.loss many.loss  # 3 replicas: the shards are uneven, the last one padded
-done
+}
 
-# Tensor parallelism (alone and with data parallelism) trains to one process's losses: hidden
-# dropout only, since attention dropout draws its masks by each rank's own heads.
 for model in tiny tiny-llama; do
-  NOBATCH="meg-pretrain -q --device cpu --model $model --data run.blend --tokenizer $M/fortunes_spm.model
-           --micro-batch 2 --lr 3e-3 --warmup-iters 2 --log-interval 1 --iters 6 --hidden-dropout 0.1"
-  $NOBATCH --global-batch 8 --metrics tp-$model-1.jsonl
-  losses tp-$model-1.jsonl > one.loss
-  mpi 2 $NOBATCH --global-batch 8 --tp 2 --metrics tp-$model-2.jsonl
-  mpi 4 $NOBATCH --global-batch 8 --tp 2 --metrics tp-$model-2x2.jsonl
-  for f in 2 2x2; do
-    losses tp-$model-$f.jsonl > many.loss
-    close one.loss many.loss
-  done
+  # Data parallelism, with the distributed optimizer too (3 replicas: uneven shards, the last one
+  # padded), and with hidden dropout: the masks follow the micro-batch's number in the global batch.
+  same_as_one_process --model $model --hidden-dropout 0.1 --global-batch 8 -- "2 " "4 " "2 --use-distributed-optimizer"
+  same_as_one_process --model $model --hidden-dropout 0.1 --global-batch 6 -- "3 --use-distributed-optimizer"
+  # Tensor parallelism, alone and with data parallelism (hidden dropout only: attention dropout
+  # draws its masks by each rank's own heads). Pipeline parallelism (1F1B), alone and with tensor
+  # or data parallelism: GPT's tied word embedding lives on the first and the last stage.
+  same_as_one_process --model $model --hidden-dropout 0.1 --global-batch 8 -- "2 --tp 2" "4 --tp 2" \
+    "2 --pp 2" "4 --pp 2 --tp 2" "4 --pp 2 --dp 2"
 done
-mpi 4 meg-pretrain -q --device cpu --model tiny --data run.blend --tokenizer $M/fortunes_spm.model --micro-batch 2 \
-  --lr 3e-3 --warmup-iters 2 --log-interval 1 --iters 6 --global-batch 8 --hidden-dropout 0.1 --tp 4 --metrics tp-4.jsonl
-losses tp-tiny-1.jsonl > one.loss
-losses tp-4.jsonl > many.loss
-close one.loss many.loss
-
+same_as_one_process --model tiny --global-batch 8 -- "4 --tp 4"
+same_as_one_process --model tiny --num-layers 4 --global-batch 8 -- "4 --pp 4"
 expect_fail_mpi 1 "key/value heads \(2\) do not divide over 4 ranks" -- \
   mpi 4 meg-pretrain -q --device cpu --model tiny-llama --data run.blend --tokenizer $M/fortunes_spm.model \
   --micro-batch 2 --global-batch 8 --iters 2 --tp 4
+expect_fail_mpi 1 "the model's 2 blocks do not divide over 4 stages" -- \
+  mpi 4 meg-pretrain -q --device cpu --model tiny --data run.blend --tokenizer $M/fortunes_spm.model \
+  --micro-batch 2 --global-batch 8 --iters 2 --pp 4
 
 # The record holds the layout. Exact resume under mpirun (the first leg stops at iteration 3), for
-# data parallelism, the distributed optimizer and tensor parallelism; the latter two's checkpoints
-# hold the whole model (shards gathered), so one process continues them.
+# data parallelism, the distributed optimizer, tensor and pipeline parallelism; the checkpoints of
+# the last three hold the whole model (shards gathered), so one process continues them.
 BASE="meg-pretrain -q --device cpu --model tiny --data run.blend --tokenizer $M/fortunes_spm.model --micro-batch 2
       --lr 3e-3 --warmup-iters 2 --log-interval 1 --iters 6"
 RUN="$BASE --global-batch 8"
@@ -92,9 +87,11 @@ resumes_exactly zk --use-distributed-optimizer
 one_process_continues zk
 resumes_exactly tk --tp 2
 one_process_continues tk
+resumes_exactly pk --pp 2
+one_process_continues pk
 
 # Refused layouts: the error line, exit 1, and the job ends (a rank that fails aborts them all).
-expect_fail_mpi 1 "--pp 2: pipeline parallelism is not implemented yet" -- mpi 2 $RUN --pp 2
+expect_fail_mpi 1 "--cp 2: context parallelism is not implemented yet" -- mpi 2 $RUN --cp 2
 expect_fail_mpi 1 "meg-pretrain: .*(tp|world|ranks)" -- mpi 3 $RUN --tp 2 --dp 2
 expect_fail_mpi 1 "--global-batch 6 must be a positive multiple of --micro-batch 2 times the 2 data-parallel ranks" -- \
   mpi 2 $BASE --global-batch 6
