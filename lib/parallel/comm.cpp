@@ -127,49 +127,58 @@ void all_reduce_max_impl(Comm& c, T* data, size_t n) {
 void Comm::all_reduce_max(int64_t* data, size_t n) { all_reduce_max_impl(*this, data, n); }
 void Comm::all_reduce_max(double* data, size_t n) { all_reduce_max_impl(*this, data, n); }
 
-void Comm::reduce_scatter_sum(float* recv, const float* send, size_t n) {
-  if (size_ == 1) {
+template <typename T>
+void reduce_scatter_sum_impl(Comm& c, T* recv, const T* send, size_t n) {
+  if (c.size() == 1) {
     std::copy(send, send + n, recv);
     return;
   }
   // A chunk takes the same columns of every member's block: packed into WORK unless it is all of N.
-  std::vector<float> work;
-  for (size_t off = 0; off < n; off += kChunk<float>) {
-    const size_t len = std::min(kChunk<float>, n - off);
-    const float* src = send;
+  std::vector<T> work;
+  for (size_t off = 0; off < n; off += kChunk<T>) {
+    const size_t len = std::min(kChunk<T>, n - off);
+    const T* src = send;
     if (len < n) {
-      work.resize(len * static_cast<size_t>(size_));
-      for (size_t r = 0; r < static_cast<size_t>(size_); ++r)
+      work.resize(len * static_cast<size_t>(c.size()));
+      for (size_t r = 0; r < static_cast<size_t>(c.size()); ++r)
         std::copy(send + r * n + off, send + r * n + off + len, work.begin() + static_cast<std::ptrdiff_t>(r * len));
       src = work.data();
     }
-    check(MPI_Reduce_scatter_block(src, recv + off, static_cast<int>(len), MPI_FLOAT, MPI_SUM, to_comm(handle_)),
-          name_, "MPI_Reduce_scatter_block");
+    check(MPI_Reduce_scatter_block(src, recv + off, static_cast<int>(len), mpi_type<T>(), MPI_SUM, to_comm(c.handle())),
+          c.name(), "MPI_Reduce_scatter_block");
   }
 }
 
-void Comm::all_gather(float* recv, const float* send, size_t n) {
-  if (size_ == 1) {
+template <typename T>
+void all_gather_impl(Comm& c, T* recv, const T* send, size_t n) {
+  if (c.size() == 1) {
     std::copy(send, send + n, recv);
     return;
   }
   // As reduce_scatter_sum: a chunk short of N lands in WORK, then in each member's block of RECV.
-  std::vector<float> work;
-  for (size_t off = 0; off < n; off += kChunk<float>) {
-    const size_t len = std::min(kChunk<float>, n - off);
+  std::vector<T> work;
+  for (size_t off = 0; off < n; off += kChunk<T>) {
+    const size_t len = std::min(kChunk<T>, n - off);
     const int count = static_cast<int>(len);
     if (len == n) {
-      check(MPI_Allgather(send, count, MPI_FLOAT, recv, count, MPI_FLOAT, to_comm(handle_)), name_, "MPI_Allgather");
+      check(MPI_Allgather(send, count, mpi_type<T>(), recv, count, mpi_type<T>(), to_comm(c.handle())), c.name(), "MPI_Allgather");
       continue;
     }
-    work.resize(len * static_cast<size_t>(size_));
-    check(MPI_Allgather(send + off, count, MPI_FLOAT, work.data(), count, MPI_FLOAT, to_comm(handle_)), name_,
+    work.resize(len * static_cast<size_t>(c.size()));
+    check(MPI_Allgather(send + off, count, mpi_type<T>(), work.data(), count, mpi_type<T>(), to_comm(c.handle())), c.name(),
           "MPI_Allgather");
-    for (size_t r = 0; r < static_cast<size_t>(size_); ++r)
+    for (size_t r = 0; r < static_cast<size_t>(c.size()); ++r)
       std::copy(work.begin() + static_cast<std::ptrdiff_t>(r * len),
                 work.begin() + static_cast<std::ptrdiff_t>((r + 1) * len), recv + r * n + off);
   }
 }
+
+void Comm::reduce_scatter_sum(float* recv, const float* send, size_t n) { reduce_scatter_sum_impl(*this, recv, send, n); }
+void Comm::reduce_scatter_sum(double* recv, const double* send, size_t n) {
+  reduce_scatter_sum_impl(*this, recv, send, n);
+}
+void Comm::all_gather(float* recv, const float* send, size_t n) { all_gather_impl(*this, recv, send, n); }
+void Comm::all_gather(double* recv, const double* send, size_t n) { all_gather_impl(*this, recv, send, n); }
 
 void Comm::broadcast(void* data, size_t bytes, int root) {
   if (root < 0 || root >= size_)

@@ -42,8 +42,10 @@ class Comm {
   void all_reduce_max(double* data, size_t n);
   // SEND holds size() * n values; member r receives in RECV[n] the sum over members of block r.
   void reduce_scatter_sum(float* recv, const float* send, size_t n);
+  void reduce_scatter_sum(double* recv, const double* send, size_t n);
   // Every member contributes SEND[n]; RECV[size() * n] holds them in member order.
   void all_gather(float* recv, const float* send, size_t n);
+  void all_gather(double* recv, const double* send, size_t n);
   // ROOT's DATA[n] to every member.
   void broadcast(void* data, size_t bytes, int root);
   void send(const float* data, size_t n, int dest, int tag = 0);

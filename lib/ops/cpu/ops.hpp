@@ -126,12 +126,14 @@ void rope_backward(F* dinp, const F* dout, int B, int T, int NH, int HS, nd<F> t
 
 // out[i] = keep(i) ? inp[i] / (1 - p) : 0 over n values. out may equal inp. With p == 0 a copy.
 // Applied to a gradient with the same key it is also the gradient of the dropout (written).
+// FIRST is the index of inp[0] in the whole array the mask is defined on (a rank holding rows
+// [r, r + n / C) of a sequence-parallel array passes r * C), so each element keeps its own bit.
 template <typename F>
-void dropout_forward(F* out, const F* inp, size_t n, double p, const DropoutKey& key);
+void dropout_forward(F* out, const F* inp, size_t n, double p, const DropoutKey& key, uint64_t first = 0);
 
 // dinp[i] += keep(i) ? dout[i] / (1 - p) : 0, the mask regenerated from KEY (that of the forward).
 template <typename F>
-void dropout_backward(F* dinp, const F* dout, size_t n, double p, const DropoutKey& key);
+void dropout_backward(F* dinp, const F* dout, size_t n, double p, const DropoutKey& key, uint64_t first = 0);
 
 // ---- attention.cpp -----------------------------------------------------------------------------
 
