@@ -145,8 +145,8 @@ GptOffsets gpt_offsets(const ModelConfig& config, const std::vector<ParamTensor>
 }
 
 template <typename F>
-GptModel<F>::GptModel(const ModelConfig& config, Comm* tp, PipelineStage stage)
-    : config_(config), tp_(tp), stage_(stage) {
+GptModel<F>::GptModel(const ModelConfig& config, Comm* tp, PipelineStage stage, bool sequence_parallel)
+    : config_(config), tp_(tp), stage_(stage), sp_(sequence_parallel && tp && tp->size() > 1) {
   config_.validate();
   check_pipeline_parallel(config_, stage_.stages);
   tensors_ = stage_table(config_, stage_, tp_size() > 1 ? gpt_parameter_table(config_, tp_size()) : build_table(config_));
@@ -279,6 +279,8 @@ void GptModel<F>::allocate_activations(int B, int T) {
     dfc1_ = take(N * FC);
     dact_ = take(N * Fh);
     dlogits_ = take(N * Vp);
+    sp_full_ = take(sp_ ? N * C : 0);
+    sp_local_ = take(sp_ ? N * C : 0);
     return used;
   };
   const size_t need = carve(nullptr);
@@ -364,18 +366,21 @@ double GptModel<F>::forward_stage(const int32_t* tokens, const F* hidden, const 
   const double hp = fwd_hidden_p_, ap = fwd_attn_p_;
   auto key = [&](uint64_t site) { return cpu::DropoutKey{fwd_seed_, fwd_step_, fwd_micro_, site}; };
 
+  // The residual stream: all N rows, or with sequence parallelism this rank's R of them, whose
+  // first element is element FIRST of the whole array (for the dropout masks).
+  const size_t R = rows(N), RC = R * size_t(C), first = first_row(N) * size_t(C);
   forward_done_ = false;
   if (stage_.first()) {
     embed(tokens, B, T);
-    if (hp > 0) cpu::dropout_forward(res_[0], res_[0], NC, hp, key(0));
+    if (hp > 0) cpu::dropout_forward(res_[0], res_[0], RC, hp, key(0), first);
   } else {
-    std::copy_n(hidden, NC, res_[0]);
+    std::copy_n(hidden, RC, res_[0]);
   }
   for (size_t l = 0; l < layers_.size(); ++l) {
     const LayerOffsets& w = layers_[l];
     LayerActs& a = la_[l];
     const F* x = res_[l];
-    norm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1_w, w.ln1_b, N);
+    norm_rows(a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1_w, w.ln1_b, N);
     cpu::linear_forward(a.qkv, a.ln1, p(w.qkv_w), p(w.qkv_b), N, C, QKV);
     gather_cols(a.q, a.qkv, N, QKV, 0, CQ);
     gather_cols(a.k, a.qkv, N, QKV, CQ, KV);
@@ -389,23 +394,23 @@ double GptModel<F>::forward_stage(const int32_t* tokens, const F* hidden, const 
       cpu::attention_forward(a.atty, a.att, a.q, a.k, a.v, B, T, NH, NKV, HS, ap, key(site + 1));
     else
       cpu::attention_forward(a.atty, a.att, a.q, a.k, a.v, B, T, NH, NKV, HS);
-    row_parallel_forward(scratch_, a.atty, w.proj_w, w.proj_b, N, CQ, C);
-    if (hp > 0) cpu::dropout_forward(scratch_, scratch_, NC, hp, key(site + 2));
-    for (size_t i = 0; i < NC; ++i) a.mid[i] = x[i] + scratch_[i];
-    norm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.mid, w.ln2_w, w.ln2_b, N);
+    F* branch = row_parallel_forward(a.atty, w.proj_w, w.proj_b, N, CQ, C);
+    if (hp > 0) cpu::dropout_forward(branch, branch, RC, hp, key(site + 2), first);
+    for (size_t i = 0; i < RC; ++i) a.mid[i] = x[i] + branch[i];
+    norm_rows(a.ln2, a.ln2_mean, a.ln2_rstd, a.mid, w.ln2_w, w.ln2_b, N);
     cpu::linear_forward(a.fc1, a.ln2, p(w.fc1_w), p(w.fc1_b), N, C, FC);
     if (config_.activation == Activation::swiglu)
       cpu::swiglu_forward(a.act, a.fc1, N, Fh);
     else
       cpu::gelu_forward(a.act, a.fc1, static_cast<size_t>(N) * static_cast<size_t>(Fh));
-    row_parallel_forward(scratch_, a.act, w.fc2_w, w.fc2_b, N, Fh, C);
-    if (hp > 0) cpu::dropout_forward(scratch_, scratch_, NC, hp, key(site + 3));
+    branch = row_parallel_forward(a.act, w.fc2_w, w.fc2_b, N, Fh, C);
+    if (hp > 0) cpu::dropout_forward(branch, branch, RC, hp, key(site + 3), first);
     F* out = res_[l + 1];
-    for (size_t i = 0; i < NC; ++i) out[i] = a.mid[i] + scratch_[i];
+    for (size_t i = 0; i < RC; ++i) out[i] = a.mid[i] + branch[i];
   }
   forward_done_ = true;
   if (!stage_.last()) return 0.0;  // the output is stage_output()
-  norm_forward(lnf_, lnf_mean_, lnf_rstd_, res_[layers_.size()], lnf_w_, lnf_b_, N);
+  norm_rows(lnf_, lnf_mean_, lnf_rstd_, res_[layers_.size()], lnf_w_, lnf_b_, N);
   cpu::linear_forward(logits_, lnf_, p(out_w_), nullptr, N, C, Vp);
   if (!targets) {
     zero(losses_, static_cast<size_t>(N));
@@ -427,31 +432,36 @@ void GptModel<F>::backward_stage(const F* dout) {
   const double hp = fwd_hidden_p_, ap = fwd_attn_p_;
   auto key = [&](uint64_t site) { return cpu::DropoutKey{fwd_seed_, fwd_step_, fwd_micro_, site}; };
 
+  const size_t R = rows(N), RC = R * size_t(C), first = first_row(N) * size_t(C);
   if (stage_.last()) {
     // Loss and output layer (for tied embeddings, g(out_w_) is the embedding's gradient).
     loss_backward(N);
     zero(dln_, NC);
     cpu::linear_backward(dln_, g(out_w_), nullptr, dlogits_, lnf_, p(out_w_), N, C, Vp);
-    sum_over_tp(dln_, NC);  // the vocabulary-parallel output layer's input gradient
-    zero(dres_, NC);
-    norm_backward(dres_, dln_, res_[layers_.size()], lnf_w_, lnf_b_, lnf_mean_, lnf_rstd_, N);
+    const F* dl = exit_tp(dln_, N);  // the vocabulary-parallel output layer's input gradient
+    zero(dres_, RC);
+    norm_backward(dres_, dl, res_[layers_.size()], lnf_w_, lnf_b_, lnf_mean_, lnf_rstd_, int(R));
   } else {
-    std::copy_n(dout, NC, dres_);  // the next stage's gradient of this stage's output
+    std::copy_n(dout, RC, dres_);  // the next stage's gradient of this stage's output
   }
 
-  // dres_ holds the gradient of the residual stream, flowing down through the blocks.
+  // dres_ holds the gradient of the residual stream (this rank's rows), flowing down the blocks.
   for (size_t l = layers_.size(); l-- > 0;) {
     const LayerOffsets& w = layers_[l];
     const LayerActs& a = la_[l];
     const uint64_t site = 3 * static_cast<uint64_t>(first_layer_ + l);  // the global block number
     // With hidden dropout, the gradient of a branch output is dres_ through the branch's mask
-    // (in scratch_); the residual path takes dres_ itself.
-    const F* dbranch = dres_;
+    // (in scratch_); the residual path takes dres_ itself. The branch's products see all rows.
+    const auto branch_grad = [&](uint64_t mask_site) {
+      const F* d = dres_;
+      if (hp > 0) {
+        cpu::dropout_forward(scratch_, dres_, RC, hp, key(mask_site), first);
+        d = scratch_;
+      }
+      return enter_tp(d, N);
+    };
     // MLP: out = mid + dropout(fc2(act(fc1(norm2(mid))))).
-    if (hp > 0) {
-      cpu::dropout_forward(scratch_, dres_, NC, hp, key(site + 3));
-      dbranch = scratch_;
-    }
+    const F* dbranch = branch_grad(site + 3);
     zero(dact_, n * static_cast<size_t>(Fh));
     cpu::linear_backward(dact_, g(w.fc2_w), g(w.fc2_b), dbranch, a.act, p(w.fc2_w), N, Fh, C);
     zero(dfc1_, n * static_cast<size_t>(FC));
@@ -461,10 +471,9 @@ void GptModel<F>::backward_stage(const F* dout) {
       cpu::gelu_backward(dfc1_, dact_, a.fc1, n * static_cast<size_t>(Fh));
     zero(dln_, NC);
     cpu::linear_backward(dln_, g(w.fc1_w), g(w.fc1_b), dfc1_, a.ln2, p(w.fc1_w), N, C, FC);
-    sum_over_tp(dln_, NC);  // column-parallel: the input gradient's parts from every rank
-    norm_backward(dres_, dln_, a.mid, w.ln2_w, w.ln2_b, a.ln2_mean, a.ln2_rstd, N);
+    norm_backward(dres_, exit_tp(dln_, N), a.mid, w.ln2_w, w.ln2_b, a.ln2_mean, a.ln2_rstd, int(R));
     // Attention: mid = x + dropout(proj(attention(split(qkv(norm1(x)))))).
-    if (hp > 0) cpu::dropout_forward(scratch_, dres_, NC, hp, key(site + 2));
+    dbranch = branch_grad(site + 2);
     zero(datty_, NC);
     cpu::linear_backward(datty_, g(w.proj_w), g(w.proj_b), dbranch, a.atty, p(w.proj_w), N, CQ, C);
     zero(dq_, NC);
@@ -490,11 +499,10 @@ void GptModel<F>::backward_stage(const F* dout) {
     scatter_cols(dqkv_, static_cast<const F*>(dv_), n, QKV, CQ + KV, KV);
     zero(dln_, NC);
     cpu::linear_backward(dln_, g(w.qkv_w), g(w.qkv_b), dqkv_, a.ln1, p(w.qkv_w), N, C, QKV);
-    sum_over_tp(dln_, NC);
-    norm_backward(dres_, dln_, res_[l], w.ln1_w, w.ln1_b, a.ln1_mean, a.ln1_rstd, N);
+    norm_backward(dres_, exit_tp(dln_, N), res_[l], w.ln1_w, w.ln1_b, a.ln1_mean, a.ln1_rstd, int(R));
   }
   if (!stage_.first()) return;  // dres_ is stage_input_grad()
-  if (hp > 0) cpu::dropout_forward(dres_, dres_, NC, hp, key(0));  // dres_ is not needed after
+  if (hp > 0) cpu::dropout_forward(dres_, dres_, RC, hp, key(0), first);  // dres_ is not needed after
   embed_backward(B, T);
 }
 
@@ -505,8 +513,49 @@ void GptModel<F>::sum_over_tp(F* data, size_t n) {
   if (tp_size() > 1) tp_->all_reduce_sum(data, n);
 }
 
+template <typename F>
+size_t GptModel<F>::rows(int N) const {
+  return sp_ ? size_t(N / tp_size()) : size_t(N);
+}
+
+template <typename F>
+size_t GptModel<F>::first_row(int N) const {
+  return sp_ ? rows(N) * size_t(tp_->rank()) : 0;
+}
+
+template <typename F>
+const F* GptModel<F>::enter_tp(const F* local, int N) {
+  if (!sp_) return local;
+  const size_t rc = rows(N) * size_t(config_.hidden_size);
+  tp_->all_gather(sp_full_, local, rc);
+  return sp_full_;
+}
+
+template <typename F>
+F* GptModel<F>::exit_tp(F* parts, int N) {
+  if (!sp_) {
+    sum_over_tp(parts, size_t(N) * size_t(config_.hidden_size));
+    return parts;
+  }
+  tp_->reduce_scatter_sum(sp_local_, parts, rows(N) * size_t(config_.hidden_size));
+  return sp_local_;
+}
+
+// A norm over the residual stream's rows, its output gathered to all N rows where sequence
+// parallelism holds only some (the column-parallel product that follows needs them all).
+template <typename F>
+void GptModel<F>::norm_rows(F* out, F* mean, F* rstd, const F* inp, size_t w, size_t b, int N) {
+  if (!sp_) {
+    norm_forward(out, mean, rstd, inp, w, b, N);
+    return;
+  }
+  norm_forward(sp_local_, mean, rstd, inp, w, b, int(rows(N)));
+  tp_->all_gather(out, sp_local_, rows(N) * size_t(config_.hidden_size));
+}
+
 // Token embedding: each rank looks up the tokens of its vocabulary rows (zero for the others), the
-// sum over the ranks is the whole lookup; then the (replicated) position embedding.
+// sum over the ranks is the whole lookup (with sequence parallelism each rank keeps its rows of
+// it); then the (replicated) position embedding.
 template <typename F>
 void GptModel<F>::embed(const int32_t* tokens, int B, int T) {
   const auto [N, C, NH, NKV, HS, KV, CQ, QKV, Fh, FC, V, Vp, V0, NC] = dims(B, T);
@@ -514,19 +563,23 @@ void GptModel<F>::embed(const int32_t* tokens, int B, int T) {
     cpu::embedding_forward(res_[0], tokens, p(wte_), p(wpe_), B, T, C, V);
     return;
   }
-  F* out = res_[0];
-  zero(out, NC);
+  F* lookup = sp_ ? scratch_ : res_[0];
+  zero(lookup, NC);
   for (int i = 0; i < N; ++i) {
     const int32_t t = tokens[i];
     if (t < 0 || t >= V) input_error("embedding: token {} at position {} is outside the vocabulary [0,{})", t, i, V);
-    if (t >= V0 && t < V0 + Vp) std::copy_n(p(wte_) + size_t(t - V0) * C, C, out + size_t(i) * C);
+    if (t >= V0 && t < V0 + Vp) std::copy_n(p(wte_) + size_t(t - V0) * C, C, lookup + size_t(i) * C);
   }
-  tp_->all_reduce_sum(out, NC);
+  const size_t R = rows(N), row0 = first_row(N);
+  std::copy_n(exit_tp(lookup, N), R * size_t(C), res_[0]);
+  F* out = res_[0];
   if (wpe_ != kAbsent)
-    for (int i = 0; i < N; ++i)
-      for (int c = 0; c < C; ++c) out[size_t(i) * C + c] += p(wpe_)[size_t(i % T) * C + c];
+    for (size_t i = 0; i < R; ++i)
+      for (int c = 0; c < C; ++c) out[i * C + c] += p(wpe_)[((row0 + i) % size_t(T)) * C + c];
 }
 
+// With sequence parallelism the position embedding's gradient here is of this rank's rows only:
+// the backend sums such gradients over the group (sequence_parallel_tensor()).
 template <typename F>
 void GptModel<F>::embed_backward(int B, int T) {
   const auto [N, C, NH, NKV, HS, KV, CQ, QKV, Fh, FC, V, Vp, V0, NC] = dims(B, T);
@@ -534,29 +587,33 @@ void GptModel<F>::embed_backward(int B, int T) {
     cpu::embedding_backward(g(wte_), g(wpe_), dres_, tokens_.data(), B, T, C);
     return;
   }
+  const F* all = enter_tp(dres_, N);
   for (int i = 0; i < N; ++i) {
     const int32_t t = tokens_[size_t(i)];
-    const F* d = dres_ + size_t(i) * C;
     if (t >= V0 && t < V0 + Vp)
-      for (int c = 0; c < C; ++c) g(wte_)[size_t(t - V0) * C + c] += d[c];
-    if (wpe_ != kAbsent)
-      for (int c = 0; c < C; ++c) g(wpe_)[size_t(i % T) * C + c] += d[c];
+      for (int c = 0; c < C; ++c) g(wte_)[size_t(t - V0) * C + c] += all[size_t(i) * C + c];
   }
+  const size_t R = rows(N), row0 = first_row(N);
+  if (wpe_ != kAbsent)
+    for (size_t i = 0; i < R; ++i)
+      for (int c = 0; c < C; ++c) g(wpe_)[((row0 + i) % size_t(T)) * C + c] += dres_[i * C + c];
 }
 
 // A row-parallel linear layer: this rank's input columns times its weight columns is a part of the
-// output; the parts are summed over the ranks, then the bias (replicated) is added once.
+// output; the parts are summed over the ranks (with sequence parallelism each keeping its rows),
+// then the bias (replicated) is added once. Returns the output: the residual stream's rows.
 template <typename F>
-void GptModel<F>::row_parallel_forward(F* out, const F* inp, size_t w, size_t b, int N, int in, int OC) {
+F* GptModel<F>::row_parallel_forward(const F* inp, size_t w, size_t b, int N, int in, int OC) {
   if (tp_size() == 1) {
-    cpu::linear_forward(out, inp, p(w), p(b), N, in, OC);
-    return;
+    cpu::linear_forward(scratch_, inp, p(w), p(b), N, in, OC);
+    return scratch_;
   }
-  cpu::linear_forward(out, inp, p(w), static_cast<const F*>(nullptr), N, in, OC);
-  tp_->all_reduce_sum(out, size_t(N) * size_t(OC));
+  cpu::linear_forward(scratch_, inp, p(w), static_cast<const F*>(nullptr), N, in, OC);
+  F* out = exit_tp(scratch_, N);
   if (b != kAbsent)
-    for (int i = 0; i < N; ++i)
-      for (int o = 0; o < OC; ++o) out[size_t(i) * OC + o] += p(b)[o];
+    for (size_t i = 0; i < rows(N); ++i)
+      for (int o = 0; o < OC; ++o) out[i * size_t(OC) + o] += p(b)[o];
+  return out;
 }
 
 // Cross-entropy over vocabulary-parallel logits: each row's log-sum-exp is combined from the ranks'

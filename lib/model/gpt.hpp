@@ -113,7 +113,12 @@ class GptModel {
   // Activations are allocated by forward(). TP null or of one rank: the whole model.
   // STAGE: this rank's pipeline stage (model/pipeline.hpp): its blocks, and the embeddings on the
   // first stage, the final norm and output layer on the last.
-  explicit GptModel(const ModelConfig& config, Comm* tp = nullptr, PipelineStage stage = {});
+  // SEQUENCE_PARALLEL (with TP of more than one rank): the residual stream, its norms and dropout
+  // are split by rows over TP (all-gathered before the column-parallel products, reduce-scattered
+  // after the row-parallel ones), Megatron's sequence parallelism; the norm weights' and position
+  // embedding's gradients then cover this rank's rows only (sequence_parallel_tensor()).
+  explicit GptModel(const ModelConfig& config, Comm* tp = nullptr, PipelineStage stage = {},
+                    bool sequence_parallel = false);
 
   const ModelConfig& config() const { return config_; }
   const std::vector<ParamTensor>& tensors() const { return tensors_; }
@@ -163,6 +168,9 @@ class GptModel {
   double forward_stage(const int32_t* tokens, const F* hidden, const int32_t* targets, int B, int T);
   void backward_stage(const F* dout);
   const F* stage_output() const { return res_.empty() ? nullptr : res_.back(); }
+  // The size of stage_output() (and of stage_input_grad()): this rank's rows of the stream.
+  size_t stage_floats(int B, int T) const { return rows(B * T) * size_t(config_.hidden_size); }
+  bool sequence_parallel() const { return sp_; }
   const F* stage_input_grad() const { return dres_; }
   const PipelineStage& stage() const { return stage_; }
 
@@ -200,7 +208,15 @@ class GptModel {
   // The tensor-parallel pieces (each the plain op when the group has one rank).
   void embed(const int32_t* tokens, int B, int T);
   void embed_backward(int B, int T);
-  void row_parallel_forward(F* out, const F* inp, size_t w, size_t b, int N, int in, int OC);
+  F* row_parallel_forward(const F* inp, size_t w, size_t b, int N, int in, int OC);
+  // Sequence parallelism: this rank's rows of N and the first of them; all rows from this rank's
+  // (all-gather) and this rank's rows of the parts' sum (reduce-scatter; without sequence
+  // parallelism an all-reduce in place); a norm on this rank's rows with its output gathered.
+  size_t rows(int N) const;
+  size_t first_row(int N) const;
+  const F* enter_tp(const F* local, int N);
+  F* exit_tp(F* parts, int N);
+  void norm_rows(F* out, F* mean, F* rstd, const F* inp, size_t w, size_t b, int N);
   void sum_over_tp(F* data, size_t n);
   double loss_forward(const int32_t* targets, int N);
   void loss_backward(int N);
@@ -210,6 +226,7 @@ class GptModel {
   ModelConfig config_;
   Comm* tp_ = nullptr;
   PipelineStage stage_;
+  bool sp_ = false;
   size_t first_layer_ = 0;  // the global number of the stage's first block
   bool forward_done_ = false;
   std::vector<ParamTensor> tensors_;
@@ -229,6 +246,7 @@ class GptModel {
   F *dres_ = nullptr, *dln_ = nullptr, *dqkv_ = nullptr, *dq_ = nullptr, *dk_ = nullptr,
     *dv_ = nullptr, *dqr_ = nullptr, *dkr_ = nullptr, *datty_ = nullptr, *dfc1_ = nullptr,
     *dact_ = nullptr, *dlogits_ = nullptr;
+  F *sp_full_ = nullptr, *sp_local_ = nullptr;  // sequence parallelism: all rows, this rank's rows
   std::vector<int32_t> tokens_, targets_;
   std::vector<double> lse_;  // vocabulary-parallel cross-entropy: each row's log-sum-exp
   bool have_targets_ = false;

@@ -34,7 +34,7 @@ class CpuBackend final : public TrainBackend {
  public:
   CpuBackend(const ModelConfig& config, const AdamWOptions& adam, uint64_t seed, const ParallelGroups& parallel)
       : model_(config, parallel.tp_size() > 1 ? parallel.tp : nullptr,
-               PipelineStage{parallel.pp ? parallel.pp->rank() : 0, parallel.pp_size()}),
+               PipelineStage{parallel.pp ? parallel.pp->rank() : 0, parallel.pp_size()}, parallel.sequence_parallel),
         parallel_(parallel),
         full_tensors_(gpt_parameter_table(config)) {
     if ((parallel_.tp_size() > 1 || parallel_.pp_size() > 1) && parallel_.distributed_optimizer &&
@@ -84,6 +84,7 @@ class CpuBackend final : public TrainBackend {
   // float, as a single process divides by its own count), clipped by the global norm and applied.
   StepStats end_step(double lr, double clip_grad) override {
     if (pipelined()) run_pipeline();
+    if (model_.sequence_parallel()) sum_sequence_parallel_grads();
     const int64_t total = micro_batches_ * parallel_.dp_size();
     if (parallel_.dp_size() > 1) parallel_.dp->all_reduce_sum(&loss_sum_, 1);
     StepStats s;
@@ -113,7 +114,7 @@ class CpuBackend final : public TrainBackend {
   // Through the stages one after the other; the last one's loss is everyone's.
   double eval_loss(const int32_t* tokens, const int32_t* targets, int B, int T) override {
     const PipelineStage& st = model_.stage();
-    const size_t n = static_cast<size_t>(B) * static_cast<size_t>(T) * static_cast<size_t>(model_.config().hidden_size);
+    const size_t n = model_.stage_floats(B, T);
     std::vector<float> input(st.first() ? 0 : n);
     if (!st.first()) parallel_.pp->recv(input.data(), n, st.stage - 1, kEvalTag);
     model_.set_training(false);
@@ -163,8 +164,7 @@ class CpuBackend final : public TrainBackend {
   void run_pipeline() {
     const PipelineStage& st = model_.stage();
     StageOps ops;
-    ops.message_floats = static_cast<size_t>(stash_.front().B) * static_cast<size_t>(stash_.front().T) *
-                         static_cast<size_t>(model_.config().hidden_size);
+    ops.message_floats = model_.stage_floats(stash_.front().B, stash_.front().T);
     int current = -1;  // the micro-batch whose activations the model holds
     const auto forward = [&](int i, const float* input) {
       const Stashed& b = stash_[size_t(i)];
@@ -196,6 +196,14 @@ class CpuBackend final : public TrainBackend {
     }
   }
   static constexpr int kEmbeddingTag = 4;
+
+  // With sequence parallelism the norms' and the position embedding's gradients cover each rank's
+  // rows of the stream: summed over the group, they are the whole gradient, the same on every rank.
+  void sum_sequence_parallel_grads() {
+    for (const auto& t : model_.tensors())
+      if (t.name.find("layernorm") != std::string::npos || t.name == "embedding.position_embeddings.weight")
+        parallel_.tp->all_reduce_sum(model_.grads() + t.offset, t.numel);
+  }
 
   // The sum of squares of the whole model's gradients: split tensors summed over the tensor-parallel
   // group, replicated ones counted once, the stages summed, the tied copy left out.

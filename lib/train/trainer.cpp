@@ -91,7 +91,8 @@ Trainer::Trainer(TrainOptions options) : opt_(std::move(options)) {
   not_yet("context parallelism", "--cp", layout_.cp);
   not_yet("expert parallelism", "--ep", layout_.ep);
   not_yet("the interleaved pipeline schedule", "--virtual-stages", opt_.virtual_stages);
-  if (opt_.sequence_parallel) input_error("--sequence-parallel: sequence parallelism is not implemented yet");
+  if (opt_.sequence_parallel && layout_.tp == 1)
+    input_error("--sequence-parallel splits the tensor-parallel regions: it needs --tp above 1");
   world_->set_layout(layout_);
   dp_group_ = &world_->group(ParallelDim::dp);
   if (world_->rank() != 0) {  // rank 0 speaks for the job; the others report only their errors
@@ -166,8 +167,11 @@ Trainer::Trainer(TrainOptions options) : opt_(std::move(options)) {
     input_error("{}: {} train samples, but --iters {} x --global-batch {} needs {}", opt_.data,
                 data_->num_samples(Split::kTrain), opt_.iters, opt_.global_batch, needed);
 
+  if (opt_.sequence_parallel && (opt_.micro_batch * static_cast<int64_t>(data_->seq_length())) % layout_.tp != 0)
+    input_error("--sequence-parallel: the {} x {} positions of a micro-batch do not divide over {} ranks",
+                opt_.micro_batch, data_->seq_length(), layout_.tp);
   const ParallelGroups groups{dp_group_, &world_->group(ParallelDim::tp), &world_->group(ParallelDim::pp),
-                              opt_.distributed_optimizer};
+                              opt_.distributed_optimizer, opt_.sequence_parallel};
   backend_ = opt_.device == "cuda"
                  ? make_cuda_backend(config_, opt_.adam, opt_.seed, precision, opt_.recompute, groups)
                  : make_cpu_backend(config_, opt_.adam, opt_.seed, groups);

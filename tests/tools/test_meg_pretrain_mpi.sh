@@ -44,11 +44,12 @@ for model in tiny tiny-llama; do
   # padded), and with hidden dropout: the masks follow the micro-batch's number in the global batch.
   same_as_one_process --model $model --hidden-dropout 0.1 --global-batch 8 -- "2 " "4 " "2 --use-distributed-optimizer"
   same_as_one_process --model $model --hidden-dropout 0.1 --global-batch 6 -- "3 --use-distributed-optimizer"
-  # Tensor parallelism, alone and with data parallelism (hidden dropout only: attention dropout
-  # draws its masks by each rank's own heads). Pipeline parallelism (1F1B), alone and with tensor
-  # or data parallelism: GPT's tied word embedding lives on the first and the last stage.
+  # Tensor parallelism, alone, with data parallelism and with sequence parallelism (hidden dropout
+  # only: attention dropout draws its masks by each rank's own heads). Pipeline parallelism
+  # (1F1B), alone and with tensor or data parallelism: GPT's tied word embedding lives on the
+  # first and the last stage.
   same_as_one_process --model $model --hidden-dropout 0.1 --global-batch 8 -- "2 --tp 2" "4 --tp 2" \
-    "2 --pp 2" "4 --pp 2 --tp 2" "4 --pp 2 --dp 2"
+    "2 --tp 2 --sequence-parallel" "2 --pp 2" "4 --pp 2 --tp 2" "4 --pp 2 --dp 2" "4 --pp 2 --tp 2 --sequence-parallel"
 done
 same_as_one_process --model tiny --global-batch 8 -- "4 --tp 4"
 same_as_one_process --model tiny --num-layers 4 --global-batch 8 -- "4 --pp 4"
@@ -92,6 +93,8 @@ one_process_continues pk
 
 # Refused layouts: the error line, exit 1, and the job ends (a rank that fails aborts them all).
 expect_fail_mpi 1 "--cp 2: context parallelism is not implemented yet" -- mpi 2 $RUN --cp 2
+expect_fail_mpi 1 "--sequence-parallel splits the tensor-parallel regions: it needs --tp above 1" -- \
+  mpi 2 $RUN --sequence-parallel
 expect_fail_mpi 1 "meg-pretrain: .*(tp|world|ranks)" -- mpi 3 $RUN --tp 2 --dp 2
 expect_fail_mpi 1 "--global-batch 6 must be a positive multiple of --micro-batch 2 times the 2 data-parallel ranks" -- \
   mpi 2 $BASE --global-batch 6
