@@ -37,9 +37,6 @@ class CpuBackend final : public TrainBackend {
                PipelineStage{parallel.pp ? parallel.pp->rank() : 0, parallel.pp_size()}, parallel.sequence_parallel),
         parallel_(parallel),
         full_tensors_(gpt_parameter_table(config)) {
-    if ((parallel_.tp_size() > 1 || parallel_.pp_size() > 1) && parallel_.distributed_optimizer &&
-        parallel_.dp_size() > 1)
-      input_error("--use-distributed-optimizer with tensor or pipeline parallelism is not implemented yet");
     model_.init(seed);
     const size_t n = model_.num_parameters();
     std::vector<ParamGroup> groups;
@@ -91,9 +88,7 @@ class CpuBackend final : public TrainBackend {
     s.loss = loss_sum_ / static_cast<double>(total);
     std::span<float> grads = sharded() ? reduce_scatter_grads() : all_reduce_grads();
     if (total > 1) cpu::scale_inplace(grads.data(), grads.size(), 1.0f / static_cast<float>(total));
-    double sum = sum_squares(grads);
-    if (sharded()) parallel_.dp->all_reduce_sum(&sum, 1);
-    s.grad_norm = std::sqrt(sum);
+    s.grad_norm = std::sqrt(sum_squares(grads, sharded() ? shard_.begin : 0));
     if (!std::isfinite(s.grad_norm) || !std::isfinite(s.loss)) return s;
     clip_grads_to(grads, s.grad_norm, clip_grad);
     if (!sharded()) {
@@ -205,18 +200,22 @@ class CpuBackend final : public TrainBackend {
         parallel_.tp->all_reduce_sum(model_.grads() + t.offset, t.numel);
   }
 
-  // The sum of squares of the whole model's gradients: split tensors summed over the tensor-parallel
-  // group, replicated ones counted once, the stages summed, the tied copy left out.
-  double sum_squares(std::span<const float> grads) const {
-    if (!split_over_tp() && !pipelined()) return cpu::grad_sum_squares(grads.data(), grads.size());
-    double split = 0, replicated = 0;
+  // The sum of squares of the whole model's gradients from GRADS, this rank's elements [BASE,
+  // BASE + size) of its flat array (a shard of it with the distributed optimizer): split tensors
+  // summed over the tensor-parallel group, replicated ones counted once, the shards and the stages
+  // summed, the tied copy left out.
+  double sum_squares(std::span<const float> grads, size_t base) const {
+    if (!split_over_tp() && !pipelined() && !sharded()) return cpu::grad_sum_squares(grads.data(), grads.size());
+    double sums[2] = {0, 0};  // split over the tensor-parallel group, replicated
     for (const auto& t : model_.tensors()) {
-      if (tied_copy(t)) continue;
+      const size_t begin = std::max(t.offset, base), end = std::min(t.offset + t.numel, base + grads.size());
+      if (begin >= end || tied_copy(t)) continue;
       const bool is_split = split_over_tp() && tp_split_of(model_.config(), t).split != TpSplit::replicated;
-      (is_split ? split : replicated) += cpu::grad_sum_squares(grads.data() + t.offset, t.numel);
+      sums[is_split ? 0 : 1] += cpu::grad_sum_squares(grads.data() + (begin - base), end - begin);
     }
-    if (split_over_tp()) parallel_.tp->all_reduce_sum(&split, 1);
-    double sum = split + replicated;
+    if (sharded()) parallel_.dp->all_reduce_sum(sums, 2);
+    if (split_over_tp()) parallel_.tp->all_reduce_sum(sums, 1);
+    double sum = sums[0] + sums[1];
     if (pipelined()) parallel_.pp->all_reduce_sum(&sum, 1);
     return sum;
   }

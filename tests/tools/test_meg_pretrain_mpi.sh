@@ -51,7 +51,8 @@ for model in tiny tiny-llama; do
   same_as_one_process --model $model --hidden-dropout 0.1 --global-batch 8 -- "2 --tp 2" "4 --tp 2" \
     "2 --tp 2 --sequence-parallel" "2 --pp 2" "4 --pp 2 --tp 2" "4 --pp 2 --dp 2" "4 --pp 2 --tp 2 --sequence-parallel"
 done
-same_as_one_process --model tiny --global-batch 8 -- "4 --tp 4"
+same_as_one_process --model tiny --global-batch 8 -- "4 --tp 4" "4 --tp 2 --use-distributed-optimizer" \
+  "4 --pp 2 --use-distributed-optimizer"
 same_as_one_process --model tiny --num-layers 4 --global-batch 8 -- "4 --pp 4"
 expect_fail_mpi 1 "key/value heads \(2\) do not divide over 4 ranks" -- \
   mpi 4 meg-pretrain -q --device cpu --model tiny-llama --data run.blend --tokenizer $M/fortunes_spm.model \
