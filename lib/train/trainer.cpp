@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -381,6 +382,20 @@ bool Trainer::any_rank(bool flag) {
 
 int Trainer::run() {
   install_stop_handlers();
+  if (world_->distributed()) {
+    const double limit = Watchdog::timeout_seconds();
+    watchdog_ = std::make_unique<Watchdog>(limit, [limit] {
+      // From the watchdog's thread, which may not call MPI: leaving without MPI_Finalize makes
+      // the launcher end every rank.
+      log::write_line(fmt::format("no progress for {:g} s: a rank may be stuck in a collective; ending the job "
+                                  "(MEG_COLLECTIVE_TIMEOUT)",
+                                  limit));
+      std::_Exit(kExitInternal);
+    });
+  }
+  const auto kick = [this] {
+    if (watchdog_) watchdog_->kick();
+  };
   log::info("settings {}", settings().dump());
   if (iteration_ >= opt_.iters) {
     log::info("iteration {} already reaches --iters {}: nothing to train", iteration_, opt_.iters);
@@ -393,6 +408,7 @@ int Trainer::run() {
   auto window_start = Clock::now();
   bool stopped = false;
   while (iteration_ < opt_.iters) {
+    kick();
     double norm = 0;
     const double lr = schedule_->lr_at(iteration_);
     const double loss = train_step(&norm);
@@ -423,12 +439,15 @@ int Trainer::run() {
         log::warn("{} has no validation samples: no evaluation", opt_.data);
         opt_.eval_interval = 0;
       } else {
+        kick();
         const double vl = evaluate();
         log::info("iter {} | valid loss {:.4f} | valid ppl {:.3f}", iteration_, vl, std::exp(vl));
         write_metrics({{"iteration", iteration_}, {"valid_loss", vl}, {"valid_ppl", std::exp(vl)}});
       }
     }
+    kick();
     if (opt_.save_interval > 0 && iteration_ % opt_.save_interval == 0) save_checkpoint_now();
+    kick();
     if (any_rank(stop_requested())) {
       if (stop_requested()) log::info("signal {} received: stopping after iteration {}", stop_signal(), iteration_);
       else log::info("another rank received a stop signal: stopping after iteration {}", iteration_);

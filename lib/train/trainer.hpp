@@ -14,7 +14,8 @@
 //
 // Distributed runs: rank 0 logs, writes the metrics and the checkpoints (data-parallel replicas
 // hold the same state); the others report only errors. A stop (signal, time limit) is agreed on by
-// all ranks each step, so they stop together.
+// all ranks each step, so they stop together. A watchdog ends the job when a rank makes no progress
+// for MEG_COLLECTIVE_TIMEOUT seconds (a collective that never completes), rather than hang.
 //
 // Metrics are JSON lines (one per --log-interval, one per evaluation):
 //   {"iteration": 10, "consumed_tokens": 1280, "loss": 6.9, "lr": 0.001, "grad_norm": 1.2,
@@ -43,6 +44,7 @@
 #include "optim/lr_schedule.hpp"
 #include "parallel/comm.hpp"
 #include "parallel/layout.hpp"
+#include "parallel/watchdog.hpp"
 #include "train/backend.hpp"
 
 namespace meg {
@@ -127,6 +129,7 @@ class Trainer {
   ParallelLayout layout_;
   World* world_ = nullptr;
   Comm* dp_group_ = nullptr;
+  std::unique_ptr<Watchdog> watchdog_;  // distributed runs: ends the job when no step completes
   std::unique_ptr<LrSchedule> schedule_;
   std::ofstream metrics_;
   int64_t iteration_ = 0;

@@ -99,6 +99,11 @@ expect_fail_mpi 1 "--sequence-parallel splits the tensor-parallel regions: it ne
 expect_fail_mpi 1 "meg-pretrain: .*(tp|world|ranks)" -- mpi 3 $RUN --tp 2 --dp 2
 expect_fail_mpi 1 "--global-batch 6 must be a positive multiple of --micro-batch 2 times the 2 data-parallel ranks" -- \
   mpi 2 $BASE --global-batch 6
+# A job that makes no progress for MEG_COLLECTIVE_TIMEOUT seconds ends with a message (here at
+# once: a millisecond is less than any step).
+MEG_COLLECTIVE_TIMEOUT=0.001 expect_fail_mpi 2 "no progress for 0.001 s: a rank may be stuck in a collective" -- \
+  mpi 2 -x MEG_COLLECTIVE_TIMEOUT $RUN
+
 # A rank that dies ends the job: the survivor must not wait in a collective forever.
 meg-blend -q --seq-length 32 --samples 40000 -o long.blend 1 $M/fortunes_spm
 LONG="meg-pretrain -q --device cpu --model tiny --data long.blend --tokenizer $M/fortunes_spm.model --micro-batch 2
