@@ -159,10 +159,34 @@ CheckpointWriter::~CheckpointWriter() {
   fs::remove_all(temp_, ec);
 }
 
-SafetensorsWriter& CheckpointWriter::file(const std::string& name, SafetensorsMetadata metadata) {
-  if (committed_) throw std::logic_error("CheckpointWriter::file after commit");
+namespace {
+void check_file_name(const std::string& name) {
   if (!valid_file_name(name) || !ends_with(name, ".safetensors"))
     throw std::invalid_argument(fmt::format("checkpoint file name {} is not a plain NAME.safetensors", quote(name)));
+}
+
+uint64_t size_of(const std::string& path) {
+  std::error_code ec;
+  const uint64_t bytes = fs::file_size(path, ec);
+  if (ec) throw InputError(fmt::format("{}: cannot stat written file: {}", path, ec.message()));
+  return bytes;
+}
+}  // namespace
+
+CheckpointFileInfo write_checkpoint_file(const std::string& temp_dir, const std::string& name,
+                                         const std::vector<SafetensorsInput>& tensors,
+                                         const SafetensorsMetadata& metadata) {
+  check_file_name(name);
+  const std::string path = join(temp_dir, name);
+  SafetensorsWriter writer(path, metadata);
+  write_tensors(writer, tensors);
+  const uint64_t xxh64 = writer.commit();
+  return {name, xxh64, size_of(path)};
+}
+
+SafetensorsWriter& CheckpointWriter::file(const std::string& name, SafetensorsMetadata metadata) {
+  if (committed_) throw std::logic_error("CheckpointWriter::file after commit");
+  check_file_name(name);
   if (files_.count(name)) throw std::invalid_argument(fmt::format("checkpoint file {} added twice", quote(name)));
   auto& state = files_[name];
   state.writer = std::make_unique<SafetensorsWriter>(join(temp_, name), std::move(metadata));
@@ -176,16 +200,24 @@ void CheckpointWriter::close_file(const std::string& name) {
   if (!state.writer) return;
   state.xxh64 = state.writer->commit();
   state.writer.reset();
-  const std::string path = join(temp_, name);
-  std::error_code ec;
-  state.bytes = fs::file_size(path, ec);
-  if (ec) throw InputError(fmt::format("{}: cannot stat written file: {}", path, ec.message()));
+  state.bytes = size_of(join(temp_, name));
 }
 
 void CheckpointWriter::write_file(const std::string& name, const std::vector<CheckpointTensor>& tensors,
                                   const SafetensorsMetadata& metadata) {
-  write_tensors(file(name, metadata), tensors);
-  close_file(name);
+  add_file(write_checkpoint_file(temp_, name, tensors, metadata));
+}
+
+void CheckpointWriter::add_file(const CheckpointFileInfo& info) {
+  if (committed_) throw std::logic_error("CheckpointWriter::add_file after commit");
+  check_file_name(info.name);
+  if (files_.count(info.name)) throw std::invalid_argument(fmt::format("checkpoint file {} added twice", quote(info.name)));
+  const std::string path = join(temp_, info.name);
+  if (size_of(path) != info.bytes)
+    input_error("{}: {} bytes where its writer reported {}", path, size_of(path), info.bytes);
+  auto& state = files_[info.name];
+  state.xxh64 = info.xxh64;
+  state.bytes = info.bytes;
 }
 
 std::string CheckpointWriter::commit(const ojson& record) {

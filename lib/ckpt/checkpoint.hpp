@@ -68,6 +68,20 @@ std::optional<int64_t> parse_checkpoint_dir_name(const std::string& name);
 // One tensor to save, as safetensors files take them.
 using CheckpointTensor = SafetensorsInput;
 
+// A file of a checkpoint: its name, checksum and size, as the record lists it.
+struct CheckpointFileInfo {
+  std::string name;
+  uint64_t xxh64 = 0;
+  uint64_t bytes = 0;
+};
+
+// Writes TENSORS as the safetensors file NAME into TEMP_DIR, the temporary directory of a
+// CheckpointWriter (possibly another process's: the ranks of a distributed job write their shards
+// in parallel into rank 0's), synced; returns what CheckpointWriter::add_file() takes.
+CheckpointFileInfo write_checkpoint_file(const std::string& temp_dir, const std::string& name,
+                                         const std::vector<SafetensorsInput>& tensors,
+                                         const SafetensorsMetadata& metadata = {});
+
 struct CheckpointSaveOptions {
   int keep = 0;            // keep the newest N complete checkpoints; 0 keeps all
   bool overwrite = false;  // replace an existing checkpoint of the same iteration
@@ -98,6 +112,9 @@ class CheckpointWriter {
   // Writes the whole of TENSORS as file NAME.
   void write_file(const std::string& name, const std::vector<CheckpointTensor>& tensors,
                   const SafetensorsMetadata& metadata = {});
+  // Lists a file that write_checkpoint_file() wrote into temp_path() (another process, say). The
+  // name rules of file() apply; InputError when the file is missing or not of INFO's size.
+  void add_file(const CheckpointFileInfo& info);
 
   // Closes the open files, writes checkpoint.json with RECORD, renames the directory into place,
   // updates `latest` and removes old checkpoints. Returns the path of the checkpoint directory.

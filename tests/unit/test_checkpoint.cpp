@@ -199,6 +199,35 @@ TEST_CASE("checkpoint writer streams tensors in pieces", "[ckpt]") {
   CHECK_THROWS_AS(w.file("a.safetensors"), std::invalid_argument);
 }
 
+TEST_CASE("checkpoint files written by other processes join the record", "[ckpt]") {
+  TempDir tmp;
+  const std::string dir = tmp.path("ckpt");
+  const Tensors a(2.0f), b(5.0f);
+  {
+    CheckpointWriter w(dir, 3);
+    // As two ranks would: each writes its shard into the writer's temporary directory.
+    const CheckpointFileInfo one = write_checkpoint_file(w.temp_path(), "model-rank0.safetensors", a.files().at("model.safetensors"));
+    const CheckpointFileInfo two = write_checkpoint_file(w.temp_path(), "model-rank1.safetensors", b.files().at("model.safetensors"));
+    w.add_file(one);
+    w.add_file(two);
+    CHECK_THROWS_AS(w.add_file(one), std::invalid_argument);  // listed twice
+    CHECK_THROWS_AS(w.add_file({"missing.safetensors", 0, 10}), InputError);
+    CheckpointFileInfo wrong = two;
+    wrong.name = "model-rank2.safetensors";
+    CHECK_THROWS_AS(w.add_file(wrong), InputError);  // not written
+    w.commit({{"note", "sharded"}});
+  }
+  const Checkpoint ck = load_checkpoint(dir);
+  CHECK(floats(ck.tensor("model-rank0.safetensors", "wte", SafetensorsDtype::kF32, {4, 3})) == a.wte);
+  CHECK(floats(ck.tensor("model-rank1.safetensors", "wte", SafetensorsDtype::kF32, {4, 3})) == b.wte);
+
+  // A size that does not match what was written is refused.
+  CheckpointWriter w(dir, 4);
+  CheckpointFileInfo info = write_checkpoint_file(w.temp_path(), "model.safetensors", a.files().at("model.safetensors"));
+  info.bytes += 1;
+  CHECK_THAT(input_error_of([&] { w.add_file(info); }), ContainsSubstring("bytes where its writer reported"));
+}
+
 TEST_CASE("checkpoint latest names the newest and keep prunes the oldest", "[ckpt]") {
   TempDir tmp;
   const std::string dir = tmp.path("ckpt");
