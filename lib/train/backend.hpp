@@ -44,6 +44,18 @@ struct ParallelGroups {
   int pp_size() const { return pp ? pp->size() : 1; }
 };
 
+// This rank's part of the training state as it holds it, for checkpoints written shard by shard:
+// the tensors of its pipeline stage and tensor-parallel slice (the whole model's names, local
+// shapes and offsets), their parameters, and the AdamW moments: of the same tensors, or with the
+// distributed optimizer this replica's shard [shard_begin, shard_begin + m.size()) of the local
+// flat array (local_numel long, padded to a multiple of the data-parallel size).
+struct LocalState {
+  std::vector<ParamTensor> tensors;
+  std::vector<float> params, m, v;
+  bool moments_sharded = false;
+  size_t shard_begin = 0, local_numel = 0;
+};
+
 struct StepStats {
   double loss = 0;       // mean over the micro-batches
   double grad_norm = 0;  // global L2 norm before clipping
@@ -74,13 +86,17 @@ class TrainBackend {
   // The mean loss of one batch without dropout and without gradients.
   virtual double eval_loss(const int32_t* tokens, const int32_t* targets, int B, int T) = 0;
 
-  // Checkpoint state: fp32 parameters and AdamW moments in the table's layout, the step count,
-  // and anything else the backend needs to continue exactly (fp16's loss scale), as JSON. With the
-  // distributed optimizer get_state gathers the shards: every replica must call it.
+  // Checkpoint state: fp32 parameters and AdamW moments in the whole model's table layout, the
+  // step count, and anything else the backend needs to continue exactly (fp16's loss scale), as
+  // JSON. get_state() is for a rank that holds the whole state (no tensor or pipeline parallelism,
+  // no distributed optimizer: std::logic_error otherwise); get_local_state() serves every layout.
+  // set_state() takes the whole state on every rank and keeps this rank's part of it.
   virtual void get_state(std::vector<float>& params, std::vector<float>& m, std::vector<float>& v) const = 0;
   virtual void set_state(const std::vector<float>& params, const std::vector<float>& m, const std::vector<float>& v,
                          int64_t optimizer_step) = 0;
   virtual int64_t optimizer_step() const = 0;
+  // This rank's part (every rank calls it: it may gather across the data-parallel group).
+  virtual void get_local_state(LocalState& state) const = 0;
   virtual std::string extra_state() const { return "{}"; }
   virtual void restore_extra_state(const std::string& /*json*/) {}
 

@@ -121,9 +121,11 @@ class CpuBackend final : public TrainBackend {
   }
 
   void get_state(std::vector<float>& params, std::vector<float>& m, std::vector<float>& v) const override {
-    params = unshard({model_.params(), model_.num_parameters()});
-    m = unshard(gather(adam_->m()));
-    v = unshard(gather(adam_->v()));
+    if (split_over_tp() || pipelined() || sharded())
+      throw std::logic_error("CpuBackend::get_state: this rank holds a part of the state");
+    params.assign(model_.params(), model_.params() + model_.num_parameters());
+    m.assign(adam_->m().begin(), adam_->m().end());
+    v.assign(adam_->v().begin(), adam_->v().end());
   }
   void set_state(const std::vector<float>& params, const std::vector<float>& m, const std::vector<float>& v,
                  int64_t step) override {
@@ -132,6 +134,16 @@ class CpuBackend final : public TrainBackend {
     adam_->restore(my_shard(shard(m)), my_shard(shard(v)), step);
   }
   int64_t optimizer_step() const override { return adam_->step_count(); }
+
+  void get_local_state(LocalState& state) const override {
+    state.tensors = model_.tensors();
+    state.params.assign(model_.params(), model_.params() + model_.num_parameters());
+    state.m.assign(adam_->m().begin(), adam_->m().end());
+    state.v.assign(adam_->v().begin(), adam_->v().end());
+    state.moments_sharded = sharded();
+    state.shard_begin = sharded() ? shard_.begin : 0;
+    state.local_numel = model_.num_parameters();
+  }
 
  private:
   static constexpr int kEvalTag = 3;
@@ -220,40 +232,7 @@ class CpuBackend final : public TrainBackend {
     return sum;
   }
 
-  // A flat array of the whole model from this rank's part (its stage's tensors, its tensor-parallel
-  // slices) and its groups' (all of them call it), and the reverse: the layout of checkpoints,
-  // whatever the layout of the run.
-  std::vector<float> unshard(std::span<const float> local) const {
-    if (!split_over_tp() && !pipelined()) return {local.begin(), local.end()};
-    const ModelConfig& c = model_.config();
-    std::vector<float> full(num_parameters(), 0.0f);
-    if (split_over_tp()) {
-      const int tp = parallel_.tp_size();
-      const auto tp_table = gpt_parameter_table(c, tp);
-      std::vector<float> all(local.size() * static_cast<size_t>(tp));
-      parallel_.tp->all_gather(all.data(), local.data(), local.size());
-      std::vector<std::vector<float>> ranks(static_cast<size_t>(tp),
-                                            std::vector<float>(tp_table.back().offset + tp_table.back().numel, 0.0f));
-      std::vector<const float*> parts;
-      for (int r = 0; r < tp; ++r) {
-        copy_stage(tp_table, model_.tensors(), ranks[size_t(r)].data(), all.data() + size_t(r) * local.size(), false);
-        parts.push_back(ranks[size_t(r)].data());
-      }
-      unshard_parameters(c, tp, parts, full.data());
-    } else {
-      std::vector<float> mine(local.begin(), local.end());
-      copy_stage(full_tensors_, model_.tensors(), full.data(), mine.data(), false);
-    }
-    if (pipelined()) {  // each stage fills its own tensors; the tied copy stays out of the sum
-      for (const auto& t : model_.tensors())
-        if (tied_copy(t)) {
-          const ParamTensor& f = full_tensors_.front();  // the word embedding comes first
-          std::fill_n(full.begin() + static_cast<std::ptrdiff_t>(f.offset), f.numel, 0.0f);
-        }
-      parallel_.pp->all_reduce_sum(full.data(), full.size());
-    }
-    return full;
-  }
+  // This rank's part (its stage's tensors, its tensor-parallel slices) of a whole-model array.
   std::vector<float> shard(const std::vector<float>& full) const {
     if (!split_over_tp() && !pipelined()) return full;
     const ModelConfig& c = model_.config();
@@ -281,14 +260,6 @@ class CpuBackend final : public TrainBackend {
     std::fill(padded_.begin() + static_cast<std::ptrdiff_t>(n), padded_.end(), 0.0f);
     parallel_.dp->reduce_scatter_sum(shard_grads_.data(), padded_.data(), shard_.size);
     return shard_grads_;
-  }
-  // A moment of the whole model (the shards gathered, the padding cut off), or the moment itself.
-  std::vector<float> gather(std::span<const float> moment) const {
-    if (!sharded()) return {moment.begin(), moment.end()};
-    std::vector<float> all(shard_.size * static_cast<size_t>(parallel_.dp_size()));
-    parallel_.dp->all_gather(all.data(), moment.data(), shard_.size);
-    all.resize(model_.num_parameters());
-    return all;
   }
   // This replica's part of a whole-model moment (zero over the padding).
   std::vector<float> my_shard(const std::vector<float>& moment) const {

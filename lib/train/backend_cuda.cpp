@@ -155,19 +155,21 @@ class CudaBackend final : public TrainBackend {
   }
 
   void get_state(std::vector<float>& params, std::vector<float>& m, std::vector<float>& v) const override {
-    const size_t n = model_->num_parameters();
-    if (sharded()) {  // each replica's master weights are current on its shard only: gather them
-      float* p = model_->params();
-      nccl_->all_gather(p, p + shard_.begin, shard_.size, stream_);
-      nccl_->wait(stream_);
-    }
-    params.resize(n);
+    if (sharded()) throw std::logic_error("CudaBackend::get_state: this rank holds a shard of the optimizer");
+    params.resize(model_->num_parameters());
     model_->get_params(params.data());
     adam_->get_state(m, v);
-    if (sharded()) {
-      m = gather(m);
-      v = gather(v);
-    }
+  }
+  void get_local_state(LocalState& state) const override {
+    const size_t n = model_->num_parameters();
+    gather_master();
+    state.tensors = model_->tensors();
+    state.params.resize(n);
+    model_->get_params(state.params.data());
+    adam_->get_state(state.m, state.v);
+    state.moments_sharded = sharded();
+    state.shard_begin = sharded() ? shard_.begin : 0;
+    state.local_numel = n;
   }
   void set_state(const std::vector<float>& params, const std::vector<float>& m, const std::vector<float>& v,
                  int64_t step) override {
@@ -193,6 +195,15 @@ class CudaBackend final : public TrainBackend {
 
  private:
   bool sharded() const { return parallel_.distributed_optimizer && parallel_.dp_size() > 1; }
+
+  // With the distributed optimizer each replica's master weights are current on its shard only:
+  // gathered before they are read.
+  void gather_master() const {
+    if (!sharded()) return;
+    float* p = model_->params();
+    nccl_->all_gather(p, p + shard_.begin, shard_.size, stream_);
+    nccl_->wait(stream_);
+  }
 
   // The backward of the last micro-batch has finished the gradients [FROM, end): once a bucket's
   // worth waits, it is all-reduced on the communication stream, after the compute stream's work so
@@ -220,13 +231,6 @@ class CudaBackend final : public TrainBackend {
       nccl_->all_gather(p, p + shard_.begin, shard_.size, stream_);
       if constexpr (!std::is_same_v<X, float>) model_->refresh_compute_copy();
     }
-  }
-  // A moment of the whole model from the replicas' shards (host arrays), the padding cut off.
-  std::vector<float> gather(const std::vector<float>& shard) const {
-    std::vector<float> all(shard_.size * static_cast<size_t>(parallel_.dp_size()));
-    parallel_.dp->all_gather(all.data(), shard.data(), shard_.size);
-    all.resize(model_->num_parameters());
-    return all;
   }
   // This replica's part of a whole-model moment (zero over the padding).
   std::vector<float> my_shard(const std::vector<float>& moment) const {

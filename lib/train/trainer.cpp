@@ -15,6 +15,7 @@
 #include "data/tokenizer.hpp"
 #include "model/pipeline.hpp"
 #include "model/tensor_parallel.hpp"
+#include "train/checkpoint_shards.hpp"
 #include "train/signals.hpp"
 
 namespace meg {
@@ -274,25 +275,7 @@ double Trainer::evaluate() {
   return sum / static_cast<double>(opt_.eval_iters);
 }
 
-void Trainer::save_checkpoint_now() {
-  if (opt_.save.empty() || last_saved_ == iteration_) return;
-  std::vector<float> params, m, v;
-  // The replicas hold what rank 0 writes; with the distributed optimizer, tensor or pipeline
-  // parallelism the ranks gather it together (checkpoints hold the whole model, whatever the layout).
-  if (world_->rank() == 0 || opt_.distributed_optimizer || layout_.tp > 1 || layout_.pp > 1)
-    backend_->get_state(params, m, v);
-  if (world_->rank() != 0) {
-    last_saved_ = iteration_;
-    world_->world().barrier();
-    return;
-  }
-  const auto start = Clock::now();
-  std::vector<CheckpointTensor> model_tensors, optim_tensors;
-  for (const auto& t : backend_->tensors()) {
-    model_tensors.push_back({t.name, SafetensorsDtype::kF32, shape_of(t), params.data() + t.offset});
-    optim_tensors.push_back({"exp_avg." + t.name, SafetensorsDtype::kF32, shape_of(t), m.data() + t.offset});
-    optim_tensors.push_back({"exp_avg_sq." + t.name, SafetensorsDtype::kF32, shape_of(t), v.data() + t.offset});
-  }
+nlohmann::ordered_json Trainer::checkpoint_record() const {
   nlohmann::ordered_json record;
   record["model"] = config_.to_json();
   record["options"] = opt_.to_json();
@@ -303,13 +286,41 @@ void Trainer::save_checkpoint_now() {
   record["blend_fingerprint"] = hex64(data_->fingerprint());
   record["seed"] = opt_.seed;
   record["parallel"] = layout_.to_json();
-  const std::string path = save_checkpoint(
-      opt_.save, iteration_, record,
-      {{"model.safetensors", model_tensors}, {"optimizer.safetensors", optim_tensors}},
-      {.keep = opt_.keep, .overwrite = true});
+  record["sharded"] = sharded_state();
+  record["distributed_optimizer"] = opt_.distributed_optimizer && layout_.dp > 1;
+  return record;
+}
+
+bool Trainer::sharded_state() const {
+  return layout_.tp > 1 || layout_.pp > 1 || (opt_.distributed_optimizer && layout_.dp > 1);
+}
+
+void Trainer::save_checkpoint_now() {
+  if (opt_.save.empty() || last_saved_ == iteration_) return;
+  const auto start = Clock::now();
+  std::string path;
+  if (sharded_state()) {  // every rank writes its part (train/checkpoint_shards.hpp)
+    LocalState local;
+    backend_->get_local_state(local);
+    path = save_sharded_checkpoint(opt_.save, iteration_, checkpoint_record(), opt_.keep, *world_, local);
+  } else if (world_->rank() == 0) {  // the data-parallel replicas hold what rank 0 writes
+    std::vector<float> params, m, v;
+    backend_->get_state(params, m, v);
+    std::vector<CheckpointTensor> model_tensors, optim_tensors;
+    for (const auto& t : backend_->tensors()) {
+      model_tensors.push_back({t.name, SafetensorsDtype::kF32, shape_of(t), params.data() + t.offset});
+      optim_tensors.push_back({"exp_avg." + t.name, SafetensorsDtype::kF32, shape_of(t), m.data() + t.offset});
+      optim_tensors.push_back({"exp_avg_sq." + t.name, SafetensorsDtype::kF32, shape_of(t), v.data() + t.offset});
+    }
+    path = save_checkpoint(opt_.save, iteration_, checkpoint_record(),
+                           {{"model.safetensors", model_tensors}, {"optimizer.safetensors", optim_tensors}},
+                           {.keep = opt_.keep, .overwrite = true});
+    world_->world().barrier();  // the others wait for the checkpoint to be complete
+  } else {
+    world_->world().barrier();
+  }
   last_saved_ = iteration_;
   log::info("saved {} in {:.2f} s", path, std::chrono::duration<double>(Clock::now() - start).count());
-  world_->world().barrier();  // the others wait for the checkpoint to be complete
 }
 
 void Trainer::load_from(const std::string& dir) {
@@ -354,15 +365,25 @@ void Trainer::load_from(const std::string& dir) {
     const int64_t step = rec.at("optimizer_step").get<int64_t>();
     const size_t n = backend_->num_parameters();
     std::vector<float> params(n), m(n), v(n);
-    for (const auto& t : backend_->tensors()) {
-      const auto shape = shape_of(t);
-      const auto copy = [&](const std::string& file, const std::string& name, float* dst) {
-        const auto& st = ck.tensor(file, name, SafetensorsDtype::kF32, shape);
-        std::memcpy(dst, st.bytes.data(), t.numel * sizeof(float));
-      };
-      copy("model.safetensors", t.name, params.data() + t.offset);
-      copy("optimizer.safetensors", "exp_avg." + t.name, m.data() + t.offset);
-      copy("optimizer.safetensors", "exp_avg_sq." + t.name, v.data() + t.offset);
+    if (rec.value("sharded", false)) {
+      const auto& lay = rec.at("parallel");
+      ParallelLayout saved;
+      saved.tp = lay.at("tp").get<int>();
+      saved.pp = lay.at("pp").get<int>();
+      saved.dp = lay.at("dp").get<int>();
+      if (saved.tp < 1 || saved.pp < 1 || saved.dp < 1) input_error("{}: bad parallel layout {}", where, lay.dump());
+      load_sharded_state(ck, config_, saved, rec.value("distributed_optimizer", false), params, m, v);
+    } else {
+      for (const auto& t : backend_->tensors()) {
+        const auto shape = shape_of(t);
+        const auto copy = [&](const std::string& file, const std::string& name, float* dst) {
+          const auto& st = ck.tensor(file, name, SafetensorsDtype::kF32, shape);
+          std::memcpy(dst, st.bytes.data(), t.numel * sizeof(float));
+        };
+        copy("model.safetensors", t.name, params.data() + t.offset);
+        copy("optimizer.safetensors", "exp_avg." + t.name, m.data() + t.offset);
+        copy("optimizer.safetensors", "exp_avg_sq." + t.name, v.data() + t.offset);
+      }
     }
     backend_->set_state(params, m, v, step);
     if (rec.contains("backend_state")) backend_->restore_extra_state(rec["backend_state"].dump());

@@ -119,6 +119,9 @@ class Trainer {
   bool any_rank(bool flag);
   double evaluate();
   void save_checkpoint_now();
+  nlohmann::ordered_json checkpoint_record() const;
+  // Whether the ranks hold different parts of the state (then each writes its own shard).
+  bool sharded_state() const;
   void load_from(const std::string& dir);
   void write_metrics(const nlohmann::ordered_json& line);
 

@@ -62,8 +62,8 @@ expect_fail_mpi 1 "the model's 2 blocks do not divide over 4 stages" -- \
   --micro-batch 2 --global-batch 8 --iters 2 --pp 4
 
 # The record holds the layout. Exact resume under mpirun (the first leg stops at iteration 3), for
-# data parallelism, the distributed optimizer, tensor and pipeline parallelism; the checkpoints of
-# the last three hold the whole model (shards gathered), so one process continues them.
+# data parallelism, the distributed optimizer, tensor and pipeline parallelism; the last three
+# write a file per shard, which a run of any layout (one process here) puts back together.
 BASE="meg-pretrain -q --device cpu --model tiny --data run.blend --tokenizer $M/fortunes_spm.model --micro-batch 2
       --lr 3e-3 --warmup-iters 2 --log-interval 1 --iters 6"
 RUN="$BASE --global-batch 8"
@@ -87,10 +87,18 @@ python3 -c "import json,sys; r=json.load(open('ck/iter_0000006/checkpoint.json')
   fail "layout not in the record"
 resumes_exactly zk --use-distributed-optimizer
 one_process_continues zk
+# Split state is written by every rank in parallel, one file per shard.
+for f in model-tp00-pp00 optimizer-tp00-pp00-dp00 optimizer-tp00-pp00-dp01; do
+  [ -f zk/iter_0000006/$f.safetensors ] || fail "zk/iter_0000006/$f.safetensors missing: $(ls zk/iter_0000006)"
+done
 resumes_exactly tk --tp 2
 one_process_continues tk
+for f in model-tp00-pp00 model-tp01-pp00 optimizer-tp00-pp00 optimizer-tp01-pp00; do
+  [ -f tk/iter_0000006/$f.safetensors ] || fail "tk/iter_0000006/$f.safetensors missing: $(ls tk/iter_0000006)"
+done
 resumes_exactly pk --pp 2
 one_process_continues pk
+[ -f pk/iter_0000006/model-tp00-pp01.safetensors ] || fail "pk/iter_0000006: no file of stage 1: $(ls pk/iter_0000006)"
 
 # Refused layouts: the error line, exit 1, and the job ends (a rank that fails aborts them all).
 expect_fail_mpi 1 "--cp 2: context parallelism is not implemented yet" -- mpi 2 $RUN --cp 2
