@@ -158,11 +158,7 @@ GptModel<F>::GptModel(const ModelConfig& config, Comm* tp, PipelineStage stage, 
   lnf_w_ = o.lnf_w;
   lnf_b_ = o.lnf_b;
   out_w_ = o.out_w;
-  for (int64_t l = first_layer; l < end_layer; ++l) {
-    const auto& L = o.layers[static_cast<size_t>(l)];
-    layers_.push_back({L.ln1_w, L.ln1_b, L.qkv_w, L.qkv_b, L.proj_w, L.proj_b, L.ln2_w, L.ln2_b,
-                       L.fc1_w, L.fc1_b, L.fc2_w, L.fc2_b});
-  }
+  layers_.assign(o.layers.begin() + first_layer, o.layers.begin() + end_layer);
   const size_t n = tensors_.empty() ? 0 : tensors_.back().offset + tensors_.back().numel;
   params_.assign(n, F(0));
   grads_.assign(n, F(0));

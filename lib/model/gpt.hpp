@@ -180,10 +180,7 @@ class GptModel {
   const F* losses() const { return losses_; }
 
  private:
-  // Offsets of one block's tensors into the flat arrays; kAbsent for a tensor the config lacks.
-  struct LayerOffsets {
-    size_t ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc1_w, fc1_b, fc2_w, fc2_b;
-  };
+  using LayerOffsets = GptOffsets::Layer;
   // Pointers into the activation buffer for one block.
   struct LayerActs {
     F *ln1, *ln1_mean, *ln1_rstd, *qkv, *q, *k, *v, *att, *atty, *mid, *ln2, *ln2_mean, *ln2_rstd,

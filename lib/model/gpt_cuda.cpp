@@ -45,12 +45,6 @@ Recompute parse_recompute(const std::string& name) {
   input_error("--recompute '{}': expected none, selective or full", name);
 }
 
-// Offsets of one block's tensors into the flat arrays (kAbsent when the config lacks one).
-template <typename X>
-struct GptCudaModel<X>::Layer {
-  size_t ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc1_w, fc1_b, fc2_w, fc2_b;
-};
-
 // Activations and backward buffers of one (B, T), carved out of one device allocation.
 template <typename X>
 struct GptCudaModel<X>::Acts {
@@ -131,9 +125,7 @@ GptCudaModel<X>::GptCudaModel(const ModelConfig& config, cuda::DeviceAllocator& 
   lnf_w_ = o.lnf_w;
   lnf_b_ = o.lnf_b;
   out_w_ = o.out_w;
-  for (const auto& L : o.layers)
-    layers_.push_back({L.ln1_w, L.ln1_b, L.qkv_w, L.qkv_b, L.proj_w, L.proj_b, L.ln2_w, L.ln2_b, L.fc1_w, L.fc1_b,
-                       L.fc2_w, L.fc2_b});
+  layers_ = o.layers;
 
   const size_t m = std::max<size_t>(pad_multiple, 1);
   padded_params_ = (num_params_ + m - 1) / m * m;

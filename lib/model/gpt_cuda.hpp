@@ -128,7 +128,7 @@ class GptCudaModel {
   size_t memory_peak() const { return alloc_.peak(); }
 
  private:
-  struct Layer;
+  using Layer = GptOffsets::Layer;
   struct Acts;
   struct Staging;
   // The shapes of one forward/backward of a B x T batch, as the ops take them.

@@ -11,16 +11,6 @@ fi
 export NCCL_NVLS_ENABLE=0
 M=$MEG_TEST_DATA/megatron
 meg-blend -q --seq-length 64 --samples 400 -o run.blend 1 $M/fortunes_spm
-losses() { grep -o '"loss":[^,]*' "$1" | cut -d: -f2; }
-close() {  # close A B TOLERANCE
-  python3 - "$1" "$2" "$3" <<'PY' || fail "losses of $2 differ from $1 beyond $3: $(paste -d' ' "$1" "$2")"
-import sys
-a = [float(x) for x in open(sys.argv[1])]
-b = [float(x) for x in open(sys.argv[2])]
-assert len(a) == len(b) and len(a) > 0, (len(a), len(b))
-assert max(abs(x - y) / abs(x) for x, y in zip(a, b)) < float(sys.argv[3])
-PY
-}
 BASE="meg-pretrain -q --device cuda --model tiny-llama --data run.blend --tokenizer $M/fortunes_spm.model
       --micro-batch 4 --global-batch 16 --lr 3e-3 --warmup-iters 2 --log-interval 1 --iters 8 --hidden-dropout 0.1"
 for precision in fp32 bf16 fp16; do
@@ -32,7 +22,7 @@ for precision in fp32 bf16 fp16; do
     rm -f two.jsonl  # metrics files are appended to
     mpi 2 -x NCCL_NVLS_ENABLE $BASE --precision $precision $zero --metrics two.jsonl
     losses two.jsonl > two.loss
-    close one.loss two.loss $tolerance
+    losses_close one.loss two.loss $tolerance
   done
 done
 

@@ -38,6 +38,22 @@ expect_fail() {
   stderr_matches "$pattern"
 }
 
+# losses METRICS.jsonl: the training losses of a metrics file, one per line.
+losses() { grep -o '"loss":[^,]*' "$1" | cut -d: -f2; }
+
+# losses_close A B TOLERANCE: the loss files A and B have as many losses, each of B within
+# TOLERANCE (relative) of A's.
+losses_close() {
+  python3 - "$1" "$2" "$3" <<'PY' || fail "losses of $2 differ from $1 beyond $3: $(paste -d' ' "$1" "$2" | head -20)"
+import sys
+a = [float(x) for x in open(sys.argv[1])]
+b = [float(x) for x in open(sys.argv[2])]
+assert len(a) == len(b) and len(a) > 0, (len(a), len(b))
+worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+assert worst < float(sys.argv[3]), worst
+PY
+}
+
 # same_file A B: byte-identical.
 same_file() { cmp -s "$1" "$2" || fail "$1 and $2 differ"; }
 
