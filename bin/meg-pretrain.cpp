@@ -66,15 +66,19 @@ int main(int argc, char** argv) {
                  "Activation recomputation on cuda: none, selective (norms and MLP activation) or full (whole "
                  "blocks)")
       ->capture_default_str();
-  app.add_option("--tp", o.tp, "Tensor-parallel size (CPU only so far)")->capture_default_str();
-  app.add_option("--pp", o.pp, "Pipeline-parallel size, 1F1B schedule (CPU only so far)")->capture_default_str();
+  app.add_option("--tp", o.tp, "Tensor-parallel size")->capture_default_str();
+  app.add_option("--pp", o.pp, "Pipeline-parallel size, 1F1B schedule")->capture_default_str();
   app.add_option("--dp", o.dp, "Data-parallel size (default: the number of ranks over tp * pp * cp * ep)");
   app.add_option("--cp", o.cp, "Context-parallel size")->capture_default_str();
   app.add_option("--ep", o.ep, "Expert-parallel size")->capture_default_str();
   app.add_flag("--use-distributed-optimizer", o.distributed_optimizer,
                "Shard the AdamW moments and the update over the data-parallel ranks");
-  app.add_flag("--sequence-parallel", o.sequence_parallel, "Split the residual stream by rows over the tensor-parallel ranks (with --tp)");
-  app.add_option("--virtual-stages", o.virtual_stages, "Virtual pipeline stages per rank (interleaved schedule; not implemented yet)")
+  app.add_flag("--sequence-parallel", o.sequence_parallel,
+               "Split the residual stream by rows over the tensor-parallel ranks (with --tp; CPU only so far)");
+  app.add_flag("--time-communication", o.time_communication,
+               "Measure the device communication time per iteration (log line and metrics)");
+  app.add_option("--virtual-stages", o.virtual_stages,
+                 "Model chunks per pipeline rank: the interleaved schedule (with --pp; CPU only so far)")
       ->capture_default_str();
   meg::cli::add_common_options(
       app, "meg-pretrain --model tiny --data run.blend --tokenizer spm.model --iters 100 --micro-batch 4 "

@@ -104,30 +104,19 @@ __device__ MaxSum block_merge(MaxSum acc) {
   return warp_merge(warp_partial[threadIdx.x % kWarp]);
 }
 
+// Ignored rows: the gradient, if asked for, is zero.
 template <typename X, int W>
-__global__ void __launch_bounds__(kBlock)
-    cross_entropy_kernel(X* logits, float* losses, const int32_t* targets, int V, int Vp,
-                         float dloss) {
-  X* x = logits + size_t(blockIdx.x) * Vp;
-  const int packs = Vp / W;
-  const int target = targets[blockIdx.x];
-
-  if (target < 0) {  // ignored position
-    if (threadIdx.x == 0) losses[blockIdx.x] = 0.0f;
-    if (dloss != 0.0f) {
-      Vec<X, W> zero;
+__device__ void zero_row(X* x, int packs) {
+  Vec<X, W> zero;
 #pragma unroll
-      for (int k = 0; k < W; ++k) zero.v[k] = from_float<X>(0.0f);
-      for (int p = threadIdx.x; p < packs; p += kBlock) reinterpret_cast<Vec<X, W>*>(x)[p] = zero;
-    }
-    return;
-  }
+  for (int k = 0; k < W; ++k) zero.v[k] = from_float<X>(0.0f);
+  for (int p = threadIdx.x; p < packs; p += kBlock) reinterpret_cast<Vec<X, W>*>(x)[p] = zero;
+}
 
-  // Read before any thread of the block overwrites the row: block_merge's barriers order it
-  // before pass 2.
-  const float x_target = threadIdx.x == 0 ? to_float(x[target]) : 0.0f;
-
-  // Pass 1: two packs in flight per step.
+// Pass 1: the row's partial over its real columns [0, V), to every thread of the block; two packs
+// in flight per step.
+template <typename X, int W>
+__device__ MaxSum row_partial(const X* x, int packs, int V) {
   MaxSum acc{-INFINITY, 0.0f};
   for (int p = threadIdx.x; p < packs; p += 2 * kBlock) {
     const Vec<X, W> a = reinterpret_cast<const Vec<X, W>*>(x)[p];
@@ -137,11 +126,13 @@ __global__ void __launch_bounds__(kBlock)
     add_pack(acc, a, p * W, V);
     if (has_b) add_pack(acc, b, (p + kBlock) * W, V);
   }
-  const MaxSum row = block_merge(acc);
-  if (threadIdx.x == 0) losses[blockIdx.x] = logf(row.sum) + row.max - x_target;
-  if (dloss == 0.0f) return;
+  return block_merge(acc);
+}
 
-  // Pass 2: dx_j = dloss * exp(x_j - max) / sum - dloss [j == target], 0 on padded columns.
+// Pass 2: dx_j = dloss * exp(x_j - max) / sum - dloss [j == target], 0 on padded columns; TARGET
+// is a column of this row or -1 (the target lies in another rank's columns).
+template <typename X, int W>
+__device__ void write_gradient(X* x, int packs, int V, int target, MaxSum row, float dloss) {
   const float scale = dloss / row.sum;
   const float max2 = row.max * kLog2e;
   for (int p = threadIdx.x; p < packs; p += kBlock) {
@@ -159,6 +150,73 @@ __global__ void __launch_bounds__(kBlock)
   }
 }
 
+template <typename X, int W>
+__global__ void __launch_bounds__(kBlock)
+    cross_entropy_kernel(X* logits, float* losses, const int32_t* targets, int V, int Vp,
+                         float dloss) {
+  X* x = logits + size_t(blockIdx.x) * Vp;
+  const int packs = Vp / W;
+  const int target = targets[blockIdx.x];
+
+  if (target < 0) {  // ignored position
+    if (threadIdx.x == 0) losses[blockIdx.x] = 0.0f;
+    if (dloss != 0.0f) zero_row<X, W>(x, packs);
+    return;
+  }
+  // Read before any thread of the block overwrites the row: block_merge's barriers order it
+  // before pass 2.
+  const float x_target = threadIdx.x == 0 ? to_float(x[target]) : 0.0f;
+  const MaxSum row = row_partial<X, W>(x, packs, V);
+  if (threadIdx.x == 0) losses[blockIdx.x] = logf(row.sum) + row.max - x_target;
+  if (dloss != 0.0f) write_gradient<X, W>(x, packs, V, target, row, dloss);
+}
+
+// Vocabulary parallelism, launch 1: each row's (max, sum, target logit) over this rank's columns,
+// the target logit 0 where another rank holds the target.
+template <typename X, int W>
+__global__ void __launch_bounds__(kBlock)
+    cross_entropy_partial_kernel(const X* logits, float* partials, const int32_t* targets, int V, int Vp,
+                                 int vocab_begin) {
+  const X* x = logits + size_t(blockIdx.x) * Vp;
+  const int target = targets[blockIdx.x] - vocab_begin;
+  float* out = partials + 3 * size_t(blockIdx.x);
+  if (targets[blockIdx.x] < 0) {
+    if (threadIdx.x == 0) out[0] = -INFINITY, out[1] = 0.0f, out[2] = 0.0f;
+    return;
+  }
+  const MaxSum row = row_partial<X, W>(x, Vp / W, V);
+  if (threadIdx.x == 0) {
+    out[0] = row.max;
+    out[1] = row.sum;
+    out[2] = target >= 0 && target < V ? to_float(x[target]) : 0.0f;
+  }
+}
+
+// Launch 2, after the partials of all RANKS are gathered ([RANKS][N][3]): every rank merges them
+// in rank order (the same bits everywhere), so all ranks hold the same loss, and writes its
+// columns' gradient in place.
+template <typename X, int W>
+__global__ void __launch_bounds__(kBlock)
+    cross_entropy_parallel_kernel(X* logits, float* losses, const float* partials, int ranks, int N,
+                                  const int32_t* targets, int V, int Vp, int vocab_begin, float dloss) {
+  X* x = logits + size_t(blockIdx.x) * Vp;
+  const int packs = Vp / W;
+  if (targets[blockIdx.x] < 0) {
+    if (threadIdx.x == 0) losses[blockIdx.x] = 0.0f;
+    if (dloss != 0.0f) zero_row<X, W>(x, packs);
+    return;
+  }
+  MaxSum row{-INFINITY, 0.0f};
+  float x_target = 0.0f;  // one rank's is the logit, the others' are 0: the sum is exact
+  for (int r = 0; r < ranks; ++r) {
+    const float* p = partials + 3 * (size_t(r) * N + blockIdx.x);
+    row = merge(row, MaxSum{p[0], p[1]});
+    x_target += p[2];
+  }
+  if (threadIdx.x == 0) losses[blockIdx.x] = logf(row.sum) + row.max - x_target;
+  if (dloss != 0.0f) write_gradient<X, W>(x, packs, V, targets[blockIdx.x] - vocab_begin, row, dloss);
+}
+
 }  // namespace
 
 template <typename X>
@@ -174,9 +232,39 @@ void cross_entropy_fused(X* logits, float* losses, const int32_t* targets, int N
   MEG_CUDA_CHECK(cudaGetLastError());
 }
 
+template <typename X>
+void cross_entropy_partials(const X* logits, float* partials, const int32_t* targets, int N, int V, int Vp,
+                            int vocab_begin, cudaStream_t stream) {
+  if (N <= 0) return;
+  constexpr int W = kVecWidth<X>;
+  if (Vp % W == 0 && aligned16(logits))
+    cross_entropy_partial_kernel<X, W><<<N, kBlock, 0, stream>>>(logits, partials, targets, V, Vp, vocab_begin);
+  else
+    cross_entropy_partial_kernel<X, 1><<<N, kBlock, 0, stream>>>(logits, partials, targets, V, Vp, vocab_begin);
+  MEG_CUDA_CHECK(cudaGetLastError());
+}
+
+template <typename X>
+void cross_entropy_parallel(X* logits, float* losses, const float* partials, int ranks, const int32_t* targets,
+                            int N, int V, int Vp, int vocab_begin, float dloss, cudaStream_t stream) {
+  if (N <= 0) return;
+  constexpr int W = kVecWidth<X>;
+  if (Vp % W == 0 && aligned16(logits))
+    cross_entropy_parallel_kernel<X, W><<<N, kBlock, 0, stream>>>(logits, losses, partials, ranks, N, targets, V, Vp,
+                                                                  vocab_begin, dloss);
+  else
+    cross_entropy_parallel_kernel<X, 1><<<N, kBlock, 0, stream>>>(logits, losses, partials, ranks, N, targets, V, Vp,
+                                                                  vocab_begin, dloss);
+  MEG_CUDA_CHECK(cudaGetLastError());
+}
+
 #define MEG_INSTANTIATE(X)                                                                    \
   template void cross_entropy_fused<X>(X*, float*, const int32_t*, int, int, int, float,     \
-                                       cudaStream_t);
+                                       cudaStream_t);                                         \
+  template void cross_entropy_partials<X>(const X*, float*, const int32_t*, int, int, int, int, \
+                                          cudaStream_t);                                      \
+  template void cross_entropy_parallel<X>(X*, float*, const float*, int, const int32_t*, int, int, \
+                                          int, int, float, cudaStream_t);
 MEG_INSTANTIATE(float)
 MEG_INSTANTIATE(bf16)
 MEG_INSTANTIATE(fp16)

@@ -38,14 +38,21 @@ constexpr int kPrefetch = 8;  // dout rows loaded ahead of their (in-order) adds
 // One thread per vector of W channels of the output, rows one after the other.
 template <typename X, int W>
 __global__ void embedding_forward_kernel(X* out, const int32_t* tokens, const X* wte, const X* wpe,
-                                         int N, int T, int C) {
+                                         int N, int T, int C, int vocab_begin, int vocab_size) {
   using V = Vec<X, W>;
   const int nvec = C / W;
   const size_t total = size_t(N) * nvec;
   const size_t stride = size_t(gridDim.x) * blockDim.x;
   for (size_t idx = size_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < total; idx += stride) {
     const int row = int(idx / nvec), i = int(idx % nvec);
-    V o = reinterpret_cast<const V*>(wte)[size_t(tokens[row]) * nvec + i];
+    const int token = tokens[row] - vocab_begin;
+    V o;
+    if (token >= 0 && token < vocab_size) {
+      o = reinterpret_cast<const V*>(wte)[size_t(token) * nvec + i];
+    } else {
+#pragma unroll
+      for (int j = 0; j < W; ++j) o.v[j] = X(0.0f);
+    }
     if (wpe) {
       const V p = reinterpret_cast<const V*>(wpe)[size_t(row % T) * nvec + i];
 #pragma unroll
@@ -108,9 +115,10 @@ __global__ void embedding_backward_kernel(float* dwte, float* dwpe, const X* dou
 
 template <typename X, int W>
 void launch_forward(X* out, const int32_t* tokens, const X* wte, const X* wpe, int B, int T, int C,
-                    cudaStream_t stream) {
+                    int vocab_begin, int vocab_size, cudaStream_t stream) {
   const unsigned grid = grid_stride_blocks(size_t(B) * T * (C / W), kBlock);
-  embedding_forward_kernel<X, W><<<grid, kBlock, 0, stream>>>(out, tokens, wte, wpe, B * T, T, C);
+  embedding_forward_kernel<X, W><<<grid, kBlock, 0, stream>>>(out, tokens, wte, wpe, B * T, T, C, vocab_begin,
+                                                              vocab_size);
   MEG_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -131,30 +139,33 @@ void launch_backward(float* dwte, float* dwpe, const X* dout, const int32_t* uni
 
 template <typename X>
 void embedding_forward(X* out, const int32_t* tokens, const X* wte, const X* wpe, int B, int T,
-                       int C, cudaStream_t stream) {
+                       int C, int vocab_begin, int vocab_size, cudaStream_t stream) {
   if (B <= 0 || T <= 0 || C <= 0) return;
   constexpr int W = kVecWidth<X>;
   if (C % W == 0 && aligned16(out) && aligned16(wte) && aligned16(wpe))
-    launch_forward<X, W>(out, tokens, wte, wpe, B, T, C, stream);
+    launch_forward<X, W>(out, tokens, wte, wpe, B, T, C, vocab_begin, vocab_size, stream);
   else
-    launch_forward<X, 1>(out, tokens, wte, wpe, B, T, C, stream);
+    launch_forward<X, 1>(out, tokens, wte, wpe, B, T, C, vocab_begin, vocab_size, stream);
 }
 
-TokenGroups group_positions_by_token(const int32_t* tokens, int N) {
+TokenGroups group_positions_by_token(const int32_t* tokens, int N, int vocab_begin, int vocab_size) {
   TokenGroups g;
-  // Positions sorted by token; the sort is stable, so each token's positions stay ascending.
-  g.positions.resize(size_t(std::max(N, 0)));
-  std::iota(g.positions.begin(), g.positions.end(), 0);
+  const auto mine = [&](int32_t p) { return tokens[p] >= vocab_begin && tokens[p] - vocab_begin < vocab_size; };
+  // This range's positions sorted by token; the sort is stable, so each token's positions stay
+  // ascending.
+  for (int32_t p = 0; p < N; ++p)
+    if (mine(p)) g.positions.push_back(p);
   std::stable_sort(g.positions.begin(), g.positions.end(),
                    [&](int32_t a, int32_t b) { return tokens[a] < tokens[b]; });
-  for (int k = 0; k < N; ++k) {
-    const int32_t token = tokens[g.positions[k]];
-    if (k == 0 || token != g.unique.back()) {
-      g.unique.push_back(token);
+  const int kept = static_cast<int>(g.positions.size());
+  for (int k = 0; k < kept; ++k) {
+    const int32_t row = tokens[g.positions[size_t(k)]] - vocab_begin;
+    if (k == 0 || row != g.unique.back()) {
+      g.unique.push_back(row);
       g.starts.push_back(k);
     }
   }
-  g.starts.push_back(std::max(N, 0));
+  g.starts.push_back(kept);
   return g;
 }
 
@@ -175,8 +186,8 @@ void embedding_backward(float* dwte, float* dwpe, const X* dout, const int32_t* 
 }
 
 #define MEG_INSTANTIATE(X)                                                                      \
-  template void embedding_forward<X>(X*, const int32_t*, const X*, const X*, int, int, int,     \
-                                     cudaStream_t);                                             \
+  template void embedding_forward<X>(X*, const int32_t*, const X*, const X*, int, int, int, int, \
+                                     int, cudaStream_t);                                        \
   template void embedding_backward<X>(float*, float*, const X*, const int32_t*, const int32_t*, \
                                       const int32_t*, int, int, int, int, cudaStream_t);
 MEG_INSTANTIATE(float)

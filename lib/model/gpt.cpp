@@ -5,10 +5,10 @@
 #include <cmath>
 #include <cstring>
 #include <map>
-#include <random>
 #include <stdexcept>
 
 #include "core/error.hpp"
+#include "model/init.hpp"
 #include "model/pipeline.hpp"
 #include "model/tensor_parallel.hpp"
 #include "ops/cpu/ops.hpp"
@@ -73,31 +73,6 @@ std::vector<ParamTensor> build_table(const ModelConfig& c) {
   return std::move(b.tensors);
 }
 
-// Deterministic standard normals: mt19937_64 and Box-Muller (both values of each pair used).
-class NormalGen {
- public:
-  explicit NormalGen(uint64_t seed) : rng_(seed) {}
-  double operator()() {
-    if (have_spare_) {
-      have_spare_ = false;
-      return spare_;
-    }
-    constexpr double kTwoPi = 6.283185307179586476925286766559;
-    const double u1 = 1.0 - uniform();  // (0, 1]: log is finite
-    const double u2 = uniform();
-    const double r = std::sqrt(-2.0 * std::log(u1));
-    spare_ = r * std::sin(kTwoPi * u2);
-    have_spare_ = true;
-    return r * std::cos(kTwoPi * u2);
-  }
-
- private:
-  double uniform() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }  // [0, 1)
-  std::mt19937_64 rng_;
-  double spare_ = 0;
-  bool have_spare_ = false;
-};
-
 // Copies columns [col, col + width) of rows of a [N, stride] array into a contiguous [N, width].
 template <typename F>
 void gather_cols(F* dst, const F* src, size_t N, size_t stride, size_t col, size_t width) {
@@ -145,7 +120,8 @@ GptOffsets gpt_offsets(const ModelConfig& config, const std::vector<ParamTensor>
 }
 
 template <typename F>
-GptModel<F>::GptModel(const ModelConfig& config, Comm* tp, PipelineStage stage, bool sequence_parallel)
+GptModel<F>::GptModel(const ModelConfig& config, Comm* tp, PipelineStage stage, bool sequence_parallel, F* params,
+                      F* grads)
     : config_(config), tp_(tp), stage_(stage), sp_(sequence_parallel && tp && tp->size() > 1) {
   config_.validate();
   check_pipeline_parallel(config_, stage_.stages);
@@ -159,9 +135,17 @@ GptModel<F>::GptModel(const ModelConfig& config, Comm* tp, PipelineStage stage, 
   lnf_b_ = o.lnf_b;
   out_w_ = o.out_w;
   layers_.assign(o.layers.begin() + first_layer, o.layers.begin() + end_layer);
-  const size_t n = tensors_.empty() ? 0 : tensors_.back().offset + tensors_.back().numel;
-  params_.assign(n, F(0));
-  grads_.assign(n, F(0));
+  num_parameters_ = tensors_.empty() ? 0 : tensors_.back().offset + tensors_.back().numel;
+  if (!params) {
+    own_params_.assign(num_parameters_, F(0));
+    params = own_params_.data();
+  }
+  if (!grads) {
+    own_grads_.assign(num_parameters_, F(0));
+    grads = own_grads_.data();
+  }
+  params_ = params;
+  grads_ = grads;
 }
 
 template <typename F>
@@ -172,51 +156,13 @@ const ParamTensor& GptModel<F>::tensor(const std::string& name) const {
 }
 
 template <typename F>
-void gpt_init_parameters(const ModelConfig& config, const std::vector<ParamTensor>& tensors, uint64_t seed,
-                         F* params) {
-  NormalGen normal(seed);
-  const double std0 = config.init_std;
-  const double std_scaled = std0 / std::sqrt(2.0 * static_cast<double>(config.num_layers));
-  for (const auto& t : tensors) {
-    F* w = params + t.offset;
-    switch (t.init) {
-      case ParamInit::zeros: std::fill(w, w + t.numel, F(0)); break;
-      case ParamInit::ones: std::fill(w, w + t.numel, F(1)); break;
-      case ParamInit::normal:
-      case ParamInit::normal_scaled: {
-        const double s = t.init == ParamInit::normal ? std0 : std_scaled;
-        for (size_t i = 0; i < t.numel; ++i) w[i] = static_cast<F>(s * normal());
-        break;
-      }
-    }
-  }
-}
-template void gpt_init_parameters<float>(const ModelConfig&, const std::vector<ParamTensor>&, uint64_t, float*);
-template void gpt_init_parameters<double>(const ModelConfig&, const std::vector<ParamTensor>&, uint64_t, double*);
-
-template <typename F>
 void GptModel<F>::init(uint64_t seed) {
-  if (tp_size() == 1 && stage_.stages == 1) {
-    gpt_init_parameters(config_, tensors_, seed, params_.data());
-    return;
-  }
-  // Megatron's CPU initialisation: the full model from the seed, then this rank's slices of its
-  // stage's tensors.
-  const auto full_table = build_table(config_);
-  std::vector<F> full(full_table.back().offset + full_table.back().numel);
-  gpt_init_parameters(config_, full_table, seed, full.data());
-  std::vector<F> mine = full;
-  const auto tp_table = tp_size() > 1 ? gpt_parameter_table(config_, tp_size()) : full_table;
-  if (tp_size() > 1) {
-    mine.assign(tp_table.back().offset + tp_table.back().numel, F(0));
-    shard_parameters(config_, tp_size(), tp_->rank(), full.data(), mine.data());
-  }
-  copy_stage(tp_table, tensors_, mine.data(), params_.data(), true);
+  gpt_init_local(config_, tensors_, tp_size(), tp_ ? tp_->rank() : 0, seed, params_);
 }
 
 template <typename F>
 void GptModel<F>::zero_grad() {
-  std::fill(grads_.begin(), grads_.end(), F(0));
+  std::fill(grads_, grads_ + num_parameters_, F(0));
 }
 
 template <typename F>

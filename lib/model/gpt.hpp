@@ -53,12 +53,13 @@
 // interleaving; linear_fc1's rows for SwiGLU are [gate (F rows); up (F rows)], i.e. Hugging Face's
 // gate_proj and up_proj stacked (Megatron's order). Checkpoint conversion maps these.
 //
-// Initialisation (Megatron's): normal(0, init_std) for every weight matrix and embedding,
-// normal(0, init_std / sqrt(2 L)) for the output projections of each block (linear_proj and
-// linear_fc2 weights), zeros for biases, ones for norm weights. The normals come from a
-// std::mt19937_64 seeded with the seed, through Box-Muller, tensor by tensor in storage order, so
-// a seed gives the same parameters with every standard library (and for float and double up to
-// the final rounding).
+// Initialisation (Megatron's, model/init.hpp): normal(0, init_std) for every weight matrix and
+// embedding, normal(0, init_std / sqrt(2 L)) for the output projections of each block (linear_proj
+// and linear_fc2 weights), zeros for biases, ones for norm weights. The normals are counter-based:
+// element i of the table's tensor k is a function of (seed, k, i) alone (Philox4x32-10, then
+// Box-Muller), so a tensor-parallel rank or pipeline stage generates its own part directly, on any
+// number of threads, and gets exactly its slice of the whole model's initialisation (the same for
+// float and double up to the final rounding).
 #pragma once
 
 #include <cstddef>
@@ -67,6 +68,7 @@
 #include <vector>
 
 #include "model/config.hpp"
+#include "model/init.hpp"  // gpt_init_parameters and gpt_init_local, which the models' users call
 #include "model/param_tensor.hpp"
 #include "model/pipeline.hpp"
 #include "parallel/comm.hpp"
@@ -89,13 +91,6 @@ struct GptOffsets {
 };
 GptOffsets gpt_offsets(const ModelConfig& config, const std::vector<ParamTensor>& table);
 
-// Megatron's initialisation (see the top of this file) of the parameters PARAMS laid out by
-// TENSORS (CONFIG's table), deterministic in SEED. Shared by the CPU and CUDA models, so that a
-// seed gives the same starting point on both.
-template <typename F>
-void gpt_init_parameters(const ModelConfig& config, const std::vector<ParamTensor>& tensors, uint64_t seed,
-                         F* params);
-
 // Tensor parallelism (model/tensor_parallel.hpp) over the group TP, as Megatron's layers do it:
 // the model holds its rank's shard of every split tensor; the column-parallel products (QKV, fc1)
 // run on the rank's heads and MLP columns and their input gradients are summed over the group;
@@ -117,24 +112,31 @@ class GptModel {
   // are split by rows over TP (all-gathered before the column-parallel products, reduce-scattered
   // after the row-parallel ones), Megatron's sequence parallelism; the norm weights' and position
   // embedding's gradients then cover this rank's rows only (sequence_parallel_tensor()).
+  // PARAMS and GRADS: the caller's storage for the parameters and gradients (num_parameters()
+  // long: the size of STAGE's stage_table of TP's table; they must outlive the model), or null for
+  // the model's own. Models may share storage: each keeps its own activations, so a pipeline stage
+  // holds several micro-batches' forwards at once (their backwards add into the one gradient
+  // array), and a rank's model chunks can sit in one flat array under one optimizer.
   explicit GptModel(const ModelConfig& config, Comm* tp = nullptr, PipelineStage stage = {},
-                    bool sequence_parallel = false);
+                    bool sequence_parallel = false, F* params = nullptr, F* grads = nullptr);
+  GptModel(const GptModel&) = delete;  // the activation pointers point into the model's own buffer
+  GptModel& operator=(const GptModel&) = delete;
 
   const ModelConfig& config() const { return config_; }
   const std::vector<ParamTensor>& tensors() const { return tensors_; }
   // The tensor named NAME; std::out_of_range for an unknown name.
   const ParamTensor& tensor(const std::string& name) const;
-  size_t num_parameters() const { return params_.size(); }
+  size_t num_parameters() const { return num_parameters_; }
 
-  F* params() { return params_.data(); }
-  const F* params() const { return params_.data(); }
-  F* grads() { return grads_.data(); }
-  const F* grads() const { return grads_.data(); }
-  F* param(const std::string& name) { return params_.data() + tensor(name).offset; }
-  F* grad(const std::string& name) { return grads_.data() + tensor(name).offset; }
+  F* params() { return params_; }
+  const F* params() const { return params_; }
+  F* grads() { return grads_; }
+  const F* grads() const { return grads_; }
+  F* param(const std::string& name) { return params_ + tensor(name).offset; }
+  F* grad(const std::string& name) { return grads_ + tensor(name).offset; }
 
-  // Megatron's initialisation (see the top of this file), deterministic in SEED; with tensor
-  // parallelism, this rank's shard of the full model's initialisation.
+  // Megatron's initialisation (see the top of this file), deterministic in SEED: this rank's
+  // shard of this stage's tensors of the full model's initialisation, generated directly.
   void init(uint64_t seed);
   int tp_size() const { return tp_ ? tp_->size() : 1; }
   void zero_grad();
@@ -197,8 +199,8 @@ class GptModel {
   Dims dims(int B, int T) const;
 
   void allocate_activations(int B, int T);
-  F* p(size_t offset) { return offset == kAbsent ? nullptr : params_.data() + offset; }
-  F* g(size_t offset) { return offset == kAbsent ? nullptr : grads_.data() + offset; }
+  F* p(size_t offset) { return offset == kAbsent ? nullptr : params_ + offset; }
+  F* g(size_t offset) { return offset == kAbsent ? nullptr : grads_ + offset; }
   void norm_forward(F* out, F* mean, F* rstd, const F* inp, size_t w, size_t b, int N);
   void norm_backward(F* dinp, const F* dout, const F* inp, size_t w, size_t b, const F* mean,
                      const F* rstd, int N);
@@ -227,8 +229,10 @@ class GptModel {
   size_t first_layer_ = 0;  // the global number of the stage's first block
   bool forward_done_ = false;
   std::vector<ParamTensor> tensors_;
-  std::vector<F> params_;
-  std::vector<F> grads_;
+  std::vector<F> own_params_, own_grads_;  // unless the caller gave the storage
+  F* params_ = nullptr;
+  F* grads_ = nullptr;
+  size_t num_parameters_ = 0;
   size_t wte_ = 0, wpe_ = kAbsent, lnf_w_ = 0, lnf_b_ = kAbsent, out_w_ = 0;
   std::vector<LayerOffsets> layers_;
 

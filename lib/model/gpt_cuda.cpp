@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "core/error.hpp"
+#include "model/tensor_parallel.hpp"
 #include "ops/cpu/ops.hpp"
 #include "ops/cuda/check.hpp"
 #include "ops/cuda/ops.hpp"
@@ -54,10 +55,16 @@ struct GptCudaModel<X>::Acts {
   };
   int B = 0, T = 0;
   cuda::DeviceArray<char> store;
-  X* embedded = nullptr;  // the input of block 0
+  X* embedded = nullptr;  // the input of block 0: the embedding's output, or the previous stage's
+  int groups = 0;         // distinct tokens of the batch (the embedding backward's groups)
+  // The dropout of the forward, for its backward.
+  double hidden_p = 0, attn_p = 0;
+  uint64_t drop_seed = 0, drop_step = 0, drop_micro = 0;
   std::vector<Block> blocks;
   X *lnf = nullptr, *logits = nullptr;
   float *lnf_mean = nullptr, *lnf_rstd = nullptr, *losses = nullptr;
+  // Vocabulary-parallel cross-entropy: this rank's row partials, and all ranks' gathered.
+  float *partial = nullptr, *partials = nullptr;
   // Backward.
   X *dres = nullptr, *dln = nullptr, *dqkv = nullptr, *datty = nullptr, *dact = nullptr, *dfc1 = nullptr,
     *branch = nullptr;
@@ -113,10 +120,17 @@ struct GptCudaModel<X>::Staging {
 
 template <typename X>
 GptCudaModel<X>::GptCudaModel(const ModelConfig& config, cuda::DeviceAllocator& alloc, cudaStream_t stream,
-                              size_t pad_multiple)
-    : config_(config), alloc_(alloc), stream_(stream), gemm_(stream) {
+                              size_t pad_multiple, NcclComm* tp, PipelineStage stage)
+    : config_(config),
+      tp_(tp && tp->size() > 1 ? tp : nullptr),
+      stage_(stage),
+      alloc_(alloc),
+      stream_(stream),
+      gemm_(stream) {
   config_.validate();
-  tensors_ = gpt_parameter_table(config_);
+  if (tp_) check_tensor_parallel(config_, tp_->size());
+  check_pipeline_parallel(config_, stage_.stages);
+  tensors_ = stage_table(config_, stage_, tp_ ? gpt_parameter_table(config_, tp_->size()) : gpt_parameter_table(config_));
   num_params_ = tensors_.empty() ? 0 : tensors_.back().offset + tensors_.back().numel;
 
   const GptOffsets o = gpt_offsets(config_, tensors_);
@@ -125,7 +139,9 @@ GptCudaModel<X>::GptCudaModel(const ModelConfig& config, cuda::DeviceAllocator& 
   lnf_w_ = o.lnf_w;
   lnf_b_ = o.lnf_b;
   out_w_ = o.out_w;
-  layers_ = o.layers;
+  const auto [first_layer, end_layer] = stage_layers(config_, stage_);
+  first_layer_ = static_cast<size_t>(first_layer);
+  layers_.assign(o.layers.begin() + first_layer, o.layers.begin() + end_layer);
 
   const size_t m = std::max<size_t>(pad_multiple, 1);
   padded_params_ = (num_params_ + m - 1) / m * m;
@@ -147,7 +163,7 @@ GptCudaModel<X>::GptCudaModel(const ModelConfig& config, cuda::DeviceAllocator& 
     rope_table_ = cuda::DeviceArray<float>(alloc_, table.size());
     MEG_CUDA_CHECK(cudaMemcpy(rope_table_.get(), table.data(), table.size() * sizeof(float), cudaMemcpyHostToDevice));
   }
-  acts_ = std::make_unique<Acts>();
+  use_slot(0);
   staging_ = std::make_unique<Staging>();
 }
 
@@ -199,17 +215,16 @@ template <typename X>
 void GptCudaModel<X>::set_recompute(Recompute mode) {
   if (mode == recompute_) return;
   recompute_ = mode;
-  acts_->B = acts_->T = 0;  // carve again at the next forward
+  for (auto& slot : slots_) slot->B = slot->T = 0;  // carve again at the next forward
 }
 
 template <typename X>
 void GptCudaModel<X>::allocate_activations(int B, int T) {
   Acts& a = *acts_;
   if (a.B == B && a.T == T) return;
-  const size_t N = size_t(B) * T, C = size_t(config_.hidden_size), NH = size_t(config_.num_heads),
-               KV = size_t(config_.num_kv_heads * config_.head_size()), QKV = C + 2 * KV,
-               Fh = size_t(config_.ffn_hidden_size), FC = (config_.activation == Activation::swiglu ? 2 : 1) * Fh,
-               Vp = size_t(config_.padded_vocab_size), L = size_t(config_.num_layers);
+  const Dims d = dims(B, T);
+  const size_t N = size_t(d.N), C = size_t(d.C), NH = size_t(d.NH), CQ = size_t(d.CQ), QKV = size_t(d.QKV),
+               Fh = size_t(d.Fh), FC = size_t(d.FC), Vp = size_t(d.Vp), L = layers_.size();
   const int n = static_cast<int>(N);
   const size_t scratch = std::max({cuda::layernorm_backward_scratch(n, int(C)), cuda::rmsnorm_backward_scratch(n, int(C)),
                                    cuda::bias_backward_scratch(n, int(std::max({QKV, FC, C}))),
@@ -233,7 +248,7 @@ void GptCudaModel<X>::allocate_activations(int B, int T) {
       b.ln1_rstd = alias_all ? first.ln1_rstd : c.take<float>(N);
       b.qkv = alias_all ? first.qkv : c.take<X>(N * QKV);
       b.lse = alias_all ? first.lse : c.take<float>(size_t(B) * NH * T);
-      b.atty = alias_all ? first.atty : c.take<X>(N * C);
+      b.atty = alias_all ? first.atty : c.take<X>(N * CQ);
       b.mid = alias_all ? first.mid : c.take<X>(N * C);
       b.ln2 = alias_wide ? first.ln2 : c.take<X>(N * C);
       b.ln2_mean = alias_all ? first.ln2_mean : c.take<float>(N);
@@ -242,14 +257,16 @@ void GptCudaModel<X>::allocate_activations(int B, int T) {
       b.act = alias_wide ? first.act : c.take<X>(N * Fh);
       b.out = c.take<X>(N * C);
     }
-    a.lnf = c.take<X>(N * C);
-    a.lnf_mean = c.take<float>(N);
-    a.lnf_rstd = c.take<float>(N);
-    a.logits = c.take<X>(N * Vp);
+    if (stage_.last()) {
+      a.lnf = c.take<X>(N * C);
+      a.lnf_mean = c.take<float>(N);
+      a.lnf_rstd = c.take<float>(N);
+      a.logits = c.take<X>(N * Vp);
+    }
     a.dres = c.take<X>(N * C);
     a.dln = c.take<X>(N * C);
     a.dqkv = c.take<X>(N * QKV);
-    a.datty = c.take<X>(N * C);
+    a.datty = c.take<X>(N * CQ);
     a.dact = c.take<X>(N * Fh);
     a.dfc1 = gelu_in_place ? a.dact : c.take<X>(N * FC);
     a.branch = c.take<X>(N * C);
@@ -259,6 +276,10 @@ void GptCudaModel<X>::allocate_activations(int B, int T) {
     a.unique = c.take<int32_t>(N);
     a.starts = c.take<int32_t>(N + 1);
     a.positions = c.take<int32_t>(N);
+    if (tp_ && stage_.last()) {
+      a.partial = c.take<float>(3 * N);
+      a.partials = c.take<float>(3 * N * size_t(tp_->size()));
+    }
     return c.used();
   };
   a.store.reset();  // give the old block back first, so a larger batch can reuse its memory
@@ -299,18 +320,20 @@ void GptCudaModel<X>::prepare_batch(const int32_t* tokens, const int32_t* target
 // Called after the forward is queued, so the host sorts while the device runs the forward.
 template <typename X>
 void GptCudaModel<X>::stage_token_groups(const int32_t* tokens, int N) {
-  const cuda::TokenGroups tg = cuda::group_positions_by_token(tokens, N);
+  const Dims d = dims(N, 1);
+  const cuda::TokenGroups tg = cuda::group_positions_by_token(tokens, N, d.V0, d.Vp);
   const size_t U = tg.unique.size();
-  auto& slot = staging_->acquire(2 * U + 1 + size_t(N));
+  const size_t P = tg.positions.size();
+  auto& slot = staging_->acquire(2 * U + 1 + P);
   int32_t* p = slot.host;
   std::memcpy(p, tg.unique.data(), U * sizeof(int32_t));
   std::memcpy(p + U, tg.starts.data(), (U + 1) * sizeof(int32_t));
-  std::memcpy(p + 2 * U + 1, tg.positions.data(), N * sizeof(int32_t));
+  std::memcpy(p + 2 * U + 1, tg.positions.data(), P * sizeof(int32_t));
   upload(acts_->unique, p, U);
   upload(acts_->starts, p + U, U + 1);
-  upload(acts_->positions, p + 2 * U + 1, size_t(N));
+  upload(acts_->positions, p + 2 * U + 1, P);
   MEG_CUDA_CHECK(cudaEventRecord(slot.done, stream_));
-  groups_ = static_cast<int>(U);
+  acts_->groups = static_cast<int>(U);
 }
 
 template <typename X>
@@ -339,24 +362,32 @@ void GptCudaModel<X>::norm_backward(X* dinp, const X* dout, const X* inp, size_t
 }
 
 template <typename X>
+uint64_t GptCudaModel<X>::dropout_key(uint64_t site) const {
+  return cpu::dropout_stream({acts_->drop_seed, acts_->drop_step, acts_->drop_micro, site});
+}
+
+template <typename X>
 void GptCudaModel<X>::dropout(X* out, const X* inp, size_t n, double p, uint64_t site) {
-  const uint64_t key = cpu::dropout_stream({drop_seed_, drop_step_, drop_micro_, site});
+  const uint64_t key = dropout_key(site);
   cuda::dropout_apply(out, inp, n, p, key, stream_);
 }
 
 template <typename X>
 typename GptCudaModel<X>::Dims GptCudaModel<X>::dims(int B, int T) const {
+  const int tp = tp_size();
   Dims d;
   d.N = B * T;
   d.C = static_cast<int>(config_.hidden_size);
-  d.NH = static_cast<int>(config_.num_heads);
-  d.NKV = static_cast<int>(config_.num_kv_heads);
+  d.NH = static_cast<int>(config_.num_heads) / tp;
+  d.NKV = static_cast<int>(config_.num_kv_heads) / tp;
   d.HS = static_cast<int>(config_.head_size());
-  d.QKV = d.C + 2 * d.NKV * d.HS;
-  d.Fh = static_cast<int>(config_.ffn_hidden_size);
+  d.CQ = d.NH * d.HS;
+  d.QKV = d.CQ + 2 * d.NKV * d.HS;
+  d.Fh = static_cast<int>(config_.ffn_hidden_size) / tp;
   d.FC = (config_.activation == Activation::swiglu ? 2 : 1) * d.Fh;
-  d.V = static_cast<int>(config_.vocab_size);
-  d.Vp = static_cast<int>(config_.padded_vocab_size);
+  d.Vp = static_cast<int>(config_.padded_vocab_size) / tp;
+  d.V0 = tp_ ? d.Vp * tp_->rank() : 0;
+  d.V = std::clamp(static_cast<int>(config_.vocab_size) - d.V0, 0, d.Vp);
   d.NC = static_cast<size_t>(d.N) * static_cast<size_t>(d.C);
   return d;
 }
@@ -366,38 +397,73 @@ typename GptCudaModel<X>::Dims GptCudaModel<X>::dims(int B, int T) const {
 template <typename X>
 void GptCudaModel<X>::run_forward(int B, int T, float dloss) {
   Acts& a = *acts_;
-  const auto [N, C, NH, NKV, HS, QKV, Fh, FC, V, Vp, NC] = dims(B, T);
-  hidden_p_ = training_ ? config_.hidden_dropout : 0.0;
-  attn_p_ = training_ ? config_.attention_dropout : 0.0;
-  const double hp = hidden_p_;
+  const auto [N, C, NH, NKV, HS, CQ, QKV, Fh, FC, V, Vp, V0, NC] = dims(B, T);
+  // What the backward (perhaps after other micro-batches' forwards) must drop the same way.
+  a.hidden_p = training_ ? config_.hidden_dropout : 0.0;
+  a.attn_p = training_ ? config_.attention_dropout : 0.0;
+  a.drop_seed = drop_seed_;
+  a.drop_step = drop_step_;
+  a.drop_micro = drop_micro_;
+  const double hp = a.hidden_p;
 
-  cuda::embedding_forward(a.embedded, a.tokens, px(wte_), px(wpe_), B, T, C, stream_);
-  if (hp > 0) dropout(a.embedded, a.embedded, NC, hp, 0);
+  if (stage_.first()) {  // otherwise a.embedded holds the previous stage's output
+    const bool first_rank = !tp_ || tp_->rank() == 0;  // adds the position embedding, once
+    cuda::embedding_forward(a.embedded, a.tokens, px(wte_), first_rank ? px(wpe_) : nullptr, B, T, C, V0, Vp,
+                            stream_);
+    sum_over_tp(a.embedded, NC);
+    if (hp > 0) dropout(a.embedded, a.embedded, NC, hp, 0);
+  }
   const X* x = a.embedded;
   for (size_t l = 0; l < layers_.size(); ++l) {
     block_forward(l, x, B, T);
     x = a.blocks[l].out;
   }
+  if (!stage_.last()) return;  // the output is stage_output()
   norm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, x, lnf_w_, lnf_b_, N);
   gemm_.linear_forward(a.logits, a.lnf, px(out_w_), static_cast<const X*>(nullptr), N, C, Vp);
-  cuda::cross_entropy_fused(a.logits, a.losses, a.targets, N, V, Vp, dloss, stream_);
+  loss_forward(N, dloss);
+}
+
+// The losses of the logits and, when DLOSS is not 0, their gradient in place.
+template <typename X>
+void GptCudaModel<X>::loss_forward(int N, float dloss) {
+  Acts& a = *acts_;
+  const Dims d = dims(N, 1);
+  if (!tp_) {
+    cuda::cross_entropy_fused(a.logits, a.losses, a.targets, N, d.V, d.Vp, dloss, stream_);
+    return;
+  }
+  cuda::cross_entropy_partials(a.logits, a.partial, a.targets, N, d.V, d.Vp, d.V0, stream_);
+  tp_->all_gather(a.partials, a.partial, 3 * size_t(N), stream_);
+  cuda::cross_entropy_parallel(a.logits, a.losses, a.partials, tp_->size(), a.targets, N, d.V, d.Vp, d.V0, dloss,
+                               stream_);
+}
+
+template <typename X>
+void GptCudaModel<X>::sum_over_tp(X* data, size_t n) {
+  if (tp_) tp_->all_reduce_sum(data, n, stream_);
+}
+
+template <typename X>
+X* GptCudaModel<X>::row_parallel_bias(size_t b) const {
+  return !tp_ || tp_->rank() == 0 ? px(b) : nullptr;
 }
 
 // Block L on its input X, writing the block's activations and its output.
 template <typename X>
 void GptCudaModel<X>::block_forward(size_t l, const X* x, int B, int T) {
   Acts& a = *acts_;
-  const auto [N, C, NH, NKV, HS, QKV, Fh, FC, V, Vp, NC] = dims(B, T);
-  const double hp = hidden_p_;
+  const auto [N, C, NH, NKV, HS, CQ, QKV, Fh, FC, V, Vp, V0, NC] = dims(B, T);
+  const double hp = a.hidden_p;
   const Layer& w = layers_[l];
   auto& b = a.blocks[l];
-  const uint64_t site = 3 * static_cast<uint64_t>(l);
+  const uint64_t site = 3 * static_cast<uint64_t>(first_layer_ + l);  // the global block number
   norm_forward(b.ln1, b.ln1_mean, b.ln1_rstd, x, w.ln1_w, w.ln1_b, N);
   gemm_.linear_forward(b.qkv, b.ln1, px(w.qkv_w), px(w.qkv_b), N, C, QKV);
   if (config_.uses_rope()) cuda::rope_forward(b.qkv, rope_table_.get(), B, T, NH, NKV, HS, stream_);
-  cuda::attention_forward(b.atty, b.lse, b.qkv, B, T, NH, NKV, HS, stream_, attn_p_,
-                          cpu::dropout_stream({drop_seed_, drop_step_, drop_micro_, site + 1}));
-  gemm_.linear_forward(a.branch, b.atty, px(w.proj_w), px(w.proj_b), N, C, C);
+  cuda::attention_forward(b.atty, b.lse, b.qkv, B, T, NH, NKV, HS, stream_, a.attn_p, dropout_key(site + 1));
+  gemm_.linear_forward(a.branch, b.atty, px(w.proj_w), row_parallel_bias(w.proj_b), N, CQ, C);
+  sum_over_tp(a.branch, NC);
   if (hp > 0) dropout(a.branch, a.branch, NC, hp, site + 2);
   cuda::add(b.mid, x, a.branch, NC, stream_);
   norm_forward(b.ln2, b.ln2_mean, b.ln2_rstd, b.mid, w.ln2_w, w.ln2_b, N);
@@ -408,14 +474,15 @@ void GptCudaModel<X>::block_forward(size_t l, const X* x, int B, int T) {
     gemm_.linear_forward(b.fc1, b.ln2, px(w.fc1_w), px(w.fc1_b), N, C, FC);
     activation_forward(b.act, b.fc1, N);
   }
-  gemm_.linear_forward(a.branch, b.act, px(w.fc2_w), px(w.fc2_b), N, Fh, C);
+  gemm_.linear_forward(a.branch, b.act, px(w.fc2_w), row_parallel_bias(w.fc2_b), N, Fh, C);
+  sum_over_tp(a.branch, NC);
   if (hp > 0) dropout(a.branch, a.branch, NC, hp, site + 3);
   cuda::add(b.out, b.mid, a.branch, NC, stream_);
 }
 
 template <typename X>
 void GptCudaModel<X>::activation_forward(X* out, const X* inp, int N) {
-  const int Fh = int(config_.ffn_hidden_size);
+  const int Fh = dims(N, 1).Fh;
   if (config_.activation == Activation::swiglu)
     cuda::swiglu_forward(out, inp, N, Fh, stream_);
   else
@@ -435,19 +502,24 @@ void GptCudaModel<X>::weight_backward(size_t w, size_t b, const X* dout, const X
 template <typename X>
 void GptCudaModel<X>::run_backward(int B, int T) {
   Acts& a = *acts_;
-  const auto [N, C, NH, NKV, HS, QKV, Fh, FC, V, Vp, NC] = dims(B, T);
-  const double hp = hidden_p_;
+  const auto [N, C, NH, NKV, HS, CQ, QKV, Fh, FC, V, Vp, V0, NC] = dims(B, T);
+  const double hp = a.hidden_p;
   const int L = static_cast<int>(layers_.size());
 
-  // Output layer (for tied embeddings g(out_w_) is the embedding's gradient) and final norm.
-  gemm_.linear_backward_input(a.dln, a.logits, px(out_w_), N, C, Vp);
-  gemm_.linear_backward_weight(g(out_w_), a.logits, a.lnf, N, C, Vp);
-  MEG_CUDA_CHECK(cudaMemsetAsync(a.dres, 0, NC * sizeof(X), stream_));
-  const X* last = L > 0 ? a.blocks[L - 1].out : a.embedded;
-  norm_backward(a.dres, a.dln, last, lnf_w_, lnf_b_, a.lnf_mean, a.lnf_rstd, N);
-  // The final norm and (untied) output layer are done; a tied output layer's gradient is the
-  // embedding's, which the embedding backward finishes last.
-  if (grads_ready_) grads_ready_(lnf_w_);
+  // Output layer (for tied embeddings g(out_w_) is the embedding's gradient) and final norm; on
+  // the other stages a.dres holds the next stage's gradient (stage_output_grad()).
+  if (stage_.last()) {
+    gemm_.linear_backward_input(a.dln, a.logits, px(out_w_), N, C, Vp);
+    sum_over_tp(a.dln, NC);
+    gemm_.linear_backward_weight(g(out_w_), a.logits, a.lnf, N, C, Vp);
+    MEG_CUDA_CHECK(cudaMemsetAsync(a.dres, 0, NC * sizeof(X), stream_));
+    const X* last = L > 0 ? a.blocks[L - 1].out : a.embedded;
+    norm_backward(a.dres, a.dln, last, lnf_w_, lnf_b_, a.lnf_mean, a.lnf_rstd, N);
+    // The final norm and the untied output layer are done. A tied output layer's gradient is the
+    // word embedding's (or, on a later last stage, its copy's), first in the table: reported with
+    // the rest at the end.
+    if (grads_ready_) grads_ready_(lnf_w_);
+  }
 
   // a.dres holds the gradient of the residual stream, flowing down through the blocks; a branch
   // with hidden dropout takes it through the branch's mask (into a.branch).
@@ -455,7 +527,7 @@ void GptCudaModel<X>::run_backward(int B, int T) {
     const Layer& w = layers_[l];
     const auto& b = a.blocks[l];
     const X* x = l > 0 ? a.blocks[l - 1].out : a.embedded;
-    const uint64_t site = 3 * static_cast<uint64_t>(l);
+    const uint64_t site = 3 * static_cast<uint64_t>(first_layer_ + size_t(l));
     if (recompute_ == Recompute::full) {
       block_forward(size_t(l), x, B, T);
     } else if (recompute_ == Recompute::selective) {
@@ -479,47 +551,96 @@ void GptCudaModel<X>::run_backward(int B, int T) {
     }
     weight_backward(w.fc2_w, w.fc2_b, dbranch, b.act, N, Fh, C);
     gemm_.linear_backward_input(a.dln, a.dfc1, px(w.fc1_w), N, C, FC);
+    sum_over_tp(a.dln, NC);
     weight_backward(w.fc1_w, w.fc1_b, a.dfc1, b.ln2, N, C, FC);
     norm_backward(a.dres, a.dln, b.mid, w.ln2_w, w.ln2_b, b.ln2_mean, b.ln2_rstd, N);
     // Attention: mid = x + dropout(proj(attention(rope(qkv(norm1(x)))))).
     if (hp > 0) dropout(a.branch, a.dres, NC, hp, site + 2);
-    gemm_.linear_backward_input(a.datty, dbranch, px(w.proj_w), N, C, C);
-    weight_backward(w.proj_w, w.proj_b, dbranch, b.atty, N, C, C);
+    gemm_.linear_backward_input(a.datty, dbranch, px(w.proj_w), N, CQ, C);
+    weight_backward(w.proj_w, w.proj_b, dbranch, b.atty, N, CQ, C);
     cuda::attention_backward(a.dqkv, a.datty, b.qkv, b.atty, b.lse, B, T, NH, NKV, HS, a.scratch, stream_,
-                             attn_p_, cpu::dropout_stream({drop_seed_, drop_step_, drop_micro_, site + 1}));
+                             a.attn_p, dropout_key(site + 1));
     if (config_.uses_rope()) cuda::rope_backward(a.dqkv, rope_table_.get(), B, T, NH, NKV, HS, stream_);
     gemm_.linear_backward_input(a.dln, a.dqkv, px(w.qkv_w), N, C, QKV);
+    sum_over_tp(a.dln, NC);
     weight_backward(w.qkv_w, w.qkv_b, a.dqkv, b.ln1, N, C, QKV);
     norm_backward(a.dres, a.dln, x, w.ln1_w, w.ln1_b, b.ln1_mean, b.ln1_rstd, N);
     if (grads_ready_) grads_ready_(w.ln1_w);  // the block's first tensor: all of the block is done
   }
-  if (hp > 0) dropout(a.dres, a.dres, NC, hp, 0);
-  cuda::embedding_backward(g(wte_), g(wpe_), a.dres, a.unique, a.starts, a.positions, groups_, B, T, C, stream_);
+  if (stage_.first()) {  // otherwise a.dres is stage_input_grad()
+    if (hp > 0) dropout(a.dres, a.dres, NC, hp, 0);
+    cuda::embedding_backward(g(wte_), g(wpe_), a.dres, a.unique, a.starts, a.positions, a.groups, B, T, C, stream_);
+  }
   if (grads_ready_) grads_ready_(0);
 }
 
 template <typename X>
 void GptCudaModel<X>::forward_backward(const int32_t* tokens, const int32_t* targets, int B, int T,
                                        float dloss_scale) {
-  if (!targets) throw std::invalid_argument("GptCudaModel::forward_backward needs targets");
+  forward_stage(0, tokens, targets, B, T, dloss_scale);
+  backward_stage(0);
+}
+
+template <typename X>
+void GptCudaModel<X>::use_slot(int slot) {
+  while (slots_.size() <= size_t(slot)) slots_.push_back(std::make_unique<Acts>());
+  acts_ = slots_[size_t(slot)].get();
+}
+
+template <typename X>
+void GptCudaModel<X>::forward_stage(int slot, const int32_t* tokens, const int32_t* targets, int B, int T,
+                                    float dloss_scale) {
+  if (!targets) throw std::invalid_argument("GptCudaModel::forward_stage needs targets");
+  use_slot(slot);
   prepare_batch(tokens, targets, B, T);
   const int N = B * T;
-  int count = 0;
-  for (int i = 0; i < N; ++i) count += targets[i] != -1;
-  // Each micro-batch writes its losses to its own buffer, read back together by take_loss().
-  auto& pending = staging_->losses;
-  const size_t k = static_cast<size_t>(losses_pending_);
-  if (pending.size() <= k || pending[k].size() < size_t(N)) {
-    if (pending.size() <= k) pending.resize(k + 1);
-    pending[k] = cuda::DeviceArray<float>(alloc_, size_t(N));
+  float dloss = 0;
+  if (stage_.last()) {
+    int count = 0;
+    for (int i = 0; i < N; ++i) count += targets[i] != -1;
+    // Each micro-batch writes its losses to its own buffer, read back together by take_loss().
+    auto& pending = staging_->losses;
+    const size_t k = static_cast<size_t>(losses_pending_);
+    if (pending.size() <= k || pending[k].size() < size_t(N)) {
+      if (pending.size() <= k) pending.resize(k + 1);
+      pending[k] = cuda::DeviceArray<float>(alloc_, size_t(N));
+    }
+    acts_->losses = pending[k].get();
+    dloss = count > 0 ? dloss_scale / static_cast<float>(count) : 0.0f;
+    pending_counts_.push_back(count);
+    ++losses_pending_;
   }
-  acts_->losses = pending[k].get();
-  const float dloss = count > 0 ? dloss_scale / static_cast<float>(count) : 0.0f;
   run_forward(B, T, dloss);
-  stage_token_groups(tokens, N);
-  run_backward(B, T);
-  pending_counts_.push_back(count);
-  ++losses_pending_;
+  if (stage_.first()) stage_token_groups(tokens, N);
+}
+
+template <typename X>
+void GptCudaModel<X>::backward_stage(int slot) {
+  use_slot(slot);
+  run_backward(acts_->B, acts_->T);
+}
+
+template <typename X>
+X* GptCudaModel<X>::stage_input(int slot, int B, int T) {
+  use_slot(slot);
+  allocate_activations(B, T);
+  return acts_->embedded;
+}
+
+template <typename X>
+const X* GptCudaModel<X>::stage_output(int slot) const {
+  const Acts& a = *slots_.at(size_t(slot));
+  return a.blocks.empty() ? a.embedded : a.blocks.back().out;
+}
+
+template <typename X>
+X* GptCudaModel<X>::stage_output_grad(int slot) {
+  return slots_.at(size_t(slot))->dres;
+}
+
+template <typename X>
+const X* GptCudaModel<X>::stage_input_grad(int slot) const {
+  return slots_.at(size_t(slot))->dres;
 }
 
 template <typename X>
@@ -541,8 +662,14 @@ double GptCudaModel<X>::take_loss() {
 
 template <typename X>
 double GptCudaModel<X>::forward(const int32_t* tokens, const int32_t* targets, int B, int T) {
+  use_slot(0);
   prepare_batch(tokens, targets, B, T);
   const int N = B * T;
+  if (!stage_.last()) {
+    run_forward(B, T, 0.0f);
+    MEG_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return 0.0;
+  }
   cuda::DeviceArray<float> losses(alloc_, size_t(N));
   acts_->losses = losses.get();
   run_forward(B, T, 0.0f);
@@ -562,7 +689,7 @@ double GptCudaModel<X>::forward(const int32_t* tokens, const int32_t* targets, i
 template <typename X>
 std::vector<float> GptCudaModel<X>::logits() const {
   const Acts& a = *acts_;
-  const size_t n = size_t(a.B) * a.T * size_t(config_.padded_vocab_size);
+  const size_t n = size_t(a.B) * a.T * size_t(dims(a.B, a.T).Vp);
   std::vector<X> raw(n);
   MEG_CUDA_CHECK(cudaMemcpyAsync(raw.data(), a.logits, n * sizeof(X), cudaMemcpyDeviceToHost, stream_));
   MEG_CUDA_CHECK(cudaStreamSynchronize(stream_));

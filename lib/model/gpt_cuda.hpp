@@ -34,6 +34,24 @@
 // Dropout, hidden and attention, uses the same counter-based masks as the CPU's, with the same
 // keys, so both paths drop the same elements; the flash attention kernels hash their mask elements
 // as they go instead of storing them.
+//
+// Tensor parallelism (a TP communicator of more than one rank) splits the model as the CPU model
+// does (gpt.hpp, model/tensor_parallel.hpp): the model holds its rank's shard (the table of
+// gpt_parameter_table(config, tp)); the column-parallel products (QKV, fc1) run on the rank's
+// heads and MLP columns and their input gradients are all-reduced; the row-parallel ones (proj,
+// fc2) all-reduce their partial outputs, the replicated bias added by rank 0's product only; the
+// embedding and the output layer split the vocabulary: each rank looks up its rows (zero for
+// the others; rank 0 adds the position embedding) and the lookups are all-reduced, and the
+// cross-entropy combines the ranks' (max, sum, target logit) partials, all-gathered. The
+// all-reduces run in X on the model's stream (as Megatron's, in bf16). Replicated tensors'
+// gradients come out the same on every rank.
+//
+// A pipeline stage (model/pipeline.hpp) holds its blocks, and the embeddings on the first stage,
+// the final norm and output layer on the last (with tied embeddings the last stage's own copy of
+// the word embedding). It keeps the activations of several micro-batches in flight, one
+// activation slot each (allocated at first use, then kept): forward_stage() and backward_stage()
+// run one slot's forward and backward, the caller moving activations and their gradients between
+// the stages through the slots' buffers (stage_input() ... stage_input_grad()).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -51,6 +69,7 @@
 #include "model/gpt.hpp"
 #include "ops/cuda/device_memory.hpp"
 #include "ops/cuda/gemm.hpp"
+#include "parallel/nccl_comm.hpp"
 
 namespace meg {
 
@@ -60,17 +79,21 @@ Recompute parse_recompute(const std::string& name);  // InputError on an unknown
 template <typename X>
 class GptCudaModel {
  public:
-  // Validates CONFIG and allocates parameters (zero) and gradients on the current device. The flat
-  // arrays are padded with zeros up to a multiple of PAD_MULTIPLE (the distributed optimizer's
-  // replica count, so that they cut into equal shards).
+  // Validates CONFIG (InputError on a bad one, or on one that does not split over TP's ranks) and
+  // allocates parameters (zero) and gradients on the current device. The flat arrays are padded
+  // with zeros up to a multiple of PAD_MULTIPLE (the distributed optimizer's replica count, so
+  // that they cut into equal shards). TP null or of one rank: the whole model.
   GptCudaModel(const ModelConfig& config, cuda::DeviceAllocator& alloc, cudaStream_t stream,
-               size_t pad_multiple = 1);
+               size_t pad_multiple = 1, NcclComm* tp = nullptr, PipelineStage stage = {});
   ~GptCudaModel();
   GptCudaModel(const GptCudaModel&) = delete;
   GptCudaModel& operator=(const GptCudaModel&) = delete;
 
   const ModelConfig& config() const { return config_; }
+  // This rank's table: the whole model's, or its tensor-parallel shard's.
   const std::vector<ParamTensor>& tensors() const { return tensors_; }
+  int tp_size() const { return tp_ ? tp_->size() : 1; }
+  const PipelineStage& stage() const { return stage_; }
   size_t num_parameters() const { return num_params_; }
   size_t padded_parameters() const { return padded_params_; }
   cudaStream_t stream() const { return stream_; }
@@ -81,7 +104,7 @@ class GptCudaModel {
   X* params_x() { return params_x_; }
   float* grads() { return grads_.get(); }
 
-  // Host transfers of the whole flat arrays (num_parameters() floats). set_params also refreshes
+  // Host transfers of this rank's flat arrays (num_parameters() floats). set_params also refreshes
   // the compute copy. All wait for the device.
   void set_params(const float* host);
   void get_params(float* host) const;
@@ -114,13 +137,30 @@ class GptCudaModel {
   // average over a step, times the loss scale for fp16). Returns without waiting for the device.
   void forward_backward(const int32_t* tokens, const int32_t* targets, int B, int T, float dloss_scale);
 
-  // The sum of the mean losses of the micro-batches since the last call (waits for the device).
+  // The sum of the mean losses of the micro-batches since the last call (waits for the device; 0
+  // but on the last stage).
   double take_loss();
 
-  // Forward only, with the loss when TARGETS is given (0 otherwise); waits for the device.
+  // Forward only, with the loss when TARGETS is given (0 otherwise, and on all but the last
+  // stage, whose input is stage_input(0, B, T) and output stage_output(0)); waits for the device.
   double forward(const int32_t* tokens, const int32_t* targets, int B, int T);
 
-  // The logits [B*T, Vp] of the last forward() (as floats), for tests.
+  // Pipeline stages: forward_backward() in two halves, on activation slot SLOT. forward_stage
+  // runs the stage's forward: from TOKENS on the first stage, from stage_input(SLOT, B, T) (filled
+  // by the caller with the previous stage's output) on the others; on the last stage it ends with
+  // the loss and its gradient (DLOSS_SCALE as for forward_backward), elsewhere with the output in
+  // stage_output(SLOT). backward_stage runs that forward's backward: on the last stage from the
+  // loss, elsewhere from stage_output_grad(SLOT) (filled by the caller with the next stage's
+  // input gradient); on all but the first stage it leaves the gradient of the stage's input in
+  // stage_input_grad(SLOT). Both only queue work on the stream. Stage buffers hold B*T*C values.
+  void forward_stage(int slot, const int32_t* tokens, const int32_t* targets, int B, int T, float dloss_scale);
+  void backward_stage(int slot);
+  X* stage_input(int slot, int B, int T);
+  const X* stage_output(int slot) const;
+  X* stage_output_grad(int slot);
+  const X* stage_input_grad(int slot) const;
+
+  // The logits [B*T, Vp] of the last forward() (as floats; this rank's columns), for tests.
   std::vector<float> logits() const;
 
   // Bytes of device memory in use by this model's allocator, and the peak since the start.
@@ -132,8 +172,10 @@ class GptCudaModel {
   struct Acts;
   struct Staging;
   // The shapes of one forward/backward of a B x T batch, as the ops take them.
+  // With tensor parallelism NH, NKV, CQ, QKV, Fh, FC and Vp are this rank's, V its real
+  // vocabulary columns and V0 the first of them.
   struct Dims {
-    int N, C, NH, NKV, HS, QKV, Fh, FC, V, Vp;
+    int N, C, NH, NKV, HS, CQ, QKV, Fh, FC, V, Vp, V0;
     size_t NC;  // N * C, the size of the residual stream
   };
   Dims dims(int B, int T) const;
@@ -150,11 +192,21 @@ class GptCudaModel {
   void norm_forward(X* out, float* mean, float* rstd, const X* inp, size_t w, size_t b, int N);
   void norm_backward(X* dinp, const X* dout, const X* inp, size_t w, size_t b, const float* mean,
                      const float* rstd, int N);
+  void use_slot(int slot);  // the activations of the following calls
+  uint64_t dropout_key(uint64_t site) const;  // of the current slot's forward
   void dropout(X* out, const X* inp, size_t n, double p, uint64_t site);
+  // Tensor parallelism: the sum over the group, in place (nothing with one rank); a row-parallel
+  // bias (added by one rank only, so that the sum has it once).
+  void sum_over_tp(X* data, size_t n);
+  X* row_parallel_bias(size_t b) const;
+  void loss_forward(int N, float dloss);
   X* px(size_t offset) const;
   float* g(size_t offset) const;
 
   ModelConfig config_;
+  NcclComm* tp_ = nullptr;
+  PipelineStage stage_;
+  size_t first_layer_ = 0;  // the global number of the stage's first block
   std::vector<ParamTensor> tensors_;
   size_t num_params_ = 0, padded_params_ = 0;
   cuda::DeviceAllocator& alloc_;
@@ -168,7 +220,8 @@ class GptCudaModel {
   std::vector<Layer> layers_;
   cuda::DeviceArray<float> rope_table_;
 
-  std::unique_ptr<Acts> acts_;
+  std::vector<std::unique_ptr<Acts>> slots_;
+  Acts* acts_ = nullptr;  // the current slot
   std::unique_ptr<Staging> staging_;
 
   uint64_t drop_seed_ = 0, drop_step_ = 0, drop_micro_ = 0;
@@ -176,9 +229,6 @@ class GptCudaModel {
   Recompute recompute_ = Recompute::none;
   bool fused_ = true;
   std::function<void(size_t)> grads_ready_;
-  double hidden_p_ = 0;  // of the last forward
-  double attn_p_ = 0;    // of the last forward
-  int groups_ = 0;       // distinct tokens of the last batch
   int losses_pending_ = 0;
   std::vector<int> pending_counts_;
 };

@@ -22,4 +22,9 @@ struct ParamTensor {
   ParamInit init = ParamInit::normal;
 };
 
+// The length of the flat array laid out by TABLE (offsets contiguous from 0).
+inline size_t table_size(const std::vector<ParamTensor>& table) {
+  return table.empty() ? 0 : table.back().offset + table.back().numel;
+}
+
 }  // namespace meg

@@ -6,10 +6,20 @@
 
 namespace meg {
 
-void check_pipeline_parallel(const ModelConfig& config, int stages) {
+void check_pipeline_parallel(const ModelConfig& config, int stages, int virtual_stages) {
   if (stages < 1) input_error("--pp {} must be at least 1", stages);
-  if (config.num_layers % stages != 0)
+  if (virtual_stages < 1) input_error("--virtual-stages {} must be at least 1", virtual_stages);
+  if (config.num_layers % (int64_t(stages) * virtual_stages) == 0) return;
+  if (virtual_stages == 1)
     input_error("--pp {}: the model's {} blocks do not divide over {} stages", stages, config.num_layers, stages);
+  input_error("--pp {} --virtual-stages {}: the model's {} blocks do not divide over {} x {} virtual stages", stages,
+              virtual_stages, config.num_layers, stages, virtual_stages);
+}
+
+std::vector<PipelineStage> rank_chunks(int rank, int stages, int chunks) {
+  std::vector<PipelineStage> out;
+  for (int v = 0; v < chunks; ++v) out.push_back({v * stages + rank, stages * chunks});
+  return out;
 }
 
 std::pair<int64_t, int64_t> stage_layers(const ModelConfig& config, const PipelineStage& stage) {
@@ -39,6 +49,19 @@ std::vector<ParamTensor> stage_table(const ModelConfig& config, const PipelineSt
     out.back().offset = offset;
     offset += t.numel;
   }
+  return out;
+}
+
+std::vector<ParamTensor> chunks_table(const ModelConfig& config, const std::vector<PipelineStage>& chunks,
+                                      const std::vector<ParamTensor>& table) {
+  std::vector<ParamTensor> out;
+  size_t offset = 0;
+  for (const auto& chunk : chunks)
+    for (auto t : stage_table(config, chunk, table)) {
+      t.offset = offset;
+      offset += t.numel;
+      out.push_back(std::move(t));
+    }
   return out;
 }
 

@@ -3,11 +3,17 @@
 // embeddings the last stage keeps its own copy of the word embeddings for the output layer, and the
 // two copies' gradients are summed between the first and last stages (Megatron's embedding group),
 // so they stay equal.
+//
+// With virtual stages (the interleaved schedule, train/pipeline_schedule.hpp) the model is cut into
+// S V stages and pipeline rank s holds V of them, its model chunks: chunk v is virtual stage
+// v S + s (Megatron's assignment), so a micro-batch passes through every rank V times. A rank's
+// parameters are its chunks' tensors, chunk after chunk, in one flat array (chunks_table).
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -23,8 +29,12 @@ struct PipelineStage {
   bool last() const { return stage == stages - 1; }
 };
 
-// InputError unless CONFIG's blocks divide over STAGES.
-void check_pipeline_parallel(const ModelConfig& config, int stages);
+// InputError unless CONFIG's blocks divide over STAGES ranks of VIRTUAL_STAGES chunks each.
+void check_pipeline_parallel(const ModelConfig& config, int stages, int virtual_stages = 1);
+
+// The model chunks of pipeline rank RANK of STAGES, CHUNKS of them (virtual stages v STAGES + RANK
+// of STAGES CHUNKS); with one chunk, the rank's stage.
+std::vector<PipelineStage> rank_chunks(int rank, int stages, int chunks);
 
 // The blocks [begin, end) of STAGE.
 std::pair<int64_t, int64_t> stage_layers(const ModelConfig& config, const PipelineStage& stage);
@@ -37,16 +47,21 @@ bool stage_holds(const ModelConfig& config, const PipelineStage& stage, const st
 std::vector<ParamTensor> stage_table(const ModelConfig& config, const PipelineStage& stage,
                                      const std::vector<ParamTensor>& table);
 
-// Copies the tensors of STAGE_TABLE (a subsequence of TABLE, by name) between an array laid out by
-// TABLE and one laid out by STAGE_TABLE: FROM_TABLE chooses the direction.
+// TABLE cut to the tensors of CHUNKS (a rank's, rank_chunks()), each chunk's as stage_table() has
+// them, chunk after chunk, offsets contiguous from 0: the layout of the rank's flat arrays.
+std::vector<ParamTensor> chunks_table(const ModelConfig& config, const std::vector<PipelineStage>& chunks,
+                                      const std::vector<ParamTensor>& table);
+
+// Copies the tensors of PART_TABLE (some of TABLE's, by name, in any order) between an array laid
+// out by TABLE and one laid out by PART_TABLE: FROM_TABLE chooses the direction.
 template <typename F>
-void copy_stage(const std::vector<ParamTensor>& table, const std::vector<ParamTensor>& stage_table, F* table_array,
-                F* stage_array, bool from_table) {
-  size_t k = 0;
-  for (const auto& t : table) {
-    if (k == stage_table.size() || stage_table[k].name != t.name) continue;
-    F* a = table_array + t.offset;
-    F* b = stage_array + stage_table[k++].offset;
+void copy_stage(const std::vector<ParamTensor>& table, const std::vector<ParamTensor>& part_table, F* table_array,
+                F* part_array, bool from_table) {
+  std::unordered_map<std::string, size_t> offset;
+  for (const auto& t : table) offset.emplace(t.name, t.offset);
+  for (const auto& t : part_table) {
+    F* a = table_array + offset.at(t.name);
+    F* b = part_array + t.offset;
     if (from_table) std::copy_n(a, t.numel, b);
     else std::copy_n(b, t.numel, a);
   }

@@ -15,34 +15,6 @@ bool ends_with(const std::string& s, const char* tail) {
   return s.size() >= n && s.compare(s.size() - n, n, tail) == 0;
 }
 
-// Calls RUN(full_index, local_index, length) for the contiguous runs that make up rank R's slice
-// of the full tensor T (indices into the tensor's full and local elements). A tensor is a
-// [rows, cols] matrix (a vector is [n, 1]); the split axis holds the parts back to back, and rank R
-// owns the R-th T-th of each part.
-template <typename Run>
-void for_each_run(const ParamTensor& t, const TpSplitOf& how, int tp, int rank, Run run) {
-  if (how.split == TpSplit::replicated) {
-    run(size_t(0), size_t(0), t.numel);
-    return;
-  }
-  const int64_t rows = t.shape[0];
-  const int64_t cols = t.shape.size() > 1 ? t.shape[1] : 1;
-  const int64_t local_cols = how.split == TpSplit::columns ? cols / tp : cols;
-  int64_t part_start = 0, local_start = 0;  // along the split axis, in the full and local tensor
-  for (const int64_t part : how.parts) {
-    const int64_t piece = part / tp;
-    const int64_t from = part_start + piece * rank;
-    if (how.split == TpSplit::rows) {
-      run(size_t(from * cols), size_t(local_start * cols), size_t(piece * cols));
-    } else {
-      for (int64_t r = 0; r < rows; ++r)
-        run(size_t(r * cols + from), size_t(r * local_cols + local_start), size_t(piece));
-    }
-    part_start += part;
-    local_start += piece;
-  }
-}
-
 }  // namespace
 
 void check_tensor_parallel(const ModelConfig& c, int tp) {
@@ -92,8 +64,8 @@ void shard_parameters(const ModelConfig& config, int tp, int rank, const F* full
   for (size_t i = 0; i < full_table.size(); ++i) {
     const F* f = full + full_table[i].offset;
     F* l = local + local_table[i].offset;
-    for_each_run(full_table[i], tp_split_of(config, full_table[i]), tp, rank,
-                 [&](size_t fi, size_t li, size_t n) { std::copy(f + fi, f + fi + n, l + li); });
+    for_each_shard_run(config, full_table[i], tp, rank,
+                       [&](size_t fi, size_t li, size_t n) { std::copy(f + fi, f + fi + n, l + li); });
   }
 }
 
@@ -105,8 +77,8 @@ void unshard_parameters(const ModelConfig& config, int tp, const std::vector<con
     for (size_t i = 0; i < full_table.size(); ++i) {
       const F* l = locals[static_cast<size_t>(rank)] + local_table[i].offset;
       F* f = full + full_table[i].offset;
-      for_each_run(full_table[i], tp_split_of(config, full_table[i]), tp, rank,
-                   [&](size_t fi, size_t li, size_t n) { std::copy(l + li, l + li + n, f + fi); });
+      for_each_shard_run(config, full_table[i], tp, rank,
+                         [&](size_t fi, size_t li, size_t n) { std::copy(l + li, l + li + n, f + fi); });
     }
 }
 

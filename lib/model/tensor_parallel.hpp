@@ -12,8 +12,8 @@
 //     parallel), which is why the vocabulary pads to a multiple of 128 * T;
 //   - norms and position embeddings are replicated.
 // A rank's table has the full table's names and order with the local shapes, its offsets contiguous
-// from 0. Every rank starts from the same full initialisation, sliced (Megatron's CPU
-// initialisation), so a run gives the same model whatever T is.
+// from 0. Every rank's initialisation is its slice of the full model's (model/init.hpp generates the
+// slice directly), so a run gives the same model whatever T is.
 #pragma once
 
 #include <cstddef>
@@ -42,6 +42,37 @@ TpSplitOf tp_split_of(const ModelConfig& config, const ParamTensor& t);
 
 // The table of one rank's shard (the same for every rank).
 std::vector<ParamTensor> gpt_parameter_table(const ModelConfig& config, int tp);
+
+// Where rank RANK's shard of the full tensor FULL (of CONFIG's table) comes from: calls
+// RUN(full_index, local_index, length) for each contiguous run of the shard, indices counting the
+// tensor's elements in the full and the local layout. A tensor is a [rows, cols] matrix (a vector
+// [n, 1]); the split axis holds the parts back to back, and the rank owns the RANK-th TP-th of each
+// part. The one definition of the split, which the copies below and the initialisation
+// (model/init.hpp) share.
+template <typename Run>
+void for_each_shard_run(const ModelConfig& config, const ParamTensor& full, int tp, int rank, Run run) {
+  const TpSplitOf how = tp_split_of(config, full);
+  if (how.split == TpSplit::replicated) {
+    run(size_t(0), size_t(0), full.numel);
+    return;
+  }
+  const int64_t rows = full.shape[0];
+  const int64_t cols = full.shape.size() > 1 ? full.shape[1] : 1;
+  const int64_t local_cols = how.split == TpSplit::columns ? cols / tp : cols;
+  int64_t part_start = 0, local_start = 0;  // along the split axis, in the full and local tensor
+  for (const int64_t part : how.parts) {
+    const int64_t piece = part / tp;
+    const int64_t from = part_start + piece * rank;
+    if (how.split == TpSplit::rows) {
+      run(size_t(from * cols), size_t(local_start * cols), size_t(piece * cols));
+    } else {
+      for (int64_t r = 0; r < rows; ++r)
+        run(size_t(r * cols + from), size_t(r * local_cols + local_start), size_t(piece));
+    }
+    part_start += part;
+    local_start += piece;
+  }
+}
 
 // Rank RANK's shard (its table's layout) of the full flat array FULL (float or double).
 template <typename F>

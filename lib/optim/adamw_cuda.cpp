@@ -22,7 +22,7 @@ CudaAdamW::CudaAdamW(const std::vector<ParamTensor>& tensors, const AdamWOptions
 
 CudaAdamW::CudaAdamW(const std::vector<ParamGroup>& groups, size_t n, const AdamWOptions& options,
                      cuda::DeviceAllocator& alloc, cudaStream_t stream)
-    : options_(options), n_(n), stream_(stream) {
+    : options_(options), n_(n), stream_(stream), alloc_(alloc) {
   m_ = cuda::DeviceArray<float>(alloc, n_);
   v_ = cuda::DeviceArray<float>(alloc, n_);
   MEG_CUDA_CHECK(cudaMemsetAsync(m_.get(), 0, m_.bytes(), stream_));
@@ -38,15 +38,19 @@ CudaAdamW::CudaAdamW(const std::vector<ParamGroup>& groups, size_t n, const Adam
   norm_scratch_ = cuda::DeviceArray<double>(alloc, cuda::sum_squares_scratch(n_));
 }
 
-double CudaAdamW::grad_sum_squares(const float* grads, size_t n) {
-  cuda::sum_squares(norm_.get(), grads, n, norm_scratch_.get(), stream_);
-  double sum = 0;
-  MEG_CUDA_CHECK(cudaMemcpyAsync(&sum, norm_.get(), sizeof(double), cudaMemcpyDeviceToHost, stream_));
+std::vector<double> CudaAdamW::grad_sum_squares(const float* grads, const std::vector<GradRange>& ranges) {
+  std::vector<double> sums(ranges.size(), 0.0);
+  if (ranges.empty()) return sums;
+  if (norm_.size() < ranges.size()) norm_ = cuda::DeviceArray<double>(alloc_, ranges.size());
+  // The ranges run one after the other on the stream, so they can share the scratch.
+  for (size_t k = 0; k < ranges.size(); ++k)
+    cuda::sum_squares(norm_.get() + k, grads + ranges[k].begin, ranges[k].end - ranges[k].begin, norm_scratch_.get(),
+                      stream_);
+  MEG_CUDA_CHECK(cudaMemcpyAsync(sums.data(), norm_.get(), sums.size() * sizeof(double), cudaMemcpyDeviceToHost,
+                                 stream_));
   MEG_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  return sum;
+  return sums;
 }
-
-double CudaAdamW::grad_norm(const float* grads, size_t n) { return std::sqrt(grad_sum_squares(grads, n)); }
 
 template <typename X>
 void CudaAdamW::step(float* params, X* params_x, const float* grads, double lr, double grad_scale) {

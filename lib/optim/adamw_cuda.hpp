@@ -18,6 +18,7 @@
 #include "ops/cuda/device_memory.hpp"
 #include "ops/cuda/ops.hpp"
 #include "optim/adamw.hpp"
+#include "train/grad_norm.hpp"
 
 namespace meg {
 
@@ -30,10 +31,10 @@ class CudaAdamW {
   CudaAdamW(const std::vector<ParamGroup>& groups, size_t n, const AdamWOptions& options,
             cuda::DeviceAllocator& alloc, cudaStream_t stream);
 
-  // The global L2 norm of the n gradients (waits for the device). Non-finite when any is.
-  double grad_norm(const float* grads, size_t n);
-  // The sum of squares behind it (for a norm over several shards).
-  double grad_sum_squares(const float* grads, size_t n);
+  // The sum of the squares of GRADS over each of RANGES (offsets into GRADS), for the global
+  // gradient norm (train/grad_norm.hpp): one reduction per range, one wait for the device.
+  // Non-finite where any gradient is.
+  std::vector<double> grad_sum_squares(const float* grads, const std::vector<GradRange>& ranges);
 
   // One step at learning rate LR, the gradients multiplied by GRAD_SCALE first; refreshes
   // PARAMS_X (the compute copy; null when the master is the compute copy).
@@ -54,7 +55,8 @@ class CudaAdamW {
   cuda::DeviceArray<float> m_, v_;
   cuda::DeviceArray<cuda::AdamWSegment> segments_;
   int num_segments_ = 0;
-  cuda::DeviceArray<double> norm_;
+  cuda::DeviceAllocator& alloc_;
+  cuda::DeviceArray<double> norm_;  // one sum per range
   cuda::DeviceArray<double> norm_scratch_;
   int64_t step_ = 0;
 };

@@ -23,8 +23,8 @@ constexpr size_t kChunkBytes = size_t{1} << 22;
 
 World* g_world = nullptr;
 
-// MPI_Comm is a pointer in Open MPI and an int in MPICH; both fit an intptr_t, and neither is 0
-// for a real communicator, so 0 means "no MPI" (a world of one).
+// MPI_Comm (and MPI_Request) is a pointer in Open MPI and an int in MPICH; both fit an intptr_t,
+// and neither is 0 for a real communicator, so 0 means "no MPI" (a world of one).
 template <typename C = MPI_Comm>
 intptr_t to_handle(C c) {
   if constexpr (std::is_pointer_v<C>) return reinterpret_cast<intptr_t>(c);
@@ -238,6 +238,39 @@ void Comm::send_recv(const float* send, size_t send_n, int dest, int send_tag, f
           name_, "MPI_Isend");
   }
   check(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE), name_, "MPI_Waitall");
+}
+
+CommRequest Comm::isend(const float* data, size_t n, int dest, int tag) {
+  if (dest < 0 || dest >= size_ || dest == rank_)
+    throw std::invalid_argument(fmt::format("isend on the {} group: member {} of {} cannot send to {}", name_, rank_,
+                                            size_, dest));
+  CommRequest request;
+  for (size_t off = 0; off < n; off += kChunk<float>) {
+    MPI_Request r;
+    check(MPI_Isend(data + off, static_cast<int>(std::min(kChunk<float>, n - off)), MPI_FLOAT, dest, tag,
+                    to_comm(handle_), &r),
+          name_, "MPI_Isend");
+    request.pending_.push_back(to_handle(r));
+  }
+  return request;
+}
+
+bool Comm::done(CommRequest& request) {
+  while (!request.pending_.empty()) {
+    MPI_Request r = to_comm<MPI_Request>(request.pending_.back());
+    int complete = 0;
+    check(MPI_Test(&r, &complete, MPI_STATUS_IGNORE), name_, "MPI_Test");
+    if (!complete) return false;
+    request.pending_.pop_back();
+  }
+  return true;
+}
+
+void Comm::wait(CommRequest& request) {
+  std::vector<MPI_Request> requests;
+  for (const intptr_t r : request.pending_) requests.push_back(to_comm<MPI_Request>(r));
+  check(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE), name_, "MPI_Waitall");
+  request.pending_.clear();
 }
 
 void Comm::barrier() {

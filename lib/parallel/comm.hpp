@@ -23,6 +23,19 @@
 
 namespace meg {
 
+// A send under way (Comm::isend): move-only; its buffer must stay unchanged until Comm::done()
+// has said so or Comm::wait() has returned.
+class CommRequest {
+ public:
+  CommRequest() = default;
+  CommRequest(CommRequest&&) = default;
+  CommRequest& operator=(CommRequest&&) = default;
+
+ private:
+  friend class Comm;
+  std::vector<intptr_t> pending_;  // MPI requests (cast like Comm::handle()), one per chunk
+};
+
 class Comm {
  public:
   ~Comm();
@@ -54,6 +67,12 @@ class Comm {
   // on while taking gradients back): never blocked by the peer doing the same.
   void send_recv(const float* send, size_t send_n, int dest, int send_tag, float* recv, size_t recv_n, int source,
                  int recv_tag);
+  // Starts sending DATA[n] to DEST and returns at once (a pipeline stage sending on without
+  // waiting for the peer to take it): DATA must stay valid and unchanged until the request is done.
+  [[nodiscard]] CommRequest isend(const float* data, size_t n, int dest, int tag = 0);
+  // Whether REQUEST's send is complete, without blocking; wait() blocks until it is.
+  bool done(CommRequest& request);
+  void wait(CommRequest& request);
   void barrier();
 
   // The MPI communicator (an MPI_Comm cast to a pointer-sized integer), or 0 in a world of one.

@@ -12,10 +12,13 @@
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "parallel/comm.hpp"
 
@@ -35,26 +38,32 @@ class NcclComm {
   int size() const { return size_; }
   const std::string& name() const { return name_; }
 
+  // The collectives and transfers below take T = float, __nv_bfloat16 or __half.
+
   // In place: the element-wise sum over the members, the same bits on every member.
-  void all_reduce_sum(float* data, size_t n, cudaStream_t stream);
-  void all_reduce_sum(__nv_bfloat16* data, size_t n, cudaStream_t stream);
+  template <typename T>
+  void all_reduce_sum(T* data, size_t n, cudaStream_t stream);
   // SEND holds size() * n values; member r receives in RECV[n] the sum over members of block r.
-  void reduce_scatter_sum(float* recv, const float* send, size_t n, cudaStream_t stream);
-  void reduce_scatter_sum(__nv_bfloat16* recv, const __nv_bfloat16* send, size_t n, cudaStream_t stream);
+  template <typename T>
+  void reduce_scatter_sum(T* recv, const T* send, size_t n, cudaStream_t stream);
   // Every member contributes SEND[n]; RECV[size() * n] holds them in member order.
-  void all_gather(float* recv, const float* send, size_t n, cudaStream_t stream);
-  void all_gather(__nv_bfloat16* recv, const __nv_bfloat16* send, size_t n, cudaStream_t stream);
+  template <typename T>
+  void all_gather(T* recv, const T* send, size_t n, cudaStream_t stream);
 
   // Point to point. A send holds its stream until the peer's matching receive runs, so a member
   // that both sends and receives (a ring, a pipeline stage) must post both in one send_recv.
-  void send(const float* data, size_t n, int peer, cudaStream_t stream);
-  void send(const __nv_bfloat16* data, size_t n, int peer, cudaStream_t stream);
-  void recv(float* data, size_t n, int peer, cudaStream_t stream);
-  void recv(__nv_bfloat16* data, size_t n, int peer, cudaStream_t stream);
-  void send_recv(const float* send, size_t send_n, int dest, float* recv, size_t recv_n, int source,
-                 cudaStream_t stream);
-  void send_recv(const __nv_bfloat16* send, size_t send_n, int dest, __nv_bfloat16* recv, size_t recv_n,
-                 int source, cudaStream_t stream);
+  template <typename T>
+  void send(const T* data, size_t n, int peer, cudaStream_t stream);
+  template <typename T>
+  void recv(T* data, size_t n, int peer, cudaStream_t stream);
+  template <typename T>
+  void send_recv(const T* send, size_t send_n, int dest, T* recv, size_t recv_n, int source, cudaStream_t stream);
+
+  // Timing, for measuring what communication costs (off by default): while on, every call's work
+  // is bracketed by CUDA events on its stream, and take_elapsed_ms() returns the summed time of
+  // the calls since its last call, waiting for them to finish.
+  void set_timing(bool on) { timing_ = on; }
+  double take_elapsed_ms();
 
   // Blocks until STREAM's work is done; throws, aborting the communicator, when NCCL reports an
   // error or SECONDS pass first.
@@ -69,13 +78,25 @@ class NcclComm {
   ncclComm* live();  // the communicator, after check_async(); throws once aborted
   void check(int result, const char* call);
   [[noreturn]] void abort_and_throw(const std::string& why);
-  template <typename T>
-  void send_recv_impl(const T* send, size_t send_n, int dest, T* recv, size_t recv_n, int source,
-                      cudaStream_t stream);
+
+  // Brackets one call's work with a pair of events when timing (a pooled pair, reused after
+  // take_elapsed_ms()).
+  class Timed {
+   public:
+    Timed(NcclComm& comm, cudaStream_t stream);
+    ~Timed();
+
+   private:
+    NcclComm& comm_;
+    cudaStream_t stream_;
+  };
 
   ncclComm* comm_ = nullptr;
   int rank_, size_;
   std::string name_;
+  bool timing_ = false;
+  std::vector<std::pair<cudaEvent_t, cudaEvent_t>> events_;
+  size_t events_used_ = 0;
 };
 
 }  // namespace meg

@@ -12,12 +12,14 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "ops/cuda/check.hpp"
 
 namespace meg {
 namespace {
 
 ncclDataType_t dtype(const float*) { return ncclFloat; }
 ncclDataType_t dtype(const __nv_bfloat16*) { return ncclBfloat16; }
+ncclDataType_t dtype(const __half*) { return ncclHalf; }
 
 }  // namespace
 
@@ -32,6 +34,38 @@ NcclComm::NcclComm(Comm& group) : rank_(group.rank()), size_(group.size()), name
 
 NcclComm::~NcclComm() {
   if (comm_ != nullptr) ncclCommDestroy(comm_);
+  for (auto& [start, end] : events_) {
+    cudaEventDestroy(start);
+    cudaEventDestroy(end);
+  }
+}
+
+NcclComm::Timed::Timed(NcclComm& comm, cudaStream_t stream) : comm_(comm), stream_(stream) {
+  if (!comm_.timing_) return;
+  if (comm_.events_used_ == comm_.events_.size()) {
+    cudaEvent_t start = nullptr, end = nullptr;
+    MEG_CUDA_CHECK(cudaEventCreate(&start));
+    MEG_CUDA_CHECK(cudaEventCreate(&end));
+    comm_.events_.emplace_back(start, end);
+  }
+  MEG_CUDA_CHECK(cudaEventRecord(comm_.events_[comm_.events_used_].first, stream_));
+}
+
+NcclComm::Timed::~Timed() {
+  if (!comm_.timing_) return;
+  cudaEventRecord(comm_.events_[comm_.events_used_++].second, stream_);  // no throwing from a destructor
+}
+
+double NcclComm::take_elapsed_ms() {
+  double total = 0;
+  for (size_t k = 0; k < events_used_; ++k) {
+    MEG_CUDA_CHECK(cudaEventSynchronize(events_[k].second));
+    float ms = 0;
+    MEG_CUDA_CHECK(cudaEventElapsedTime(&ms, events_[k].first, events_[k].second));
+    total += ms;
+  }
+  events_used_ = 0;
+  return total;
 }
 
 void NcclComm::check(int result, const char* call) {
@@ -87,45 +121,41 @@ double NcclComm::timeout_seconds() {
   return seconds;
 }
 
-void NcclComm::all_reduce_sum(float* data, size_t n, cudaStream_t stream) {
-  check(ncclAllReduce(data, data, n, ncclFloat, ncclSum, live(), stream), "ncclAllReduce");
-}
-void NcclComm::all_reduce_sum(__nv_bfloat16* data, size_t n, cudaStream_t stream) {
-  check(ncclAllReduce(data, data, n, ncclBfloat16, ncclSum, live(), stream), "ncclAllReduce");
-}
-
-void NcclComm::reduce_scatter_sum(float* recv, const float* send, size_t n, cudaStream_t stream) {
-  check(ncclReduceScatter(send, recv, n, ncclFloat, ncclSum, live(), stream), "ncclReduceScatter");
-}
-void NcclComm::reduce_scatter_sum(__nv_bfloat16* recv, const __nv_bfloat16* send, size_t n, cudaStream_t stream) {
-  check(ncclReduceScatter(send, recv, n, ncclBfloat16, ncclSum, live(), stream), "ncclReduceScatter");
-}
-
-void NcclComm::all_gather(float* recv, const float* send, size_t n, cudaStream_t stream) {
-  check(ncclAllGather(send, recv, n, ncclFloat, live(), stream), "ncclAllGather");
-}
-void NcclComm::all_gather(__nv_bfloat16* recv, const __nv_bfloat16* send, size_t n, cudaStream_t stream) {
-  check(ncclAllGather(send, recv, n, ncclBfloat16, live(), stream), "ncclAllGather");
-}
-
-void NcclComm::send(const float* data, size_t n, int peer, cudaStream_t stream) {
-  check(ncclSend(data, n, ncclFloat, peer, live(), stream), "ncclSend");
-}
-void NcclComm::send(const __nv_bfloat16* data, size_t n, int peer, cudaStream_t stream) {
-  check(ncclSend(data, n, ncclBfloat16, peer, live(), stream), "ncclSend");
-}
-
-void NcclComm::recv(float* data, size_t n, int peer, cudaStream_t stream) {
-  check(ncclRecv(data, n, ncclFloat, peer, live(), stream), "ncclRecv");
-}
-void NcclComm::recv(__nv_bfloat16* data, size_t n, int peer, cudaStream_t stream) {
-  check(ncclRecv(data, n, ncclBfloat16, peer, live(), stream), "ncclRecv");
+template <typename T>
+void NcclComm::all_reduce_sum(T* data, size_t n, cudaStream_t stream) {
+  Timed timed(*this, stream);
+  check(ncclAllReduce(data, data, n, dtype(data), ncclSum, live(), stream), "ncclAllReduce");
 }
 
 template <typename T>
-void NcclComm::send_recv_impl(const T* send, size_t send_n, int dest, T* recv, size_t recv_n, int source,
-                              cudaStream_t stream) {
+void NcclComm::reduce_scatter_sum(T* recv, const T* send, size_t n, cudaStream_t stream) {
+  Timed timed(*this, stream);
+  check(ncclReduceScatter(send, recv, n, dtype(send), ncclSum, live(), stream), "ncclReduceScatter");
+}
+
+template <typename T>
+void NcclComm::all_gather(T* recv, const T* send, size_t n, cudaStream_t stream) {
+  Timed timed(*this, stream);
+  check(ncclAllGather(send, recv, n, dtype(send), live(), stream), "ncclAllGather");
+}
+
+template <typename T>
+void NcclComm::send(const T* data, size_t n, int peer, cudaStream_t stream) {
+  Timed timed(*this, stream);
+  check(ncclSend(data, n, dtype(data), peer, live(), stream), "ncclSend");
+}
+
+template <typename T>
+void NcclComm::recv(T* data, size_t n, int peer, cudaStream_t stream) {
+  Timed timed(*this, stream);
+  check(ncclRecv(data, n, dtype(data), peer, live(), stream), "ncclRecv");
+}
+
+template <typename T>
+void NcclComm::send_recv(const T* send, size_t send_n, int dest, T* recv, size_t recv_n, int source,
+                         cudaStream_t stream) {
   ncclComm* comm = live();
+  Timed timed(*this, stream);
   check(ncclGroupStart(), "ncclGroupStart");
   // The group must be closed whatever happens inside it, so the results are checked after.
   const ncclResult_t sent = ncclSend(send, send_n, dtype(send), dest, comm, stream);
@@ -136,13 +166,16 @@ void NcclComm::send_recv_impl(const T* send, size_t send_n, int dest, T* recv, s
   check(ended, "ncclGroupEnd");
 }
 
-void NcclComm::send_recv(const float* send, size_t send_n, int dest, float* recv, size_t recv_n, int source,
-                         cudaStream_t stream) {
-  send_recv_impl(send, send_n, dest, recv, recv_n, source, stream);
-}
-void NcclComm::send_recv(const __nv_bfloat16* send, size_t send_n, int dest, __nv_bfloat16* recv, size_t recv_n,
-                         int source, cudaStream_t stream) {
-  send_recv_impl(send, send_n, dest, recv, recv_n, source, stream);
-}
+#define MEG_INSTANTIATE(T)                                                                               \
+  template void NcclComm::all_reduce_sum<T>(T*, size_t, cudaStream_t);                                  \
+  template void NcclComm::reduce_scatter_sum<T>(T*, const T*, size_t, cudaStream_t);                     \
+  template void NcclComm::all_gather<T>(T*, const T*, size_t, cudaStream_t);                             \
+  template void NcclComm::send<T>(const T*, size_t, int, cudaStream_t);                                  \
+  template void NcclComm::recv<T>(T*, size_t, int, cudaStream_t);                                        \
+  template void NcclComm::send_recv<T>(const T*, size_t, int, T*, size_t, int, cudaStream_t);
+MEG_INSTANTIATE(float)
+MEG_INSTANTIATE(__nv_bfloat16)
+MEG_INSTANTIATE(__half)
+#undef MEG_INSTANTIATE
 
 }  // namespace meg

@@ -32,23 +32,26 @@ const char* precision_name(Precision p);
 // optimizer, ZeRO-1 style: the summed gradients are reduce-scattered, each replica updates its 1/D
 // shard of the parameters with its 1/D of the AdamW moments, and the shards are all-gathered), the
 // tensor-parallel group the model is split over (model/tensor_parallel.hpp), and the pipeline whose
-// stages hold its blocks, run by the 1F1B schedule (train/pipeline_schedule.hpp).
+// stages hold its blocks, run by the 1F1B schedule, or with virtual stages by the interleaved one
+// (train/pipeline_schedule.hpp).
 struct ParallelGroups {
   Comm* dp = nullptr;
   Comm* tp = nullptr;
   Comm* pp = nullptr;  // the pipeline: this rank's stage is its rank there (model/pipeline.hpp)
   bool distributed_optimizer = false;
   bool sequence_parallel = false;  // with tp: the residual stream split by rows (model/gpt.hpp)
+  int virtual_stages = 1;          // with pp: the model chunks of each rank (the CPU backend only)
   int dp_size() const { return dp ? dp->size() : 1; }
   int tp_size() const { return tp ? tp->size() : 1; }
   int pp_size() const { return pp ? pp->size() : 1; }
 };
 
 // This rank's part of the training state as it holds it, for checkpoints written shard by shard:
-// the tensors of its pipeline stage and tensor-parallel slice (the whole model's names, local
-// shapes and offsets), their parameters, and the AdamW moments: of the same tensors, or with the
-// distributed optimizer this replica's shard [shard_begin, shard_begin + m.size()) of the local
-// flat array (local_numel long, padded to a multiple of the data-parallel size).
+// the tensors of its pipeline stage (of its model chunks, chunk after chunk, with virtual stages)
+// and tensor-parallel slice (the whole model's names, local shapes and offsets), their
+// parameters, and the AdamW moments: of the same tensors, or with the distributed optimizer this
+// replica's shard [shard_begin, shard_begin + m.size()) of the local flat array (local_numel
+// long, padded to a multiple of the data-parallel size).
 struct LocalState {
   std::vector<ParamTensor> tensors;
   std::vector<float> params, m, v;
@@ -102,6 +105,12 @@ class TrainBackend {
 
   // Peak device memory in bytes (0 on the CPU).
   virtual size_t peak_memory() const { return 0; }
+
+  // The time spent in device communication (NCCL), once set_communication_timing(true) has turned
+  // its measurement on: the sum over this rank's collectives and transfers since the last call,
+  // overlapped or not. 0 where nothing is measured (the CPU, one GPU).
+  virtual void set_communication_timing(bool /*on*/) {}
+  virtual double take_communication_ms() { return 0; }
 
 };
 

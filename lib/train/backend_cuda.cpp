@@ -1,5 +1,8 @@
 // The CUDA training backend: GptCudaModel<X> and CudaAdamW on the current device, with dynamic
-// loss scaling in fp16.
+// loss scaling in fp16, data parallelism (all-reduce overlapped with the backward, or the
+// distributed optimizer), tensor parallelism (the model's, over NCCL) and pipeline parallelism
+// (1F1B over NCCL point-to-point, each stage keeping the activations of its micro-batches in
+// flight).
 //
 // fp16 loss scaling (as Megatron's DynamicGradScaler, without hysteresis): the loss gradient is
 // multiplied by the scale S, so small gradients survive fp16; the global norm is taken on the
@@ -17,10 +20,14 @@
 #include "core/device.hpp"
 #include "core/error.hpp"
 #include "model/gpt_cuda.hpp"
+#include "model/init.hpp"
+#include "model/rank_part.hpp"
 #include "ops/cuda/check.hpp"
 #include "optim/adamw_cuda.hpp"
 #include "parallel/nccl_comm.hpp"
 #include "train/backend.hpp"
+#include "train/grad_norm.hpp"
+#include "train/pipeline_schedule.hpp"
 
 namespace meg {
 
@@ -38,15 +45,21 @@ class CudaBackend final : public TrainBackend {
  public:
   CudaBackend(const ModelConfig& config, const AdamWOptions& adam, uint64_t seed, Precision precision,
               Recompute recompute, const ParallelGroups& parallel)
-      : precision_(precision), parallel_(parallel) {
+      : precision_(precision), parallel_(parallel), full_tensors_(gpt_parameter_table(config)) {
     MEG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    model_ = std::make_unique<GptCudaModel<X>>(config, alloc_, stream_, sharded() ? size_t(parallel_.dp_size()) : 1);
+    // Every rank creates its communicators in the same order: NCCL's set-up is collective.
+    if (parallel_.tp_size() > 1) tp_nccl_ = std::make_unique<NcclComm>(*parallel_.tp);
+    if (pipelined()) pp_nccl_ = std::make_unique<NcclComm>(*parallel_.pp);
+    if (parallel_.dp_size() > 1) nccl_ = std::make_unique<NcclComm>(*parallel_.dp);
+    const PipelineStage stage{pipelined() ? parallel_.pp->rank() : 0, parallel_.pp_size()};
+    model_ = std::make_unique<GptCudaModel<X>>(config, alloc_, stream_, sharded() ? size_t(parallel_.dp_size()) : 1,
+                                               tp_nccl_.get(), stage);
     model_->set_recompute(recompute);
     const size_t n = model_->num_parameters();
-    std::vector<float> params(n);
-    gpt_init_parameters(config, model_->tensors(), seed, params.data());
-    model_->set_params(params.data());
-    if (parallel_.dp_size() > 1) nccl_ = std::make_unique<NcclComm>(*parallel_.dp);
+    std::vector<float> local(n);  // this rank's part of the initialisation, generated directly
+    const int tp = parallel_.tp_size();
+    gpt_init_local(config, model_->tensors(), tp, tp > 1 ? parallel_.tp->rank() : 0, seed, local.data());
+    model_->set_params(local.data());
     if (nccl_ && !sharded()) {  // all-reduce buckets of gradients while the backward goes on
       MEG_CUDA_CHECK(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
       MEG_CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
@@ -61,6 +74,13 @@ class CudaBackend final : public TrainBackend {
     } else {
       adam_ = std::make_unique<CudaAdamW>(model_->tensors(), adam, alloc_, stream_);
     }
+    const size_t begin = sharded() ? shard_.begin : 0, end = sharded() ? shard_.begin + shard_.size : n;
+    const GradNormRanges r = grad_norm_ranges(config, model_->tensors(), parallel_.tp_size() > 1, begin, end,
+                                              [this](const ParamTensor& t) { return tied_copy(t); });
+    if (tied_ends()) tied_other_ = cuda::DeviceArray<float>(alloc_, tied_embedding().numel);
+    norm_ranges_ = r.split;
+    split_ranges_ = r.split.size();
+    norm_ranges_.insert(norm_ranges_.end(), r.replicated.begin(), r.replicated.end());
     if (precision_ == Precision::fp16) loss_scale_ = kInitialLossScale;
   }
   ~CudaBackend() override {
@@ -70,14 +90,16 @@ class CudaBackend final : public TrainBackend {
       cudaEventDestroy(reduced_);
       cudaStreamDestroy(comm_stream_);
     }
-    nccl_.reset();
     adam_.reset();
     model_.reset();
+    nccl_.reset();
+    pp_nccl_.reset();
+    tp_nccl_.reset();
     cudaStreamDestroy(stream_);
   }
 
-  const std::vector<ParamTensor>& tensors() const override { return model_->tensors(); }
-  size_t num_parameters() const override { return model_->num_parameters(); }
+  const std::vector<ParamTensor>& tensors() const override { return full_tensors_; }
+  size_t num_parameters() const override { return full_tensors_.back().offset + full_tensors_.back().numel; }
   std::string describe() const override {
     int device = 0;
     cudaGetDevice(&device);
@@ -90,14 +112,22 @@ class CudaBackend final : public TrainBackend {
     model_->zero_grad();
     micro_done_ = 0;
     unreduced_ = model_->padded_parameters();
+    stash_.clear();
   }
 
+  // Without a pipeline, forward and backward at once; with one, the micro-batch waits for
+  // end_step(), which runs the step's micro-batches through the 1F1B schedule.
   void micro_batch(const int32_t* tokens, const int32_t* targets, int B, int T, uint64_t seed, uint64_t step,
                    uint64_t micro, int64_t micro_batches) override {
+    micro_batches_ = micro_batches;
+    if (pipelined()) {
+      const size_t N = static_cast<size_t>(B) * static_cast<size_t>(T);
+      stash_.push_back({{tokens, tokens + N}, {targets, targets + N}, B, T, seed, step, micro});
+      return;
+    }
     last_micro_ = ++micro_done_ == micro_batches;  // only its backward finishes the gradients
     model_->set_dropout_key(seed, step, micro);
     model_->forward_backward(tokens, targets, B, T, static_cast<float>(loss_scale_ / double(micro_batches)));
-    micro_batches_ = micro_batches;
   }
 
   // Data parallelism: the gradients are summed over the group by NCCL on the model's stream (all of
@@ -106,17 +136,23 @@ class CudaBackend final : public TrainBackend {
   StepStats end_step(double lr, double clip_grad) override {
     StepStats s;
     const double replicas = parallel_.dp_size();
+    if (pipelined()) run_pipeline();
     s.loss = model_->take_loss() / static_cast<double>(micro_batches_);
+    if (pipelined()) parallel_.pp->broadcast(&s.loss, sizeof s.loss, parallel_.pp_size() - 1);  // the last stage's
     float* grads = model_->grads();
     size_t begin = 0, count = model_->num_parameters();  // the gradients this replica applies
     if (sharded()) {
       begin = shard_.begin;
       count = shard_.size;
+      sum_tied_embedding_copies();
       nccl_->reduce_scatter_sum(grads + begin, grads, count, stream_);  // in place: NCCL allows it
     } else if (nccl_) {
       all_reduce(0, unreduced_);  // what the backward's buckets left
       MEG_CUDA_CHECK(cudaEventRecord(reduced_, comm_stream_));
       MEG_CUDA_CHECK(cudaStreamWaitEvent(stream_, reduced_, 0));
+      sum_tied_embedding_copies();  // after the replicas' sum, which the buckets may have begun
+    } else {
+      sum_tied_embedding_copies();
     }
     if (nccl_) {
       parallel_.dp->all_reduce_sum(&s.loss, 1);
@@ -125,9 +161,10 @@ class CudaBackend final : public TrainBackend {
     }
     // The summed gradients are REPLICAS times the mean's, and carry the loss scale.
     const double unscale = loss_scale_ * replicas;
-    double sum = adam_->grad_sum_squares(grads + begin, count);
-    if (sharded()) parallel_.dp->all_reduce_sum(&sum, 1);
-    s.grad_norm = std::sqrt(sum) / unscale;
+    const std::vector<double> sums = adam_->grad_sum_squares(grads, norm_ranges_);
+    double split = 0, replicated = 0;
+    for (size_t k = 0; k < sums.size(); ++k) (k < split_ranges_ ? split : replicated) += sums[k];
+    s.grad_norm = std::sqrt(global_sum_squares(split, replicated, parallel_, sharded())) / unscale;
     if (!std::isfinite(s.grad_norm) && precision_ == Precision::fp16 && std::isfinite(s.loss)) {
       loss_scale_ = std::max(kMinLossScale, loss_scale_ / 2);
       good_steps_ = 0;
@@ -147,15 +184,24 @@ class CudaBackend final : public TrainBackend {
     return s;
   }
 
+  // Through the stages one after the other; the last one's loss is everyone's.
   double eval_loss(const int32_t* tokens, const int32_t* targets, int B, int T) override {
+    const PipelineStage& st = model_->stage();
+    const size_t n = size_t(B) * size_t(T) * size_t(model_->config().hidden_size);
     model_->set_training(false);
-    const double loss = model_->forward(tokens, targets, B, T);
+    if (!st.first()) pp_nccl_->recv(model_->stage_input(0, B, T), n, st.stage - 1, stream_);
+    double loss = model_->forward(tokens, targets, B, T);
     model_->set_training(true);
+    if (!pipelined()) return loss;
+    if (!st.last()) pp_nccl_->send(model_->stage_output(0), n, st.stage + 1, stream_);
+    pp_nccl_->wait(stream_);
+    parallel_.pp->broadcast(&loss, sizeof loss, st.stages - 1);
     return loss;
   }
 
   void get_state(std::vector<float>& params, std::vector<float>& m, std::vector<float>& v) const override {
-    if (sharded()) throw std::logic_error("CudaBackend::get_state: this rank holds a shard of the optimizer");
+    if (sharded() || parallel_.tp_size() > 1 || pipelined())
+      throw std::logic_error("CudaBackend::get_state: this rank holds a part of the state");
     params.resize(model_->num_parameters());
     model_->get_params(params.data());
     adam_->get_state(m, v);
@@ -173,8 +219,8 @@ class CudaBackend final : public TrainBackend {
   }
   void set_state(const std::vector<float>& params, const std::vector<float>& m, const std::vector<float>& v,
                  int64_t step) override {
-    model_->set_params(params.data());
-    adam_->restore(sharded() ? my_shard(m) : m, sharded() ? my_shard(v) : v, step);
+    model_->set_params(local_part(params).data());
+    adam_->restore(my_shard(local_part(m)), my_shard(local_part(v)), step);
   }
   int64_t optimizer_step() const override { return adam_->step_count(); }
 
@@ -193,8 +239,79 @@ class CudaBackend final : public TrainBackend {
 
   size_t peak_memory() const override { return alloc_.peak(); }
 
+  void set_communication_timing(bool on) override {
+    for (NcclComm* c : {tp_nccl_.get(), pp_nccl_.get(), nccl_.get()})
+      if (c) c->set_timing(on);
+  }
+  double take_communication_ms() override {
+    double ms = 0;
+    for (NcclComm* c : {tp_nccl_.get(), pp_nccl_.get(), nccl_.get()})
+      if (c) ms += c->take_elapsed_ms();
+    return ms;
+  }
+
  private:
   bool sharded() const { return parallel_.distributed_optimizer && parallel_.dp_size() > 1; }
+  bool pipelined() const { return parallel_.pp_size() > 1; }
+
+  // With tied embeddings and a pipeline, the first and last stages each hold the word embedding
+  // (model/pipeline.hpp): their gradients are summed between them, and the last stage's copy is
+  // left out of the gradient norm.
+  bool tied_ends() const {
+    const PipelineStage& st = model_->stage();
+    return pipelined() && model_->config().tie_embeddings && (st.first() || st.last());
+  }
+  const ParamTensor& tied_embedding() const {
+    for (const auto& t : model_->tensors())
+      if (t.name == "embedding.word_embeddings.weight") return t;
+    throw std::logic_error("CudaBackend: no word embedding on this stage");
+  }
+  bool tied_copy(const ParamTensor& t) const {
+    const PipelineStage& st = model_->stage();
+    return tied_ends() && st.last() && !st.first() && t.name == "embedding.word_embeddings.weight";
+  }
+  void sum_tied_embedding_copies() {
+    if (!tied_ends()) return;
+    const ParamTensor& t = tied_embedding();
+    float* g = model_->grads() + t.offset;
+    const int peer = model_->stage().first() ? parallel_.pp_size() - 1 : 0;
+    pp_nccl_->send_recv(g, t.numel, peer, tied_other_.get(), t.numel, peer, stream_);
+    cuda::add(g, g, tied_other_.get(), t.numel, stream_);  // a + b on one end, b + a on the other: equal
+  }
+
+  // The step's micro-batches through 1F1B: stage s keeps at most S - s of them in flight, in as
+  // many activation slots, and passes activations and gradients to its neighbours over NCCL on
+  // the model's stream, so the host only queues work.
+  void run_pipeline() {
+    const PipelineStage& st = model_->stage();
+    const int s = st.stage, M = static_cast<int>(stash_.size()), slots = st.stages - s;
+    const int B = stash_.front().B, T = stash_.front().T;
+    const size_t n = size_t(B) * size_t(T) * size_t(model_->config().hidden_size);
+    const auto slot = [slots](int micro) { return micro % slots; };
+    GptCudaModel<X>& m = *model_;
+    NcclComm& pp = *pp_nccl_;
+    PairedLinks links;
+    links.forward = [&](int i) {
+      const Stashed& b = stash_[size_t(i)];
+      m.set_dropout_key(b.seed, b.step, b.micro);
+      m.forward_stage(slot(i), b.tokens.data(), b.targets.data(), b.B, b.T, static_cast<float>(loss_scale_ / M));
+    };
+    links.backward = [&](int i) {
+      last_micro_ = i == M - 1;  // only its backward finishes the gradients
+      m.backward_stage(slot(i));
+    };
+    links.recv_input = [&](int i) { pp.recv(m.stage_input(slot(i), B, T), n, s - 1, stream_); };
+    links.send_output = [&](int i) { pp.send(m.stage_output(slot(i)), n, s + 1, stream_); };
+    links.recv_output_grad = [&](int i) { pp.recv(m.stage_output_grad(slot(i)), n, s + 1, stream_); };
+    links.send_input_grad = [&](int i) { pp.send(m.stage_input_grad(slot(i)), n, s - 1, stream_); };
+    links.send_output_recv_grad = [&](int out, int in) {
+      pp.send_recv(m.stage_output(slot(out)), n, s + 1, m.stage_output_grad(slot(in)), n, s + 1, stream_);
+    };
+    links.send_input_grad_recv_input = [&](int out, int in) {
+      pp.send_recv(m.stage_input_grad(slot(out)), n, s - 1, m.stage_input(slot(in), B, T), n, s - 1, stream_);
+    };
+    run_one_f_one_b_paired(s, st.stages, M, links);
+  }
 
   // With the distributed optimizer each replica's master weights are current on its shard only:
   // gathered before they are read.
@@ -232,8 +349,14 @@ class CudaBackend final : public TrainBackend {
       if constexpr (!std::is_same_v<X, float>) model_->refresh_compute_copy();
     }
   }
-  // This replica's part of a whole-model moment (zero over the padding).
+  // This rank's part of a whole-model array (its tensor-parallel shard).
+  std::vector<float> local_part(const std::vector<float>& full) const {
+    const int tp = parallel_.tp_size();
+    return rank_part(model_->config(), tp, tp > 1 ? parallel_.tp->rank() : 0, model_->tensors(), full);
+  }
+  // This replica's part of a local moment (zero over the padding).
   std::vector<float> my_shard(const std::vector<float>& moment) const {
+    if (!sharded()) return moment;
     std::vector<float> part(shard_.size, 0.0f);
     for (size_t i = 0; i < shard_.size && shard_.begin + i < moment.size(); ++i) part[i] = moment[shard_.begin + i];
     return part;
@@ -245,12 +368,27 @@ class CudaBackend final : public TrainBackend {
   std::unique_ptr<GptCudaModel<X>> model_;
   std::unique_ptr<CudaAdamW> adam_;
   ParallelGroups parallel_;
-  std::unique_ptr<NcclComm> nccl_;  // the data-parallel group's, when it has more than one member
+  std::vector<ParamTensor> full_tensors_;
+  std::unique_ptr<NcclComm> tp_nccl_;  // the tensor-parallel group's, when it has more than one member
+  std::unique_ptr<NcclComm> pp_nccl_;  // the pipeline's, when it has more than one stage
+  cuda::DeviceArray<float> tied_other_;  // the other end's tied-embedding gradient
+  std::unique_ptr<NcclComm> nccl_;     // the data-parallel group's, when it has more than one member
   Shard shard_;                     // this replica's, with the distributed optimizer
+  // The gradient norm's ranges of this rank's array: the first SPLIT_RANGES_ split over the
+  // tensor-parallel group, the rest replicated (train/grad_norm.hpp).
+  std::vector<GradRange> norm_ranges_;
+  size_t split_ranges_ = 0;
   // Overlapped all-reduce (data parallelism without the distributed optimizer).
   cudaStream_t comm_stream_ = nullptr;
   cudaEvent_t ready_ = nullptr, reduced_ = nullptr;
   size_t unreduced_ = 0;  // gradients [0, unreduced_) not yet handed to NCCL this step
+  // A micro-batch waiting for the pipeline schedule.
+  struct Stashed {
+    std::vector<int32_t> tokens, targets;
+    int B, T;
+    uint64_t seed, step, micro;
+  };
+  std::vector<Stashed> stash_;
   int64_t micro_done_ = 0;
   bool last_micro_ = false;
   int64_t micro_batches_ = 1;

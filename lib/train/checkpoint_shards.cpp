@@ -29,10 +29,6 @@ void broadcast_string(Comm& c, std::string& text, int root) {
   if (size > 0) c.broadcast(text.data(), text.size(), root);
 }
 
-size_t table_size(const std::vector<ParamTensor>& table) {
-  return table.empty() ? 0 : table.back().offset + table.back().numel;
-}
-
 }  // namespace
 
 std::string save_sharded_checkpoint(const std::string& dir, int64_t iteration, const nlohmann::ordered_json& record,
@@ -87,16 +83,16 @@ std::string save_sharded_checkpoint(const std::string& dir, int64_t iteration, c
 }
 
 void load_sharded_state(const Checkpoint& ck, const ModelConfig& config, const ParallelLayout& saved,
-                        bool sharded_moments, std::vector<float>& params, std::vector<float>& m,
+                        int virtual_stages, bool sharded_moments, std::vector<float>& params, std::vector<float>& m,
                         std::vector<float>& v) {
   const auto full_table = gpt_parameter_table(config);
   const auto tp_table = saved.tp > 1 ? gpt_parameter_table(config, saved.tp) : full_table;
-  // Each tensor-parallel rank's slice of the whole model, put together from the stages.
+  // Each tensor-parallel rank's slice of the whole model, put together from the pipeline ranks.
   std::vector<std::vector<float>> slice_p(size_t(saved.tp), std::vector<float>(table_size(tp_table))),
       slice_m = slice_p, slice_v = slice_p;
   for (int tp = 0; tp < saved.tp; ++tp) {
     for (int pp = 0; pp < saved.pp; ++pp) {
-      const auto stage = stage_table(config, PipelineStage{pp, saved.pp}, tp_table);
+      const auto stage = chunks_table(config, rank_chunks(pp, saved.pp, virtual_stages), tp_table);
       const size_t n = table_size(stage);
       std::vector<float> lp(n), lm(n), lv(n);
       const auto fetch = [&](const std::string& file, const std::string& name, const ParamTensor& t, float* dst) {

@@ -3,14 +3,16 @@
 //
 // The files of such a checkpoint (beside checkpoint.json, whose record says "sharded": true and
 // holds the layout):
-//   model-tpTT-ppPP.safetensors         the parameters of tensor-parallel rank TT of stage PP,
+//   model-tpTT-ppPP.safetensors         the parameters of tensor-parallel rank TT of pipeline rank
+//                                       PP (its stage, or with virtual stages its model chunks),
 //                                       written by its data-parallel rank 0: the whole model's
 //                                       names with the slice's shapes (model/tensor_parallel.hpp)
 //   optimizer-tpTT-ppPP.safetensors     the AdamW moments of the same tensors ("exp_avg.NAME",
 //                                       "exp_avg_sq.NAME"), without the distributed optimizer
 //   optimizer-tpTT-ppPP-dpDD.safetensors  with it: data-parallel rank DD's shard of the moments of
 //                                       the slice's flat array ("exp_avg", "exp_avg_sq"; 1-D, the
-//                                       array padded to a multiple of the data-parallel size)
+//                                       array padded to a multiple of the data-parallel size; with
+//                                       virtual stages the chunks' tensors chunk after chunk)
 // Rank 0 opens the checkpoint's temporary directory, every rank writes its files into it, and rank
 // 0 lists them all in the record and commits (ckpt/checkpoint.hpp): a crash leaves the previous
 // checkpoint. Reading puts the whole model back together from the shards, so a run of any layout
@@ -37,9 +39,10 @@ std::string save_sharded_checkpoint(const std::string& dir, int64_t iteration, c
                                     int keep, World& world, const LocalState& local);
 
 // The whole model's parameters and AdamW moments (the table layout of CONFIG) from the shards of
-// CK, written in layout SAVED (with the distributed optimizer when SHARDED_MOMENTS).
+// CK, written in layout SAVED with VIRTUAL_STAGES model chunks per pipeline rank (with the
+// distributed optimizer when SHARDED_MOMENTS).
 void load_sharded_state(const Checkpoint& ck, const ModelConfig& config, const ParallelLayout& saved,
-                        bool sharded_moments, std::vector<float>& params, std::vector<float>& m,
+                        int virtual_stages, bool sharded_moments, std::vector<float>& params, std::vector<float>& m,
                         std::vector<float>& v);
 
 }  // namespace meg

@@ -1,55 +1,112 @@
 #include "train/pipeline_schedule.hpp"
 
 #include <algorithm>
-#include <vector>
+#include <list>
+#include <stdexcept>
+
+#include <fmt/format.h>
 
 namespace meg {
 
 namespace {
-constexpr int kForwardTag = 1;   // activations, to the next stage
-constexpr int kBackwardTag = 2;  // their gradients, to the previous stage
+
+// The pipeline's tags: 16 and above (the other messages on the group use lower ones), two per
+// receiving chunk, so no activation is taken for a gradient or for another chunk's.
+int forward_tag(int chunk) { return 16 + 2 * chunk; }
+int backward_tag(int chunk) { return 17 + 2 * chunk; }
+
+// A schedule's shape: WARMUP forwards, then one forward and one backward at a time, then the rest
+// of the TOTAL backwards; STEP(k, forward) is forward or backward number k.
+template <typename Step>
+std::vector<PipelineStep> one_f_one_b_shape(int total, int warmup, Step step) {
+  std::vector<PipelineStep> order;
+  for (int k = 0; k < warmup; ++k) order.push_back(step(k, true));
+  for (int k = 0; k < total - warmup; ++k) {
+    order.push_back(step(k + warmup, true));
+    order.push_back(step(k, false));
+  }
+  for (int k = total - warmup; k < total; ++k) order.push_back(step(k, false));
+  return order;
+}
+
 }  // namespace
 
-void run_one_f_one_b(Comm& pp, int micro_batches, const StageOps& ops) {
-  const int stage = pp.rank(), stages = pp.size(), M = micro_batches;
-  const bool first = stage == 0, last = stage == stages - 1;
+std::vector<PipelineStep> one_f_one_b_order(int stage, int stages, int micro_batches) {
+  return one_f_one_b_shape(micro_batches, std::min(stages - stage - 1, micro_batches),
+                           [](int k, bool forward) { return PipelineStep{forward, 0, k}; });
+}
+
+std::vector<PipelineStep> interleaved_order(int stage, int stages, int chunks, int micro_batches) {
+  const int S = stages, V = chunks, M = micro_batches, total = M * V;
+  if (M % S != 0)
+    throw std::invalid_argument(
+        fmt::format("interleaved schedule: {} micro-batches are not a multiple of the {} stages", M, S));
+  // Megatron runs every forward first when there are as many micro-batches as stages.
+  const int warmup = M == S ? total : std::min((S - stage - 1) * 2 + (V - 1) * S, total);
+  return one_f_one_b_shape(total, warmup, [S, V](int k, bool forward) {
+    const int chunk = k / S % V;
+    return PipelineStep{forward, forward ? chunk : V - 1 - chunk, k / (S * V) * S + k % S};
+  });
+}
+
+void run_pipeline_schedule(Comm& pp, int chunks, const std::vector<PipelineStep>& order, const StageOps& ops) {
+  const int S = pp.size(), s = pp.rank(), next = (s + 1) % S, previous = (s + S - 1) % S;
   const size_t n = ops.message_floats;
-  // The inputs of the micro-batches in flight (kept for their backward), and a gradient buffer.
-  std::vector<std::vector<float>> inputs(static_cast<size_t>(M));
-  std::vector<float> grad(last ? 0 : n);
-  auto input = [&](int i) { return first ? nullptr : inputs[size_t(i)].data(); };
-  auto receive_input = [&](int i) {
-    if (first) return;
-    inputs[size_t(i)].resize(n);
-    pp.recv(inputs[size_t(i)].data(), n, stage - 1, kForwardTag);
+  const int last = S * chunks - 1;  // the last virtual stage; chunk v here is virtual stage v S + s
+  const auto chunk_of = [S](int virtual_stage) { return virtual_stage / S; };
+  std::vector<float> message(n);  // the input or gradient received for the current step
+
+  // The sends under way, each with its own copy of the data; finished ones make room.
+  struct Outgoing {
+    std::vector<float> data;
+    CommRequest request;
+  };
+  std::list<Outgoing> outgoing;
+  const auto send = [&](const float* data, int dest, int tag) {
+    outgoing.remove_if([&](Outgoing& o) { return pp.done(o.request); });
+    Outgoing& o = outgoing.emplace_back();
+    o.data.assign(data, data + n);
+    o.request = pp.isend(o.data.data(), n, dest, tag);
   };
 
-  const int warmup = std::min(stages - stage - 1, M);
-  for (int i = 0; i < warmup; ++i) {
-    receive_input(i);
-    const float* out = ops.forward(i, input(i));
-    if (!last) pp.send(out, n, stage + 1, kForwardTag);
-  }
-  if (warmup < M) receive_input(warmup);
-  for (int i = 0; i < M - warmup; ++i) {  // steady state: forward of i + warmup, backward of i
-    const int f = i + warmup;
-    const float* out = ops.forward(f, input(f));
-    if (!last) pp.send_recv(out, n, stage + 1, kForwardTag, grad.data(), n, stage + 1, kBackwardTag);
-    const float* dx = ops.backward(i, input(i), last ? nullptr : grad.data());
-    inputs[size_t(i)].clear();  // no longer needed: its backward is done
-    if (first) continue;
-    if (f + 1 < M) {  // pass the gradient back and take the next input in one exchange
-      inputs[size_t(f + 1)].resize(n);
-      pp.send_recv(dx, n, stage - 1, kBackwardTag, inputs[size_t(f + 1)].data(), n, stage - 1, kForwardTag);
+  for (const PipelineStep& step : order) {
+    const int j = step.chunk * S + s;
+    if (step.forward) {
+      if (j > 0) pp.recv(message.data(), n, previous, forward_tag(step.chunk));
+      const float* out = ops.forward(step.chunk, step.micro, j > 0 ? message.data() : nullptr);
+      if (j < last) send(out, next, forward_tag(chunk_of(j + 1)));
     } else {
-      pp.send(dx, n, stage - 1, kBackwardTag);
+      if (j < last) pp.recv(message.data(), n, next, backward_tag(step.chunk));
+      const float* dx = ops.backward(step.chunk, step.micro, j < last ? message.data() : nullptr);
+      if (j > 0) send(dx, previous, backward_tag(chunk_of(j - 1)));
     }
   }
+  for (Outgoing& o : outgoing) pp.wait(o.request);
+}
+
+void run_one_f_one_b_paired(int stage, int stages, int micro_batches, const PairedLinks& links) {
+  const int M = micro_batches;
+  const bool first = stage == 0, last = stage == stages - 1;
+  const int warmup = std::min(stages - stage - 1, M);
+  for (int i = 0; i < warmup; ++i) {
+    if (!first) links.recv_input(i);
+    links.forward(i);
+    if (!last) links.send_output(i);
+  }
+  if (warmup < M && !first) links.recv_input(warmup);
+  for (int i = 0; i < M - warmup; ++i) {  // steady state: forward of i + warmup, backward of i
+    const int f = i + warmup;
+    links.forward(f);
+    if (!last) links.send_output_recv_grad(f, i);
+    links.backward(i);
+    if (first) continue;
+    if (f + 1 < M) links.send_input_grad_recv_input(i, f + 1);
+    else links.send_input_grad(i);
+  }
   for (int i = M - warmup; i < M; ++i) {  // cooldown: the warm-up's backwards
-    if (!last) pp.recv(grad.data(), n, stage + 1, kBackwardTag);
-    const float* dx = ops.backward(i, input(i), last ? nullptr : grad.data());
-    inputs[size_t(i)].clear();
-    if (!first) pp.send(dx, n, stage - 1, kBackwardTag);
+    if (!last) links.recv_output_grad(i);
+    links.backward(i);
+    if (!first) links.send_input_grad(i);
   }
 }
 

@@ -1,33 +1,75 @@
-// The 1F1B pipeline schedule (PipeDream-flush, Megatron's default): each stage runs a few forwards
-// to fill the pipeline, then alternates one forward and one backward, then drains the backwards.
-// Stage s of S warms up with min(S - s - 1, M) forwards of its M micro-batches, so at most S - s
-// micro-batches are in flight on it.
+// The pipeline schedules, as Megatron-Core runs them: which forwards and backwards a pipeline rank
+// runs in which order (one_f_one_b_order, interleaved_order), and the loop that runs such an order
+// and passes the activations and their gradients between the ranks (run_pipeline_schedule).
 //
-// Activations go forward and their gradients backward as float messages between neighbouring
-// stages of the pipeline group. Where a stage both sends and receives in one step it does so in one
-// exchange (Comm::send_recv), as Megatron batches its sends and receives, so no two neighbours can
-// block each other.
+// 1F1B (PipeDream-flush, Megatron's default): rank s of S warms up with min(S - s - 1, M) forwards
+// of its M micro-batches, then alternates one forward and one backward, then drains the backwards,
+// so at most S - s micro-batches are in flight on it.
+//
+// Interleaved 1F1B (--virtual-stages V): each rank holds V model chunks, chunk v being virtual
+// stage v S + s (model/pipeline.hpp). Forward number k runs chunk (k / S) % V on micro-batch
+// (k / (S V)) S + k % S, so the micro-batches go through the chunks in groups of S; backward
+// number k the same with the chunks in reverse. Rank s warms up with (S - s - 1) 2 + (V - 1) S
+// forwards (at most M V; all of them when M == S), then 1F1B, then the cooldown's backwards. The
+// pipeline bubble shrinks V times, for V times the messages. M must be a multiple of S.
+//
+// Messages: a chunk's output goes to the next rank, (s + 1) % S (rank S - 1's chunk v feeds rank
+// 0's chunk v + 1), its input gradient to the previous one, tagged by the receiving chunk and the
+// direction. Sends never block: each goes out non-blocking (Comm::isend) from its own buffer, and
+// a rank receives an input or a gradient only when the step that needs it comes. So a rank waits
+// only where Megatron's batched exchanges wait too (they also wait for the peer to take what they
+// send, and receive earlier): the orders, which complete there, cannot deadlock here.
+// (tests/unit/test_pipeline_schedule.cpp runs them all to the end for many shapes.)
 #pragma once
 
 #include <cstddef>
 #include <functional>
+#include <vector>
 
 #include "parallel/comm.hpp"
 
 namespace meg {
 
-struct StageOps {
-  size_t message_floats = 0;  // the size of an activation (and of its gradient)
-  // Forward of micro-batch MICRO from INPUT (the previous stage's output; null on the first stage);
-  // returns this stage's output (ignored on the last stage).
-  std::function<const float*(int micro, const float* input)> forward;
-  // Backward of MICRO: INPUT as its forward had it, OUTPUT_GRAD the next stage's gradient (null on
-  // the last stage); returns the gradient of INPUT (ignored on the first stage).
-  std::function<const float*(int micro, const float* input, const float* output_grad)> backward;
+// One step of a rank's order: the forward or backward of micro-batch MICRO on model chunk CHUNK.
+struct PipelineStep {
+  bool forward = true;
+  int chunk = 0;
+  int micro = 0;
+  bool operator==(const PipelineStep&) const = default;
 };
 
-// Runs the forwards and backwards of MICRO_BATCHES micro-batches on this rank's stage (its rank in
-// PP, the pipeline group).
-void run_one_f_one_b(Comm& pp, int micro_batches, const StageOps& ops);
+// The order of rank STAGE of STAGES over MICRO_BATCHES micro-batches: 1F1B with one model chunk;
+// interleaved with CHUNKS (std::invalid_argument unless MICRO_BATCHES is a multiple of STAGES).
+std::vector<PipelineStep> one_f_one_b_order(int stage, int stages, int micro_batches);
+std::vector<PipelineStep> interleaved_order(int stage, int stages, int chunks, int micro_batches);
+
+// What a rank's model chunks do for the schedule.
+struct StageOps {
+  size_t message_floats = 0;  // the size of an activation (and of its gradient)
+  // The forward of MICRO on CHUNK from INPUT (the previous virtual stage's output; null on the first
+  // virtual stage); returns the chunk's output (ignored on the last virtual stage). The chunk keeps
+  // what the backward of MICRO needs.
+  std::function<const float*(int chunk, int micro, const float* input)> forward;
+  // The backward of MICRO on CHUNK from OUTPUT_GRAD (the next virtual stage's gradient; null on the
+  // last virtual stage); returns the gradient of the forward's input (ignored on the first).
+  std::function<const float*(int chunk, int micro, const float* output_grad)> backward;
+};
+
+// Runs ORDER (this rank's, of a schedule above for CHUNKS chunks) on this rank of PP, the pipeline
+// group. Every message sent has been received when it returns.
+void run_pipeline_schedule(Comm& pp, int chunks, const std::vector<PipelineStep>& order, const StageOps& ops);
+
+// 1F1B over links whose sends may block until the peer receives (NCCL's point-to-point on a
+// device stream): where a stage both sends and receives in a step it does both in one exchange,
+// as Megatron's batched send/receive calls do, so neighbours never wait on each other. The
+// callbacks take micro-batch numbers; the stage's forward and backward of a micro-batch read and
+// write the buffers the links fill and send.
+struct PairedLinks {
+  std::function<void(int micro)> forward, backward;
+  std::function<void(int micro)> recv_input, send_output, recv_output_grad, send_input_grad;
+  // Send OUT's output, take IN's output gradient; send OUT's input gradient, take IN's input.
+  std::function<void(int out, int in)> send_output_recv_grad, send_input_grad_recv_input;
+};
+void run_one_f_one_b_paired(int stage, int stages, int micro_batches, const PairedLinks& links);
 
 }  // namespace meg

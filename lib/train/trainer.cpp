@@ -38,6 +38,14 @@ std::string first_difference(const nlohmann::ordered_json& a, const nlohmann::or
   return "unknown field";
 }
 
+// The layout as the settings and checkpoint records hold it: the group sizes and the virtual
+// stages, which decide what each pipeline rank's shard holds.
+nlohmann::ordered_json parallel_json(const ParallelLayout& layout, int virtual_stages) {
+  nlohmann::ordered_json j = layout.to_json();
+  j["virtual_stages"] = virtual_stages;
+  return j;
+}
+
 }  // namespace
 
 nlohmann::ordered_json TrainOptions::to_json() const {
@@ -80,6 +88,7 @@ nlohmann::ordered_json TrainOptions::to_json() const {
   j["use-distributed-optimizer"] = distributed_optimizer;
   j["sequence-parallel"] = sequence_parallel;
   j["virtual-stages"] = virtual_stages;
+  j["time-communication"] = time_communication;
   return j;
 }
 
@@ -92,7 +101,6 @@ Trainer::Trainer(TrainOptions options) : opt_(std::move(options)) {
   };
   not_yet("context parallelism", "--cp", layout_.cp);
   not_yet("expert parallelism", "--ep", layout_.ep);
-  not_yet("the interleaved pipeline schedule", "--virtual-stages", opt_.virtual_stages);
   if (opt_.sequence_parallel && layout_.tp == 1)
     input_error("--sequence-parallel splits the tensor-parallel regions: it needs --tp above 1");
   world_->set_layout(layout_);
@@ -155,11 +163,22 @@ Trainer::Trainer(TrainOptions options) : opt_(std::move(options)) {
                 blend_seq, opt_.data);
   if (tokenizer_vocab_ > 0) config_.set_vocab_from_tokenizer(tokenizer_vocab_);
   if (layout_.pp > 1) {
-    if (opt_.device == "cuda") input_error("--pp {}: pipeline parallelism runs on the CPU path only so far", layout_.pp);
-    check_pipeline_parallel(config_, layout_.pp);
+    check_pipeline_parallel(config_, layout_.pp, opt_.virtual_stages);
+  }
+  if (opt_.virtual_stages != 1) {
+    if (layout_.pp == 1) input_error("--virtual-stages needs --pp above 1");
+    if (opt_.device == "cuda")
+      input_error("--virtual-stages {}: the interleaved pipeline schedule runs on the CPU path only so far",
+                  opt_.virtual_stages);
+    const int64_t micro_batches = opt_.global_batch / (opt_.micro_batch * layout_.dp);  // each replica's
+    if (micro_batches % layout_.pp != 0)
+      input_error("--virtual-stages {}: the interleaved schedule needs each replica's micro-batches (--global-batch "
+                  "{} / (--micro-batch {} x {} data-parallel ranks) = {}) to be a multiple of --pp {}",
+                  opt_.virtual_stages, opt_.global_batch, opt_.micro_batch, layout_.dp, micro_batches, layout_.pp);
   }
   if (layout_.tp > 1) {
-    if (opt_.device == "cuda") input_error("--tp {}: tensor parallelism runs on the CPU path only so far", layout_.tp);
+    if (opt_.device == "cuda" && opt_.sequence_parallel)
+      input_error("--sequence-parallel runs on the CPU path only so far; use --tp without it on the GPU");
     config_.pad_vocab(layout_.tp);  // Megatron pads the vocabulary to a multiple of 128 * tp
     check_tensor_parallel(config_, layout_.tp);
   }
@@ -172,11 +191,16 @@ Trainer::Trainer(TrainOptions options) : opt_(std::move(options)) {
   if (opt_.sequence_parallel && (opt_.micro_batch * static_cast<int64_t>(data_->seq_length())) % layout_.tp != 0)
     input_error("--sequence-parallel: the {} x {} positions of a micro-batch do not divide over {} ranks",
                 opt_.micro_batch, data_->seq_length(), layout_.tp);
-  const ParallelGroups groups{dp_group_, &world_->group(ParallelDim::tp), &world_->group(ParallelDim::pp),
-                              opt_.distributed_optimizer, opt_.sequence_parallel};
+  const ParallelGroups groups{dp_group_,
+                              &world_->group(ParallelDim::tp),
+                              &world_->group(ParallelDim::pp),
+                              opt_.distributed_optimizer,
+                              opt_.sequence_parallel,
+                              opt_.virtual_stages};
   backend_ = opt_.device == "cuda"
                  ? make_cuda_backend(config_, opt_.adam, opt_.seed, precision, opt_.recompute, groups)
                  : make_cpu_backend(config_, opt_.adam, opt_.seed, groups);
+  if (opt_.time_communication) backend_->set_communication_timing(true);
   opt_.lr.train_iters = opt_.iters;
   schedule_ = std::make_unique<LrSchedule>(opt_.lr);
 
@@ -222,7 +246,7 @@ nlohmann::ordered_json Trainer::settings() const {
                {"valid_samples", data_->num_samples(Split::kValid)},
                {"fingerprint", hex64(data_->fingerprint())}};
   j["backend"] = backend_->describe();
-  j["parallel"] = layout_.to_json();
+  j["parallel"] = parallel_json(layout_, opt_.virtual_stages);
   j["start_iteration"] = iteration_;
   return j;
 }
@@ -285,7 +309,7 @@ nlohmann::ordered_json Trainer::checkpoint_record() const {
   record["backend_state"] = nlohmann::ordered_json::parse(backend_->extra_state());
   record["blend_fingerprint"] = hex64(data_->fingerprint());
   record["seed"] = opt_.seed;
-  record["parallel"] = layout_.to_json();
+  record["parallel"] = parallel_json(layout_, opt_.virtual_stages);
   record["sharded"] = sharded_state();
   record["distributed_optimizer"] = opt_.distributed_optimizer && layout_.dp > 1;
   return record;
@@ -349,13 +373,13 @@ void Trainer::load_from(const std::string& dir) {
       // change (the sums' rounding does); the vocabulary padding, which follows tp, is checked with
       // the model config above.
       const auto& saved = rec["parallel"];
-      const auto now = layout_.to_json();
+      const auto now = parallel_json(layout_, opt_.virtual_stages);
       for (const char* dim : {"cp", "ep"})
         if (saved.contains(dim) && saved[dim] != now[dim])
           input_error("{}: the checkpoint was written with {} {} and this run has {} {}; convert it first "
                       "(meg-ckpt-convert)",
                       where, dim, saved[dim].dump(), dim, now[dim].dump());
-      for (const char* dim : {"dp", "tp", "pp"})
+      for (const char* dim : {"dp", "tp", "pp", "virtual_stages"})
         if (saved.contains(dim) && saved[dim] != now[dim])
           log::warn("{}: the checkpoint was written with {} {} and this run has {}: the model is the same, the "
                     "sums' rounding is not",
@@ -371,8 +395,10 @@ void Trainer::load_from(const std::string& dir) {
       saved.tp = lay.at("tp").get<int>();
       saved.pp = lay.at("pp").get<int>();
       saved.dp = lay.at("dp").get<int>();
-      if (saved.tp < 1 || saved.pp < 1 || saved.dp < 1) input_error("{}: bad parallel layout {}", where, lay.dump());
-      load_sharded_state(ck, config_, saved, rec.value("distributed_optimizer", false), params, m, v);
+      const int virtual_stages = lay.value("virtual_stages", 1);
+      if (saved.tp < 1 || saved.pp < 1 || saved.dp < 1 || virtual_stages < 1)
+        input_error("{}: bad parallel layout {}", where, lay.dump());
+      load_sharded_state(ck, config_, saved, virtual_stages, rec.value("distributed_optimizer", false), params, m, v);
     } else {
       for (const auto& t : backend_->tensors()) {
         const auto shape = shape_of(t);
@@ -443,13 +469,19 @@ int Trainer::run() {
       const double mean_loss = loss_acc / static_cast<double>(acc_iters);
       const auto consumed = static_cast<int64_t>(tokens_per_iter) * iteration_;
       const size_t peak = backend_->peak_memory();
-      const std::string mem = peak > 0 ? fmt::format(" | peak mem {:.2f} GiB", double(peak) / double(1 << 30)) : "";
+      std::string extra = peak > 0 ? fmt::format(" | peak mem {:.2f} GiB", double(peak) / double(1 << 30)) : "";
+      const double comm_ms = backend_->take_communication_ms() / static_cast<double>(acc_iters);
+      if (opt_.time_communication) extra += fmt::format(" | comm {:.1f} ms/iter", comm_ms);
       log::info("iter {}/{} | tokens {} | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | {:.1f} ms/iter | {:.0f} tokens/s{}",
-                iteration_, opt_.iters, consumed, mean_loss, lr, norm, ms, tps, mem);
+                iteration_, opt_.iters, consumed, mean_loss, lr, norm, ms, tps, extra);
       nlohmann::ordered_json line{{"iteration", iteration_}, {"consumed_tokens", consumed}, {"loss", mean_loss},
                                   {"lr", lr},        {"grad_norm", norm},          {"ms_per_iter", ms},
                                   {"tokens_per_s", tps}};
       if (peak > 0) line["peak_memory_bytes"] = peak;
+      if (opt_.time_communication) line["comm_ms_per_iter"] = comm_ms;
+      // Model FLOPs (6 N + 12 L C T per token) per second and GPU, Megatron's throughput figure.
+      line["model_tflops_per_gpu"] = tps * static_cast<double>(config_.flops_per_token(config_.seq_length)) /
+                                     static_cast<double>(world_->size()) / 1e12;
       write_metrics(line);
       loss_acc = 0;
       acc_iters = 0;

@@ -93,6 +93,8 @@ struct TrainOptions {
   bool distributed_optimizer = false;
   bool sequence_parallel = false;
   int virtual_stages = 1;
+  // Measure the device communication time of each iteration (logged, and in the metrics).
+  bool time_communication = false;
 
   // The options as stored with checkpoints and printed at start.
   nlohmann::ordered_json to_json() const;

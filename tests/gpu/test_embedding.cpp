@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "catch.hpp"
@@ -62,6 +63,65 @@ TEST_CASE("group_positions_by_token groups every position under its token, in or
   }
 }
 
+TEST_CASE("group_positions_by_token keeps a vocabulary range's tokens, as rows of that range",
+          "[gpu][kernels]") {
+  std::mt19937 rng(43);
+  const int N = 999, V = 40;
+  const auto tokens = random_tokens(size_t(N), V, rng);
+  for (const auto& [begin, size] : {std::pair{0, 10}, std::pair{10, 10}, std::pair{30, 10}, std::pair{35, 20}}) {
+    INFO("range " << begin << " + " << size);
+    std::map<int32_t, std::vector<int32_t>> want;  // row -> positions
+    for (int p = 0; p < N; ++p)
+      if (tokens[p] >= begin && tokens[p] < begin + size) want[tokens[p] - begin].push_back(p);
+    const auto g = meg::cuda::group_positions_by_token(tokens.data(), N, begin, size);
+    REQUIRE(g.unique.size() == want.size());
+    size_t u = 0, total = 0;
+    for (const auto& [row, positions] : want) {
+      CHECK(g.unique[u] == row);
+      CHECK(std::vector<int32_t>(g.positions.begin() + g.starts[u], g.positions.begin() + g.starts[u + 1]) ==
+            positions);
+      total += positions.size();
+      ++u;
+    }
+    CHECK(g.positions.size() == total);
+    CHECK(size_t(g.starts.back()) == total);
+  }
+}
+
+// Vocabulary parallelism: each rank looks up the rows of its range, zero for the other tokens,
+// and one rank adds the position embedding; the ranks' outputs sum to the whole lookup.
+TEMPLATE_TEST_CASE("CUDA embedding_forward over a vocabulary range looks up that range only", "[gpu][kernels]",
+                   float, __nv_bfloat16, __half) {
+  using X = TestType;
+  std::mt19937 rng(2026);
+  const int B = 3, T = 17, C = 64, V = 40, parts = 4, rows = V / parts;
+  const size_t N = size_t(B) * T;
+  const auto tokens = random_tokens(N, V, rng);
+  const auto wte = round_to<X>(random_floats(size_t(V) * C, -1.0f, 1.0f, rng));
+  const auto wpe = round_to<X>(random_floats(size_t(T) * C, -1.0f, 1.0f, rng));
+  DeviceBuffer<int32_t> d_tokens(N);
+  d_tokens.upload_raw(tokens);
+  DeviceBuffer<X> d_wpe(wpe), d_out(N * C);
+  for (int r = 0; r < parts; ++r) {
+    INFO(type_name<X>() << " part " << r);
+    const std::vector<float> slice(wte.begin() + std::ptrdiff_t(r) * rows * C, wte.begin() + std::ptrdiff_t(r + 1) * rows * C);
+    DeviceBuffer<X> d_slice(slice);
+    d_out.poison();
+    meg::cuda::embedding_forward<X>(d_out.get(), d_tokens.get(), d_slice.get(), r == 0 ? d_wpe.get() : nullptr, B, T,
+                                    C, r * rows, rows, nullptr);
+    std::vector<double> want(N * C), scale(N * C);
+    for (size_t i = 0; i < N; ++i)
+      for (int c = 0; c < C; ++c) {
+        const bool mine = tokens[i] / rows == r;
+        const double e = mine ? double(wte[size_t(tokens[i]) * C + c]) : 0.0;
+        const double p = r == 0 ? double(wpe[(i % T) * C + c]) : 0.0;
+        want[i * C + c] = e + p;
+        scale[i * C + c] = std::abs(e) + std::abs(p);
+      }
+    check_close("out", d_out.download(), want, scale, unit_roundoff<X>());
+  }
+}
+
 TEMPLATE_TEST_CASE("CUDA embedding_forward matches the CPU reference", "[gpu][kernels]", float,
                    __nv_bfloat16, __half) {
   using X = TestType;
@@ -92,11 +152,11 @@ TEMPLATE_TEST_CASE("CUDA embedding_forward matches the CPU reference", "[gpu][ke
     DeviceBuffer<X> d_wte(wte), d_wpe(wpe), d_out(NC);
     d_out.poison();
     meg::cuda::embedding_forward(d_out.get(), d_tokens.get(), d_wte.get(), d_wpe.get(), s.B, s.T,
-                                 s.C, nullptr);
+                                 s.C, 0, s.V, nullptr);
     check_close("out", d_out.download(), out_ref, scale, unit_roundoff<X>());
     d_out.poison();
     meg::cuda::embedding_forward<X>(d_out.get(), d_tokens.get(), d_wte.get(), nullptr, s.B, s.T, s.C,
-                                 nullptr);
+                                    0, s.V, nullptr);
     check_close("out (no wpe)", d_out.download(), out_nowpe, scale, 0.0);
   }
 }

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -128,6 +129,77 @@ TEMPLATE_TEST_CASE("CUDA cross_entropy_fused matches the CPU reference", "[gpu][
     meg::cuda::cross_entropy_fused(logits.get(), losses.get(), targets.get(), N, V, Vp, dloss, nullptr);
     CHECK(same_bits(grad_first, logits.download_raw()));
     CHECK(same_bits(losses_first, losses.download_raw()));
+  }
+}
+
+// Vocabulary parallelism: the logits cut into RANKS column blocks, each "rank" computes its
+// partials, the partials are gathered, and every rank combines them. Against the fused kernel on
+// the whole row: the same losses on every rank (bit for bit among the ranks) and, block by block,
+// the same gradient, up to the order in which the partials merge (a few fp32 roundings) and the
+// rounding to X.
+TEMPLATE_TEST_CASE("CUDA vocabulary-parallel cross-entropy matches the fused kernel", "[gpu][loss]", float,
+                   __nv_bfloat16, __half) {
+  using X = TestType;
+  const double ux = unit_roundoff<X>();
+  std::mt19937 rng(2027);
+  // A rank of padding only (the last of 4 over V = 9 of Vp = 16), ranks of 2 and 4 over GPT-2's
+  // padded vocabulary.
+  const CrossEntropyCase cases[] = {{64, 50257, 50304, 4.0f}, {16, 50257, 50304, 30.0f}, {9, 9, 16, 4.0f}};
+  for (const int ranks : {2, 4}) {
+    for (const auto& c : cases) {
+      const int N = c.N, V = c.V, Vp = c.Vp, Vr = Vp / ranks;
+      INFO(type_name<X>() << " ranks=" << ranks << " N=" << N << " V=" << V << " Vp=" << Vp);
+      const auto logits_h = round_to<X>(random_floats(size_t(N) * Vp, -c.spread, c.spread, rng));
+      const auto targets_h = random_targets(N, V, rng);
+      const float dloss = (std::is_same_v<X, __half> ? 1024.0f : 1.0f) / float(N);
+      DeviceBuffer<int32_t> targets{size_t(N)};
+      targets.upload_raw(targets_h);
+
+      // The whole rows through the fused kernel.
+      DeviceBuffer<X> whole(logits_h);
+      DeviceBuffer<float> losses_whole{size_t(N)};
+      meg::cuda::cross_entropy_fused(whole.get(), losses_whole.get(), targets.get(), N, V, Vp, dloss, nullptr);
+      const auto grad_whole = whole.download();
+      const auto loss_whole = losses_whole.download();
+
+      // Each rank's columns, its partials into its block of the gathered array.
+      std::vector<std::unique_ptr<DeviceBuffer<X>>> parts;
+      DeviceBuffer<float> gathered{size_t(ranks) * N * 3};
+      for (int r = 0; r < ranks; ++r) {
+        std::vector<float> block(size_t(N) * Vr);
+        for (int i = 0; i < N; ++i)
+          std::copy_n(logits_h.begin() + std::ptrdiff_t(size_t(i) * Vp + size_t(r) * Vr), Vr,
+                      block.begin() + std::ptrdiff_t(size_t(i) * Vr));
+        parts.push_back(std::make_unique<DeviceBuffer<X>>(block));
+        const int real = std::clamp(V - r * Vr, 0, Vr);
+        meg::cuda::cross_entropy_partials(parts.back()->get(), gathered.get() + size_t(r) * N * 3, targets.get(), N,
+                                          real, Vr, r * Vr, nullptr);
+      }
+      std::vector<float> first_losses;
+      for (int r = 0; r < ranks; ++r) {
+        const int real = std::clamp(V - r * Vr, 0, Vr);
+        DeviceBuffer<float> losses{size_t(N)};
+        losses.poison();
+        meg::cuda::cross_entropy_parallel(parts[size_t(r)]->get(), losses.get(), gathered.get(), ranks, targets.get(), N,
+                                          real, Vr, r * Vr, dloss, nullptr);
+        const auto bits = losses.download_raw();
+        if (r == 0) first_losses = bits;
+        CHECK(same_bits(bits, first_losses));
+        const auto loss = losses.download();
+        const auto grad = parts[size_t(r)]->download();
+        size_t bad = 0;
+        for (int i = 0; i < N; ++i) {
+          bad += !(std::abs(loss[size_t(i)] - loss_whole[size_t(i)]) <= 16 * kU32 * (1 + std::abs(loss_whole[size_t(i)])));
+          for (int j = 0; j < Vr; ++j) {
+            const double got = grad[size_t(i) * Vr + j], want = grad_whole[size_t(i) * Vp + size_t(r) * Vr + j];
+            const bool zero = targets_h[size_t(i)] < 0 || r * Vr + j >= V;
+            bad += zero ? got != 0.0 : !(std::abs(got - want) <= 2 * ux * std::abs(want) + 64 * kU32 * double(dloss) +
+                                                                   subnormal_error<X>());
+          }
+        }
+        CHECK(bad == 0);
+      }
+    }
   }
 }
 

@@ -13,19 +13,27 @@ $RUN --iters 200 --device cpu --metrics cpu.jsonl --save ck_cpu
 $RUN --iters 200 --device cuda --precision fp32 --metrics fp32.jsonl
 $RUN --iters 200 --device cuda --precision bf16 --metrics bf16.jsonl --save ck_gpu
 
-# Mean |loss difference| over the last 50 iterations, and the last losses, of two runs.
+# Two checks of each GPU curve against the CPU's. The first 10 iterations, before the runs'
+# different rounding has grown: relative differences below 1e-3 (fp32) and 5e-2 (bf16): the GPU
+# computes the same model. The level of the last 50 iterations (their mean): within 0.03 (fp32)
+# and 0.15 (bf16). Past a hundred steps the curves have drifted apart chaotically, so their level,
+# not each loss, is what can be compared: on the CPU alone another seed moves it by 0.01 to 0.26.
 python3 - cpu.jsonl fp32.jsonl bf16.jsonl <<'PY' || fail "the GPU loss curves do not track the CPU's"
 import json, sys
 def losses(path):
     return [json.loads(l)["loss"] for l in open(path) if '"loss"' in l]
 cpu, fp32, bf16 = (losses(p) for p in sys.argv[1:])
 assert len(cpu) == len(fp32) == len(bf16) == 200, (len(cpu), len(fp32), len(bf16))
-def gap(a, b): return sum(abs(x - y) for x, y in zip(a[-50:], b[-50:])) / 50
-print(f"loss at 200: cpu {cpu[-1]:.4f} fp32 {fp32[-1]:.4f} bf16 {bf16[-1]:.4f}; "
-      f"mean gap over the last 50: fp32 {gap(cpu, fp32):.5f} bf16 {gap(cpu, bf16):.5f}")
+def early(a, b): return max(abs(x - y) / abs(x) for x, y in zip(a[:10], b[:10]))
+def level(a, b): return abs(sum(a[-50:]) - sum(b[-50:])) / 50
+print(f"loss at 200: cpu {cpu[-1]:.4f} fp32 {fp32[-1]:.4f} bf16 {bf16[-1]:.4f}; first 10, largest relative "
+      f"difference: fp32 {early(cpu, fp32):.2e} bf16 {early(cpu, bf16):.2e}; level of the last 50, difference: "
+      f"fp32 {level(cpu, fp32):.4f} bf16 {level(cpu, bf16):.4f}")
 assert cpu[0] - cpu[-1] > 1.0, "the CPU run did not learn"
-assert gap(cpu, fp32) < 0.01, "fp32 GPU run drifts from the CPU run"
-assert gap(cpu, bf16) < 0.05, "bf16 GPU run drifts from the CPU run"
+assert early(cpu, fp32) < 1e-3, "fp32 GPU run starts apart from the CPU run"
+assert early(cpu, bf16) < 5e-2, "bf16 GPU run starts apart from the CPU run"
+assert level(cpu, fp32) < 0.03, "fp32 GPU run drifts from the CPU run"
+assert level(cpu, bf16) < 0.15, "bf16 GPU run drifts from the CPU run"
 PY
 
 # Checkpoints cross devices: the GPU's loads on the CPU and the CPU's on the GPU, and training

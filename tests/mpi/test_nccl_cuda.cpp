@@ -1,4 +1,4 @@
-// NcclComm under mpirun, one GPU per rank (rank % device count): every collective on float and
+// NcclComm under mpirun, one GPU per rank (rank % device count): every collective on float, fp16 and
 // bf16 device buffers against sums worked out by hand, a ring, and the time-out that turns a
 // missing peer into an exception. Needs as many GPUs as ranks; with fewer it says so and checks
 // nothing (NCCL refuses two members on one device).
@@ -76,11 +76,13 @@ float v(size_t i, int r) {
 template <typename T>
 T to(float x) {
   if constexpr (std::is_same_v<T, float>) return x;
+  else if constexpr (std::is_same_v<T, __half>) return __float2half(x);
   else return __float2bfloat16(x);
 }
 template <typename T>
 float from(T x) {
   if constexpr (std::is_same_v<T, float>) return x;
+  else if constexpr (std::is_same_v<T, __half>) return __half2float(x);
   else return __bfloat162float(x);
 }
 
@@ -164,7 +166,7 @@ void check_collectives(NcclComm& nccl, cudaStream_t stream) {
 
 }  // namespace
 
-TEST_CASE("NcclComm collectives on float and bf16", "[nccl]") {
+TEST_CASE("NcclComm collectives on float, bf16 and fp16", "[nccl]") {
   Setup s;
   if (!s.ok) return;
   NcclComm nccl(s.world);
@@ -172,6 +174,7 @@ TEST_CASE("NcclComm collectives on float and bf16", "[nccl]") {
   CHECK(nccl.rank() == s.world.rank());
   check_collectives<float>(nccl, s.stream);
   check_collectives<__nv_bfloat16>(nccl, s.stream);
+  check_collectives<__half>(nccl, s.stream);
 }
 
 TEST_CASE("MEG_NCCL_TIMEOUT", "[nccl]") {

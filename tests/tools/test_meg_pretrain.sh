@@ -29,7 +29,7 @@ $TRAIN --iters 20 --global-batch 8 --save b --exit-interval 10
 python3 - b/iter_0000010/checkpoint.json <<'PY' || fail "checkpoint record: $(cat b/iter_0000010/checkpoint.json)"
 import json, sys
 r = json.load(open(sys.argv[1]))["record"]
-assert r["parallel"] == {"tp": 1, "pp": 1, "dp": 1, "cp": 1, "ep": 1}
+assert r["parallel"] == {"tp": 1, "pp": 1, "dp": 1, "cp": 1, "ep": 1, "virtual_stages": 1}
 assert r["iteration"] == 10 and r["optimizer_step"] == 10 and r["consumed_samples"] == 80
 assert r["model"]["hidden-size"] == 64 and r["options"]["global-batch"] == 8 and r["seed"] == 1234
 assert len(r["blend_fingerprint"]) == 16

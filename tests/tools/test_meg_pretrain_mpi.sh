@@ -1,15 +1,17 @@
-# meg-pretrain under mpirun on the CPU: data, tensor, sequence and pipeline parallelism and the
-# distributed optimizer, alone and together, train to the losses of one process (relative
-# difference below 1e-5: only the order of the sums differs), with GPT and Llama, gradient
-# accumulation and dropout; a run resumed under mpirun repeats the uninterrupted one exactly and
-# its checkpoints load in any layout; the layouts not implemented yet and the layouts that do not
-# fit are refused, and a job whose rank dies or stalls ends instead of hanging.
+# meg-pretrain under mpirun on the CPU: data, tensor, sequence and pipeline parallelism (1F1B and
+# interleaved) and the distributed optimizer, alone and together, train to the losses of one
+# process (relative difference below 1e-5: only the order of the sums differs), with GPT and Llama,
+# gradient accumulation and dropout; a run resumed under mpirun repeats the uninterrupted one
+# exactly and its checkpoints load in any layout; the layouts not implemented yet and the layouts
+# that do not fit are refused, and a job whose rank dies or stalls ends instead of hanging.
 source "$(dirname "$0")/lib.sh"
 M=$MEG_TEST_DATA/megatron
 meg-blend -q --seq-length 32 --samples 400 -o run.blend 1 $M/fortunes_spm
 
 # same_as_one_process MODEL_OPTIONS -- "RANKS LAYOUT_OPTIONS" ...: the model trained by one process,
-# then under mpirun in each layout: every loss within 1e-5 of one process's.
+# then under mpirun in each layout: every loss (and validation loss, with --eval-interval) within
+# 1e-5 of one process's.
+valid_losses() { grep -o '"valid_loss":[^,]*' "$1" | cut -d: -f2; }
 same_as_one_process() {
   local model=()
   while [ "$1" != -- ]; do model+=("$1"); shift; done
@@ -19,11 +21,16 @@ same_as_one_process() {
   rm -f one.jsonl
   $run --metrics one.jsonl
   losses one.jsonl > one.loss
+  valid_losses one.jsonl > one.valid || true
   for layout in "$@"; do
     rm -f many.jsonl
     mpi ${layout%% *} $run ${layout#* } --metrics many.jsonl
     losses many.jsonl > many.loss
     losses_close one.loss many.loss 1e-5
+    if [ -s one.valid ]; then
+      valid_losses many.jsonl > many.valid
+      losses_close one.valid many.valid 1e-5
+    fi
   done
 }
 
@@ -42,6 +49,18 @@ done
 same_as_one_process --model tiny --global-batch 8 -- "4 --tp 4" "4 --tp 2 --use-distributed-optimizer" \
   "4 --pp 2 --use-distributed-optimizer"
 same_as_one_process --model tiny --num-layers 4 --global-batch 8 -- "4 --pp 4"
+# The interleaved schedule: 4 blocks on 2 ranks of 2 model chunks (virtual stages), alone, with
+# tensor and sequence parallelism, and with data parallelism and the distributed optimizer; 4
+# micro-batches per replica, or 2 with --dp 2 (as many as stages: Megatron runs every forward
+# first). GPT's tied word embedding lives on rank 0's first chunk and rank 1's last. Evaluation
+# passes through the virtual stages in order. Then 8 blocks on 4 ranks of 2 chunks, 3 groups of 4
+# micro-batches.
+for model in tiny tiny-llama; do
+  same_as_one_process --model $model --num-layers 4 --hidden-dropout 0.1 --global-batch 8 \
+    --eval-interval 3 --eval-iters 2 -- "2 --pp 2 --virtual-stages 2" \
+    "4 --pp 2 --virtual-stages 2 --tp 2 --sequence-parallel" "4 --pp 2 --virtual-stages 2 --dp 2 --use-distributed-optimizer"
+done
+same_as_one_process --model tiny --num-layers 8 --global-batch 24 -- "4 --pp 4 --virtual-stages 2"
 expect_fail_mpi 1 "key/value heads \(2\) do not divide over 4 ranks" -- \
   mpi 4 meg-pretrain -q --device cpu --model tiny-llama --data run.blend --tokenizer $M/fortunes_spm.model \
   --micro-batch 2 --global-batch 8 --iters 2 --tp 4
@@ -65,10 +84,13 @@ resumes_exactly() {  # resumes_exactly DIR OPTIONS...: 2 ranks, straight and sto
   losses $dir/metrics.jsonl > resumed.loss
   same_file straight.loss resumed.loss
 }
-one_process_continues() {  # one_process_continues DIR
+one_process_continues() {  # one_process_continues DIR [MODEL_OPTIONS...]
+  local dir=$1
+  shift
   meg-pretrain -q --device cpu --model tiny --data run.blend --tokenizer $M/fortunes_spm.model --micro-batch 2 \
-    --global-batch 8 --lr 3e-3 --warmup-iters 2 --log-interval 1 --iters 7 --load $1 --metrics $1-single.jsonl 2>/dev/null
-  [ "$(grep -c '"loss"' $1-single.jsonl)" -eq 1 ] || fail "one process could not continue the checkpoint in $1"
+    --global-batch 8 --lr 3e-3 --warmup-iters 2 --log-interval 1 --iters 7 --load $dir --metrics $dir-single.jsonl \
+    "$@" 2>/dev/null
+  [ "$(grep -c '"loss"' $dir-single.jsonl)" -eq 1 ] || fail "one process could not continue the checkpoint in $dir"
 }
 resumes_exactly ck
 python3 -c "import json,sys; r=json.load(open('ck/iter_0000006/checkpoint.json'))['record']; assert r['parallel']['dp'] == 2, r['parallel']" ||
@@ -87,6 +109,25 @@ done
 resumes_exactly pk --pp 2
 one_process_continues pk
 [ -f pk/iter_0000006/model-tp00-pp01.safetensors ] || fail "pk/iter_0000006: no file of stage 1: $(ls pk/iter_0000006)"
+resumes_exactly vk --num-layers 4 --pp 2 --virtual-stages 2
+one_process_continues vk --num-layers 4
+python3 -c "import json; r=json.load(open('vk/iter_0000006/checkpoint.json'))['record']; assert r['parallel']['virtual_stages'] == 2" ||
+  fail "virtual stages not in the record"
+
+# Checkpoints move between interleaved and other layouts mid-run: saved with virtual stages (and the
+# distributed optimizer, whose moment shards follow the chunks' layout) then continued by one
+# process, and the reverse, each within 1e-5 of one process's uninterrupted run.
+FOUR="$RUN --num-layers 4"
+$FOUR --metrics four.jsonl
+losses four.jsonl > four.loss
+mpi 4 $FOUR --pp 2 --virtual-stages 2 --dp 2 --use-distributed-optimizer --save vi --exit-interval 3
+$FOUR --save vi --load vi 2>/dev/null
+$FOUR --save vo --exit-interval 3
+mpi 2 $FOUR --pp 2 --virtual-stages 2 --save vo --load vo 2>/dev/null
+for dir in vi vo; do
+  losses $dir/metrics.jsonl > $dir.loss
+  losses_close four.loss $dir.loss 1e-5
+done
 
 # Refused layouts: the error line, exit 1, and the job ends (a rank that fails aborts them all).
 expect_fail_mpi 1 "--cp 2: context parallelism is not implemented yet" -- mpi 2 $RUN --cp 2
@@ -95,6 +136,11 @@ expect_fail_mpi 1 "--sequence-parallel splits the tensor-parallel regions: it ne
 expect_fail_mpi 1 "meg-pretrain: .*(tp|world|ranks)" -- mpi 3 $RUN --tp 2 --dp 2
 expect_fail_mpi 1 "--global-batch 6 must be a positive multiple of --micro-batch 2 times the 2 data-parallel ranks" -- \
   mpi 2 $BASE --global-batch 6
+expect_fail_mpi 1 "--virtual-stages 2: the interleaved schedule needs each replica's micro-batches .* = 3\) to be a multiple of --pp 2" -- \
+  mpi 2 $BASE --num-layers 4 --global-batch 6 --pp 2 --virtual-stages 2
+expect_fail_mpi 1 "--pp 2 --virtual-stages 2: the model's 2 blocks do not divide over 2 x 2 virtual stages" -- \
+  mpi 2 $RUN --pp 2 --virtual-stages 2
+expect_fail 1 "--virtual-stages needs --pp above 1" -- $RUN --virtual-stages 2
 # A job that makes no progress for MEG_COLLECTIVE_TIMEOUT seconds ends with a message (here at
 # once: a millisecond is less than any step).
 MEG_COLLECTIVE_TIMEOUT=0.001 expect_fail_mpi 2 "no progress for 0.001 s: a rank may be stuck in a collective" -- \

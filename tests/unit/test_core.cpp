@@ -1,4 +1,4 @@
-// libmeg core: streams, zstd, atomic output, hashing, the thread pool.
+// libmeg core: streams, zstd, atomic output, hashing, the Philox generator, the thread pool.
 #include <unistd.h>
 
 #include <filesystem>
@@ -10,6 +10,7 @@
 #include "core/error.hpp"
 #include "core/hash.hpp"
 #include "core/mapped_file.hpp"
+#include "core/philox.hpp"
 #include "core/thread_pool.hpp"
 #include "test_util.hpp"
 
@@ -36,6 +37,15 @@ TEST_CASE("XXH64 streaming equals one-shot for any split", "[core]") {
     h.update(data.data() + cut, data.size() - cut);
     CHECK(h.digest() == whole);
   }
+}
+
+TEST_CASE("Philox4x32-10 matches Random123's known answers", "[core]") {
+  // Random123's tests/kat_vectors, the "philox4x32 10" lines: counter, key, result.
+  CHECK(philox4x32_10({0, 0, 0, 0}, {0, 0}) == PhiloxCounter{0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8});
+  CHECK(philox4x32_10({0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff}, {0xffffffff, 0xffffffff}) ==
+        PhiloxCounter{0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd});
+  CHECK(philox4x32_10({0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}, {0xa4093822, 0x299f31d0}) ==
+        PhiloxCounter{0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1});
 }
 
 TEST_CASE("ByteWriter writes atomically and ByteReader reads plain and zstd alike", "[core]") {

@@ -30,6 +30,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 namespace meg::cuda {
@@ -39,21 +40,25 @@ using fp16 = __half;
 
 // ---- kernels/embedding.cu ----------------------------------------------------------------------
 
-// out[B,T,C] = wte[tokens[b,t]] + wpe[t]; wpe may be null (Llama). tokens (device) must be in
-// [0, V): the caller checks them on the host.
+// out[B,T,C] = wte[tokens[b,t] - vocab_begin] + wpe[t]; wpe may be null (Llama). wte holds the
+// rows of tokens [vocab_begin, vocab_begin + vocab_size) (all of them: 0 and V); a token outside
+// that range looks up a zero row (a vocabulary-parallel rank's part of the lookup). tokens
+// (device) must be in [0, V): the caller checks them on the host.
 template <typename X>
 void embedding_forward(X* out, const int32_t* tokens, const X* wte, const X* wpe, int B, int T,
-                       int C, cudaStream_t stream);
+                       int C, int vocab_begin, int vocab_size, cudaStream_t stream);
 
-// The positions of a batch grouped by token, built on the HOST from the host copy of the tokens,
-// for a deterministic embedding backward: unique[u] is the u-th distinct token (ascending), and
+// The positions of a batch whose tokens lie in [vocab_begin, vocab_begin + vocab_size), grouped
+// by token, built on the HOST from the host copy of the tokens, for a deterministic embedding
+// backward: unique[u] is the u-th distinct token's row (token - vocab_begin, ascending), and
 // positions[starts[u] .. starts[u+1]) are the positions b*T+t holding it, ascending.
 struct TokenGroups {
   std::vector<int32_t> unique;     // [U]
   std::vector<int32_t> starts;     // [U + 1]
-  std::vector<int32_t> positions;  // [N]
+  std::vector<int32_t> positions;  // [at most N]
 };
-TokenGroups group_positions_by_token(const int32_t* tokens, int N);
+TokenGroups group_positions_by_token(const int32_t* tokens, int N, int vocab_begin = 0,
+                                     int vocab_size = std::numeric_limits<int>::max());
 
 // dwte[unique[u]] += sum of dout[p] over the positions of group u, added in position order;
 // dwpe[t] += sum over b of dout[b,t], added in b order (dwpe may be null). unique, starts and
@@ -202,6 +207,20 @@ size_t attention_backward_scratch(int B, int T, int NH);
 template <typename X>
 void cross_entropy_fused(X* logits, float* losses, const int32_t* targets, int N, int V, int Vp,
                          float dloss, cudaStream_t stream);
+
+// The same over vocabulary-parallel logits (Megatron's vocabulary-parallel cross-entropy): a rank
+// holds columns [vocab_begin, vocab_begin + Vp) of the whole padded vocabulary, V of them real
+// (0 <= V <= Vp). First cross_entropy_partials writes each row's partial over its columns to
+// PARTIALS[N][3] (max, sum of exp(x - max), and the target's logit where this rank holds the
+// target, else 0); the caller all-gathers the ranks' partials into [RANKS][N][3] in rank order;
+// then cross_entropy_parallel combines them (identically on every rank: every rank gets the
+// losses) and, when DLOSS is not 0, writes this rank's columns of the gradient in place.
+template <typename X>
+void cross_entropy_partials(const X* logits, float* partials, const int32_t* targets, int N, int V, int Vp,
+                            int vocab_begin, cudaStream_t stream);
+template <typename X>
+void cross_entropy_parallel(X* logits, float* losses, const float* partials, int ranks, const int32_t* targets,
+                            int N, int V, int Vp, int vocab_begin, float dloss, cudaStream_t stream);
 
 // ---- kernels/adamw.cu --------------------------------------------------------------------------
 

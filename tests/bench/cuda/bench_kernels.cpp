@@ -190,8 +190,8 @@ int main(int argc, char** argv) {
     wte.fill_random(-1, 1, rng), wpe.fill_random(-1, 1, rng);
     dwte.fill_random(-1, 1, rng), dwpe.fill_random(-1, 1, rng);
     ms = time_ms([&] {
-      meg::cuda::embedding_forward(out.get(), d_tokens.get(), wte.get(), wpe.get(), kB, kT, C,
-                                   nullptr);
+      meg::cuda::embedding_forward(out.get(), d_tokens.get(), wte.get(), wpe.get(), kB, kT, C, 0,
+                                   s.V, nullptr);
     }, runs, flush);
     report("embedding fwd", s, ms, kN * 4.0 + double(U) * C * X + double(kT) * C * X + NC * X,
            copy_gbs);
