@@ -72,9 +72,10 @@ int main(int argc, char** argv) {
   app.add_option("--cp", o.cp, "Context-parallel size")->capture_default_str();
   app.add_option("--ep", o.ep, "Expert-parallel size")->capture_default_str();
   app.add_flag("--use-distributed-optimizer", o.distributed_optimizer,
-               "Shard the AdamW moments and the update over the data-parallel ranks");
+               "Shard the optimizer state (AdamW moments; fp32 master weights on GPUs in bf16/fp16) and the update "
+               "over the data-parallel ranks");
   app.add_flag("--sequence-parallel", o.sequence_parallel,
-               "Split the residual stream by rows over the tensor-parallel ranks (with --tp; CPU only so far)");
+               "Split the residual stream by rows over the tensor-parallel ranks (with --tp)");
   app.add_flag("--time-communication", o.time_communication,
                "Measure the device communication time per iteration (log line and metrics)");
   app.add_option("--virtual-stages", o.virtual_stages,

@@ -2,8 +2,9 @@
 //
 // The CPU reference is ops/cpu/dropout.cpp; the launcher is declared in ops/cuda/ops.hpp.
 //
-// Element i is kept iff dropout_bits(stream, i) >= floor(p 2^32), and kept values are scaled by
-// 1 / (1 - p). The mask is a pure function of the key and the index (ops/cpu/dropout_mask.hpp,
+// Element i is kept iff dropout_bits(stream, first + i) >= floor(p 2^32) (FIRST: the index of
+// element 0 in the whole array the mask is defined on), and kept values are scaled by 1 / (1 - p).
+// The mask is a pure function of the key and the index (ops/cpu/dropout_mask.hpp,
 // the same header the CPU uses, compiled here for the device too), so the GPU drops exactly the
 // elements the CPU drops, whatever the launch shape, and the backward regenerates the forward's
 // mask instead of storing it. The scale is the CPU's fp32 scale, float(1 / (1 - p)), so fp32
@@ -34,7 +35,7 @@ __device__ X keep_or_drop(X x, uint64_t stream_key, size_t index, uint64_t thres
 }
 
 template <typename X, int W>
-__global__ void dropout_kernel(X* out, const X* inp, size_t n, uint64_t stream_key,
+__global__ void dropout_kernel(X* out, const X* inp, size_t n, uint64_t stream_key, uint64_t first,
                                uint64_t threshold, float scale) {
   using V = Vec<X, W>;
   const size_t stride = size_t(gridDim.x) * blockDim.x * W;
@@ -42,10 +43,10 @@ __global__ void dropout_kernel(X* out, const X* inp, size_t n, uint64_t stream_k
     if (i + W <= n) {
       V v = *reinterpret_cast<const V*>(inp + i);
 #pragma unroll
-      for (int j = 0; j < W; ++j) v.v[j] = keep_or_drop(v.v[j], stream_key, i + j, threshold, scale);
+      for (int j = 0; j < W; ++j) v.v[j] = keep_or_drop(v.v[j], stream_key, first + i + j, threshold, scale);
       *reinterpret_cast<V*>(out + i) = v;
     } else {
-      for (size_t j = i; j < n; ++j) out[j] = keep_or_drop(inp[j], stream_key, j, threshold, scale);
+      for (size_t j = i; j < n; ++j) out[j] = keep_or_drop(inp[j], stream_key, first + j, threshold, scale);
     }
   }
 }
@@ -54,7 +55,7 @@ __global__ void dropout_kernel(X* out, const X* inp, size_t n, uint64_t stream_k
 
 template <typename X>
 void dropout_apply(X* out, const X* inp, size_t n, double p, uint64_t stream_key,
-                   cudaStream_t stream) {
+                   cudaStream_t stream, uint64_t first) {
   if (n == 0) return;
   const uint64_t threshold = cpu::dropout_threshold(p);
   const float scale = float(1.0 / (1.0 - p));
@@ -62,14 +63,14 @@ void dropout_apply(X* out, const X* inp, size_t n, double p, uint64_t stream_key
   const bool vec = aligned16(out) && aligned16(inp);
   const unsigned grid = grid_stride_blocks(n, size_t(kBlock) * (vec ? W : 1));
   if (vec)
-    dropout_kernel<X, W><<<grid, kBlock, 0, stream>>>(out, inp, n, stream_key, threshold, scale);
+    dropout_kernel<X, W><<<grid, kBlock, 0, stream>>>(out, inp, n, stream_key, first, threshold, scale);
   else
-    dropout_kernel<X, 1><<<grid, kBlock, 0, stream>>>(out, inp, n, stream_key, threshold, scale);
+    dropout_kernel<X, 1><<<grid, kBlock, 0, stream>>>(out, inp, n, stream_key, first, threshold, scale);
   MEG_CUDA_CHECK(cudaGetLastError());
 }
 
-template void dropout_apply<float>(float*, const float*, size_t, double, uint64_t, cudaStream_t);
-template void dropout_apply<bf16>(bf16*, const bf16*, size_t, double, uint64_t, cudaStream_t);
-template void dropout_apply<fp16>(fp16*, const fp16*, size_t, double, uint64_t, cudaStream_t);
+template void dropout_apply<float>(float*, const float*, size_t, double, uint64_t, cudaStream_t, uint64_t);
+template void dropout_apply<bf16>(bf16*, const bf16*, size_t, double, uint64_t, cudaStream_t, uint64_t);
+template void dropout_apply<fp16>(fp16*, const fp16*, size_t, double, uint64_t, cudaStream_t, uint64_t);
 
 }  // namespace meg::cuda

@@ -5,6 +5,7 @@
 # the first WARMUP; MFU is model FLOPs (6 N + 12 L d T per token) per GPU against the H100/H200's
 # 989 TFLOP/s dense bf16 peak. Layouts needing more GPUs than are visible are skipped.
 #   scripts/bench-distributed.sh BUILD_DIR [GROUP ...]     groups: gpt2-355m gpt2-1.4b llama-8b
+# GROUP may also be GROUP:LAYOUT-SUBSTRING to run only the matching rows (gpt2-1.4b:sequence).
 # A markdown table on stdout; the logs and metrics under OUT_DIR (default .bench/distributed).
 set -uo pipefail
 build=${1:-build}
@@ -35,6 +36,7 @@ declare -A base  # tokens/s per GPU on one GPU, by model
 run() {
   local model=$1 layout=$2 np=$3 micro=$4 seq=$5 global=$6 iters=$7
   shift 7
+  [[ "$layout" == *"$only"* ]] || return 0
   if [ "$np" -gt "$gpus" ]; then
     printf '| %s | %s | %s | skipped: %s GPU(s) visible |\n' "$model" "$layout" "$np" "$gpus"
     return
@@ -66,7 +68,10 @@ PY
   [ "$np" -eq 1 ] && base[$model]=$(cat "$metrics.per_gpu")
 }
 
-for group in "${groups[@]}"; do
+for spec in "${groups[@]}"; do
+  group=${spec%%:*}
+  only=""
+  [[ "$spec" == *:* ]] && only=${spec#*:}
   case $group in
     gpt2-355m)
       for np in 1 2 4; do run gpt2-355m "DP=$np" $np 16 1024 $((16 * np)) 20 --model gpt2-355m; done
@@ -76,9 +81,11 @@ for group in "${groups[@]}"; do
       shape=(--model gpt2-1.5b --hidden-size 1536 --num-heads 24 --ffn-hidden-size 6144)
       run gpt2-1.4b "one GPU" 1 8 1024 16 12 "${shape[@]}"
       run gpt2-1.4b "TP=2" 2 8 1024 16 12 "${shape[@]}" --tp 2
-      run gpt2-1.4b "TP=4" 4 8 1024 16 12 "${shape[@]}" --tp 4 ;;
+      run gpt2-1.4b "TP=4" 4 8 1024 16 12 "${shape[@]}" --tp 4
+      run gpt2-1.4b "TP=4, sequence parallel" 4 8 1024 16 12 "${shape[@]}" --tp 4 --sequence-parallel ;;
     llama-8b)
       run llama-8b "TP=4" 4 2 4096 8 8 --model llama-8b --tp 4
+      run llama-8b "TP=4, sequence parallel" 4 2 4096 8 8 --model llama-8b --tp 4 --sequence-parallel
       run llama-8b "TP=2 x PP=2" 4 2 4096 8 8 --model llama-8b --tp 2 --pp 2 ;;
     *) echo "unknown group $group" >&2; exit 1 ;;
   esac

@@ -120,10 +120,11 @@ struct GptCudaModel<X>::Staging {
 
 template <typename X>
 GptCudaModel<X>::GptCudaModel(const ModelConfig& config, cuda::DeviceAllocator& alloc, cudaStream_t stream,
-                              size_t pad_multiple, NcclComm* tp, PipelineStage stage)
+                              size_t pad_multiple, NcclComm* tp, PipelineStage stage, bool sequence_parallel)
     : config_(config),
       tp_(tp && tp->size() > 1 ? tp : nullptr),
       stage_(stage),
+      sp_(sequence_parallel && tp_),
       alloc_(alloc),
       stream_(stream),
       gemm_(stream) {
@@ -145,17 +146,9 @@ GptCudaModel<X>::GptCudaModel(const ModelConfig& config, cuda::DeviceAllocator& 
 
   const size_t m = std::max<size_t>(pad_multiple, 1);
   padded_params_ = (num_params_ + m - 1) / m * m;
-  params_ = cuda::DeviceArray<float>(alloc_, padded_params_);
+  params_x_ = cuda::DeviceArray<X>(alloc_, padded_params_);
   grads_ = cuda::DeviceArray<float>(alloc_, padded_params_);
-  if constexpr (std::is_same_v<X, float>) {
-    params_x_ = params_.get();
-  } else {
-    params_x_store_ = cuda::DeviceArray<X>(alloc_, padded_params_);
-    MEG_CUDA_CHECK(cudaMemsetAsync(params_x_store_.get(), 0, params_x_store_.bytes(), stream_));
-    params_x_ = params_x_store_.get();
-  }
-  MEG_CUDA_CHECK(cudaMemsetAsync(params_.get(), 0, params_.bytes(), stream_));
-  refresh_compute_copy();
+  MEG_CUDA_CHECK(cudaMemsetAsync(params_x_.get(), 0, params_x_.bytes(), stream_));
   zero_grad();
   if (config_.uses_rope()) {
     const auto table = cuda::rope_table(static_cast<int>(config_.seq_length), static_cast<int>(config_.head_size()),
@@ -174,7 +167,7 @@ GptCudaModel<X>::~GptCudaModel() {
 
 template <typename X>
 X* GptCudaModel<X>::px(size_t offset) const {
-  return offset == kAbsent ? nullptr : params_x_ + offset;
+  return offset == kAbsent ? nullptr : params_x_.get() + offset;
 }
 
 template <typename X>
@@ -184,14 +177,19 @@ float* GptCudaModel<X>::g(size_t offset) const {
 
 template <typename X>
 void GptCudaModel<X>::set_params(const float* host) {
-  MEG_CUDA_CHECK(cudaMemcpyAsync(params_.get(), host, num_params_ * sizeof(float), cudaMemcpyHostToDevice, stream_));
-  refresh_compute_copy();
-  MEG_CUDA_CHECK(cudaStreamSynchronize(stream_));
-}
-
-template <typename X>
-void GptCudaModel<X>::get_params(float* host) const {
-  MEG_CUDA_CHECK(cudaMemcpyAsync(host, params_.get(), num_params_ * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+  if constexpr (std::is_same_v<X, float>) {
+    MEG_CUDA_CHECK(cudaMemcpyAsync(params_x_.get(), host, num_params_ * sizeof(float), cudaMemcpyHostToDevice, stream_));
+  } else {
+    // Through a bounded fp32 staging array, so that loading never needs a whole fp32 copy on the
+    // device (with the distributed optimizer nobody keeps one).
+    constexpr size_t kChunk = size_t(16) << 20;
+    cuda::DeviceArray<float> staging(alloc_, std::min(kChunk, std::max<size_t>(num_params_, 1)));
+    for (size_t at = 0; at < num_params_; at += kChunk) {
+      const size_t n = std::min(kChunk, num_params_ - at);
+      MEG_CUDA_CHECK(cudaMemcpyAsync(staging.get(), host + at, n * sizeof(float), cudaMemcpyHostToDevice, stream_));
+      cuda::cast_from_float(params_x_.get() + at, staging.get(), n, stream_);
+    }
+  }
   MEG_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
@@ -199,11 +197,6 @@ template <typename X>
 void GptCudaModel<X>::get_grads(float* host) const {
   MEG_CUDA_CHECK(cudaMemcpyAsync(host, grads_.get(), num_params_ * sizeof(float), cudaMemcpyDeviceToHost, stream_));
   MEG_CUDA_CHECK(cudaStreamSynchronize(stream_));
-}
-
-template <typename X>
-void GptCudaModel<X>::refresh_compute_copy() {
-  if constexpr (!std::is_same_v<X, float>) cuda::cast_from_float(params_x_, params_.get(), num_params_, stream_);
 }
 
 template <typename X>
@@ -225,6 +218,7 @@ void GptCudaModel<X>::allocate_activations(int B, int T) {
   const Dims d = dims(B, T);
   const size_t N = size_t(d.N), C = size_t(d.C), NH = size_t(d.NH), CQ = size_t(d.CQ), QKV = size_t(d.QKV),
                Fh = size_t(d.Fh), FC = size_t(d.FC), Vp = size_t(d.Vp), L = layers_.size();
+  const size_t R = rows(d.N);  // the residual stream's rows on this rank
   const int n = static_cast<int>(N);
   const size_t scratch = std::max({cuda::layernorm_backward_scratch(n, int(C)), cuda::rmsnorm_backward_scratch(n, int(C)),
                                    cuda::bias_backward_scratch(n, int(std::max({QKV, FC, C}))),
@@ -238,32 +232,32 @@ void GptCudaModel<X>::allocate_activations(int B, int T) {
   auto carve = [&](char* base) {
     Carver c(base);
     a.blocks.assign(L, {});
-    a.embedded = c.take<X>(N * C);
+    a.embedded = c.take<X>(R * C);
     for (size_t l = 0; l < L; ++l) {
       auto& b = a.blocks[l];
       const auto& first = a.blocks[0];
       const bool alias_all = share_all && l > 0, alias_wide = share_wide && l > 0;
       b.ln1 = alias_wide ? first.ln1 : c.take<X>(N * C);
-      b.ln1_mean = alias_all ? first.ln1_mean : c.take<float>(N);
-      b.ln1_rstd = alias_all ? first.ln1_rstd : c.take<float>(N);
+      b.ln1_mean = alias_all ? first.ln1_mean : c.take<float>(R);
+      b.ln1_rstd = alias_all ? first.ln1_rstd : c.take<float>(R);
       b.qkv = alias_all ? first.qkv : c.take<X>(N * QKV);
       b.lse = alias_all ? first.lse : c.take<float>(size_t(B) * NH * T);
       b.atty = alias_all ? first.atty : c.take<X>(N * CQ);
-      b.mid = alias_all ? first.mid : c.take<X>(N * C);
+      b.mid = alias_all ? first.mid : c.take<X>(R * C);
       b.ln2 = alias_wide ? first.ln2 : c.take<X>(N * C);
-      b.ln2_mean = alias_all ? first.ln2_mean : c.take<float>(N);
-      b.ln2_rstd = alias_all ? first.ln2_rstd : c.take<float>(N);
+      b.ln2_mean = alias_all ? first.ln2_mean : c.take<float>(R);
+      b.ln2_rstd = alias_all ? first.ln2_rstd : c.take<float>(R);
       b.fc1 = alias_all ? first.fc1 : c.take<X>(N * FC);
       b.act = alias_wide ? first.act : c.take<X>(N * Fh);
-      b.out = c.take<X>(N * C);
+      b.out = c.take<X>(R * C);
     }
     if (stage_.last()) {
       a.lnf = c.take<X>(N * C);
-      a.lnf_mean = c.take<float>(N);
-      a.lnf_rstd = c.take<float>(N);
+      a.lnf_mean = c.take<float>(R);
+      a.lnf_rstd = c.take<float>(R);
       a.logits = c.take<X>(N * Vp);
     }
-    a.dres = c.take<X>(N * C);
+    a.dres = c.take<X>(R * C);
     a.dln = c.take<X>(N * C);
     a.dqkv = c.take<X>(N * QKV);
     a.datty = c.take<X>(N * CQ);
@@ -367,9 +361,9 @@ uint64_t GptCudaModel<X>::dropout_key(uint64_t site) const {
 }
 
 template <typename X>
-void GptCudaModel<X>::dropout(X* out, const X* inp, size_t n, double p, uint64_t site) {
+void GptCudaModel<X>::dropout(X* out, const X* inp, size_t n, double p, uint64_t site, uint64_t first) {
   const uint64_t key = dropout_key(site);
-  cuda::dropout_apply(out, inp, n, p, key, stream_);
+  cuda::dropout_apply(out, inp, n, p, key, stream_, first);
 }
 
 template <typename X>
@@ -405,13 +399,18 @@ void GptCudaModel<X>::run_forward(int B, int T, float dloss) {
   a.drop_step = drop_step_;
   a.drop_micro = drop_micro_;
   const double hp = a.hidden_p;
+  const size_t RC = rows(N) * size_t(C), first = first_row(N) * size_t(C);
 
   if (stage_.first()) {  // otherwise a.embedded holds the previous stage's output
     const bool first_rank = !tp_ || tp_->rank() == 0;  // adds the position embedding, once
-    cuda::embedding_forward(a.embedded, a.tokens, px(wte_), first_rank ? px(wpe_) : nullptr, B, T, C, V0, Vp,
-                            stream_);
-    sum_over_tp(a.embedded, NC);
-    if (hp > 0) dropout(a.embedded, a.embedded, NC, hp, 0);
+    // With sequence parallelism every rank looks up all rows and keeps its rows of the sum.
+    X* lookup = sp_ ? a.branch : a.embedded;
+    cuda::embedding_forward(lookup, a.tokens, px(wte_), first_rank ? px(wpe_) : nullptr, B, T, C, V0, Vp, stream_);
+    if (sp_)
+      tp_->reduce_scatter_sum(a.embedded, lookup, RC, stream_);
+    else
+      sum_over_tp(a.embedded, NC);
+    if (hp > 0) dropout(a.embedded, a.embedded, RC, hp, 0, first);
   }
   const X* x = a.embedded;
   for (size_t l = 0; l < layers_.size(); ++l) {
@@ -419,7 +418,7 @@ void GptCudaModel<X>::run_forward(int B, int T, float dloss) {
     x = a.blocks[l].out;
   }
   if (!stage_.last()) return;  // the output is stage_output()
-  norm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, x, lnf_w_, lnf_b_, N);
+  norm_rows(a.lnf, a.lnf_mean, a.lnf_rstd, x, lnf_w_, lnf_b_, N);
   gemm_.linear_forward(a.logits, a.lnf, px(out_w_), static_cast<const X*>(nullptr), N, C, Vp);
   loss_forward(N, dloss);
 }
@@ -449,6 +448,44 @@ X* GptCudaModel<X>::row_parallel_bias(size_t b) const {
   return !tp_ || tp_->rank() == 0 ? px(b) : nullptr;
 }
 
+template <typename X>
+X* GptCudaModel<X>::exit_tp(X* parts, int N) {
+  if (!sp_) {
+    sum_over_tp(parts, size_t(N) * size_t(config_.hidden_size));
+    return parts;
+  }
+  // In place: NCCL leaves this rank's block of the sum where its block of the parts was.
+  X* local = parts + first_row(N) * size_t(config_.hidden_size);
+  tp_->reduce_scatter_sum(local, parts, rows(N) * size_t(config_.hidden_size), stream_);
+  return local;
+}
+
+template <typename X>
+void GptCudaModel<X>::norm_rows(X* out, float* mean, float* rstd, const X* inp, size_t w, size_t b, int N) {
+  if (!sp_) {
+    norm_forward(out, mean, rstd, inp, w, b, N);
+    return;
+  }
+  // This rank's rows go where the gathered array has them, and the all-gather runs in place.
+  X* local = out + first_row(N) * size_t(config_.hidden_size);
+  norm_forward(local, mean, rstd, inp, w, b, int(rows(N)));
+  tp_->all_gather(out, local, rows(N) * size_t(config_.hidden_size), stream_);
+}
+
+template <typename X>
+const X* GptCudaModel<X>::dropout_input_grad(uint64_t site, int N) {
+  Acts& a = *acts_;
+  const size_t RC = rows(N) * size_t(config_.hidden_size), first = first_row(N) * size_t(config_.hidden_size);
+  const X* d = a.dres;
+  if (a.hidden_p > 0) {
+    dropout(a.branch + first, a.dres, RC, a.hidden_p, site, first);
+    d = a.branch + first;
+  }
+  if (!sp_) return d;
+  tp_->all_gather(a.branch, d, RC, stream_);  // in place when d is already there
+  return a.branch;
+}
+
 // Block L on its input X, writing the block's activations and its output.
 template <typename X>
 void GptCudaModel<X>::block_forward(size_t l, const X* x, int B, int T) {
@@ -458,15 +495,17 @@ void GptCudaModel<X>::block_forward(size_t l, const X* x, int B, int T) {
   const Layer& w = layers_[l];
   auto& b = a.blocks[l];
   const uint64_t site = 3 * static_cast<uint64_t>(first_layer_ + l);  // the global block number
-  norm_forward(b.ln1, b.ln1_mean, b.ln1_rstd, x, w.ln1_w, w.ln1_b, N);
+  // The residual stream's rows on this rank (x, mid, out): all N, or R with sequence parallelism.
+  const size_t RC = rows(N) * size_t(C), first = first_row(N) * size_t(C);
+  norm_rows(b.ln1, b.ln1_mean, b.ln1_rstd, x, w.ln1_w, w.ln1_b, N);
   gemm_.linear_forward(b.qkv, b.ln1, px(w.qkv_w), px(w.qkv_b), N, C, QKV);
   if (config_.uses_rope()) cuda::rope_forward(b.qkv, rope_table_.get(), B, T, NH, NKV, HS, stream_);
   cuda::attention_forward(b.atty, b.lse, b.qkv, B, T, NH, NKV, HS, stream_, a.attn_p, dropout_key(site + 1));
   gemm_.linear_forward(a.branch, b.atty, px(w.proj_w), row_parallel_bias(w.proj_b), N, CQ, C);
-  sum_over_tp(a.branch, NC);
-  if (hp > 0) dropout(a.branch, a.branch, NC, hp, site + 2);
-  cuda::add(b.mid, x, a.branch, NC, stream_);
-  norm_forward(b.ln2, b.ln2_mean, b.ln2_rstd, b.mid, w.ln2_w, w.ln2_b, N);
+  X* branch = exit_tp(a.branch, N);
+  if (hp > 0) dropout(branch, branch, RC, hp, site + 2, first);
+  cuda::add(b.mid, x, branch, RC, stream_);
+  norm_rows(b.ln2, b.ln2_mean, b.ln2_rstd, b.mid, w.ln2_w, w.ln2_b, N);
   // Selective recomputation computes the activation again with the GELU kernel, so the forward
   // must use that kernel too: cuBLASLt's GELU may round differently in the last bit.
   const bool fuse_gelu = config_.activation != Activation::swiglu && fused_ && recompute_ != Recompute::selective;
@@ -475,9 +514,9 @@ void GptCudaModel<X>::block_forward(size_t l, const X* x, int B, int T) {
     activation_forward(b.act, b.fc1, N);
   }
   gemm_.linear_forward(a.branch, b.act, px(w.fc2_w), row_parallel_bias(w.fc2_b), N, Fh, C);
-  sum_over_tp(a.branch, NC);
-  if (hp > 0) dropout(a.branch, a.branch, NC, hp, site + 3);
-  cuda::add(b.out, b.mid, a.branch, NC, stream_);
+  branch = exit_tp(a.branch, N);
+  if (hp > 0) dropout(branch, branch, RC, hp, site + 3, first);
+  cuda::add(b.out, b.mid, branch, RC, stream_);
 }
 
 template <typename X>
@@ -503,26 +542,26 @@ template <typename X>
 void GptCudaModel<X>::run_backward(int B, int T) {
   Acts& a = *acts_;
   const auto [N, C, NH, NKV, HS, CQ, QKV, Fh, FC, V, Vp, V0, NC] = dims(B, T);
-  const double hp = a.hidden_p;
   const int L = static_cast<int>(layers_.size());
+  const int R = static_cast<int>(rows(N));  // the residual stream's rows on this rank
 
   // Output layer (for tied embeddings g(out_w_) is the embedding's gradient) and final norm; on
   // the other stages a.dres holds the next stage's gradient (stage_output_grad()).
   if (stage_.last()) {
     gemm_.linear_backward_input(a.dln, a.logits, px(out_w_), N, C, Vp);
-    sum_over_tp(a.dln, NC);
+    const X* dl = exit_tp(a.dln, N);
     gemm_.linear_backward_weight(g(out_w_), a.logits, a.lnf, N, C, Vp);
-    MEG_CUDA_CHECK(cudaMemsetAsync(a.dres, 0, NC * sizeof(X), stream_));
+    MEG_CUDA_CHECK(cudaMemsetAsync(a.dres, 0, size_t(R) * C * sizeof(X), stream_));
     const X* last = L > 0 ? a.blocks[L - 1].out : a.embedded;
-    norm_backward(a.dres, a.dln, last, lnf_w_, lnf_b_, a.lnf_mean, a.lnf_rstd, N);
+    norm_backward(a.dres, dl, last, lnf_w_, lnf_b_, a.lnf_mean, a.lnf_rstd, R);
     // The final norm and the untied output layer are done. A tied output layer's gradient is the
     // word embedding's (or, on a later last stage, its copy's), first in the table: reported with
     // the rest at the end.
     if (grads_ready_) grads_ready_(lnf_w_);
   }
 
-  // a.dres holds the gradient of the residual stream, flowing down through the blocks; a branch
-  // with hidden dropout takes it through the branch's mask (into a.branch).
+  // a.dres holds the gradient of the residual stream (this rank's rows), flowing down through the
+  // blocks; a branch takes it through its hidden dropout's mask, gathered to all rows.
   for (int l = L - 1; l >= 0; --l) {
     const Layer& w = layers_[l];
     const auto& b = a.blocks[l];
@@ -531,16 +570,12 @@ void GptCudaModel<X>::run_backward(int B, int T) {
     if (recompute_ == Recompute::full) {
       block_forward(size_t(l), x, B, T);
     } else if (recompute_ == Recompute::selective) {
-      norm_forward(b.ln1, b.ln1_mean, b.ln1_rstd, x, w.ln1_w, w.ln1_b, N);
-      norm_forward(b.ln2, b.ln2_mean, b.ln2_rstd, b.mid, w.ln2_w, w.ln2_b, N);
+      norm_rows(b.ln1, b.ln1_mean, b.ln1_rstd, x, w.ln1_w, w.ln1_b, N);
+      norm_rows(b.ln2, b.ln2_mean, b.ln2_rstd, b.mid, w.ln2_w, w.ln2_b, N);
       activation_forward(b.act, b.fc1, N);
     }
-    const X* dbranch = a.dres;
     // MLP: out = mid + dropout(fc2(act(fc1(norm2(mid))))).
-    if (hp > 0) {
-      dropout(a.branch, a.dres, NC, hp, site + 3);
-      dbranch = a.branch;
-    }
+    const X* dbranch = dropout_input_grad(site + 3, N);
     const bool gelu = config_.activation != Activation::swiglu;
     if (!(gelu && fused_ && gemm_.linear_dgelu_backward_input(a.dfc1, dbranch, px(w.fc2_w), b.fc1, N, Fh, C))) {
       gemm_.linear_backward_input(a.dact, dbranch, px(w.fc2_w), N, Fh, C);
@@ -551,25 +586,28 @@ void GptCudaModel<X>::run_backward(int B, int T) {
     }
     weight_backward(w.fc2_w, w.fc2_b, dbranch, b.act, N, Fh, C);
     gemm_.linear_backward_input(a.dln, a.dfc1, px(w.fc1_w), N, C, FC);
-    sum_over_tp(a.dln, NC);
+    const X* dl = exit_tp(a.dln, N);
     weight_backward(w.fc1_w, w.fc1_b, a.dfc1, b.ln2, N, C, FC);
-    norm_backward(a.dres, a.dln, b.mid, w.ln2_w, w.ln2_b, b.ln2_mean, b.ln2_rstd, N);
+    norm_backward(a.dres, dl, b.mid, w.ln2_w, w.ln2_b, b.ln2_mean, b.ln2_rstd, R);
     // Attention: mid = x + dropout(proj(attention(rope(qkv(norm1(x)))))).
-    if (hp > 0) dropout(a.branch, a.dres, NC, hp, site + 2);
+    dbranch = dropout_input_grad(site + 2, N);
     gemm_.linear_backward_input(a.datty, dbranch, px(w.proj_w), N, CQ, C);
     weight_backward(w.proj_w, w.proj_b, dbranch, b.atty, N, CQ, C);
     cuda::attention_backward(a.dqkv, a.datty, b.qkv, b.atty, b.lse, B, T, NH, NKV, HS, a.scratch, stream_,
                              a.attn_p, dropout_key(site + 1));
     if (config_.uses_rope()) cuda::rope_backward(a.dqkv, rope_table_.get(), B, T, NH, NKV, HS, stream_);
     gemm_.linear_backward_input(a.dln, a.dqkv, px(w.qkv_w), N, C, QKV);
-    sum_over_tp(a.dln, NC);
+    dl = exit_tp(a.dln, N);
     weight_backward(w.qkv_w, w.qkv_b, a.dqkv, b.ln1, N, C, QKV);
-    norm_backward(a.dres, a.dln, x, w.ln1_w, w.ln1_b, b.ln1_mean, b.ln1_rstd, N);
+    norm_backward(a.dres, dl, x, w.ln1_w, w.ln1_b, b.ln1_mean, b.ln1_rstd, R);
     if (grads_ready_) grads_ready_(w.ln1_w);  // the block's first tensor: all of the block is done
   }
   if (stage_.first()) {  // otherwise a.dres is stage_input_grad()
-    if (hp > 0) dropout(a.dres, a.dres, NC, hp, 0);
-    cuda::embedding_backward(g(wte_), g(wpe_), a.dres, a.unique, a.starts, a.positions, a.groups, B, T, C, stream_);
+    // With sequence parallelism the position embedding's gradient is rank 0's, from all rows, as
+    // its forward added it: the caller's sum over the group counts it once.
+    float* dwpe = !sp_ || tp_->rank() == 0 ? g(wpe_) : nullptr;
+    cuda::embedding_backward(g(wte_), dwpe, dropout_input_grad(0, N), a.unique, a.starts, a.positions, a.groups, B,
+                             T, C, stream_);
   }
   if (grads_ready_) grads_ready_(0);
 }

@@ -3,9 +3,10 @@
 // ops/cuda/ops.hpp and the cuBLASLt products of ops/cuda/gemm.hpp.
 //
 // Precision (X = float, bf16 or fp16, the activation type):
-//   - master parameters: fp32, one flat device array in the table's layout;
-//   - compute copy: X, the same layout, refreshed from the master by the optimizer step (for
-//     X = float the master itself);
+//   - weights: X, one flat device array in the table's layout: the compute copy of the fp32
+//     master weights, which belong to the optimizer (the training backend holds them, whole or,
+//     with the distributed optimizer, its shard, and refreshes this copy at every step); for
+//     X = float this array is the master itself;
 //   - gradients: fp32, the same layout, accumulated by every backward (the weight-gradient GEMMs
 //     write fp32 with beta = 1), so micro-batches accumulate without a pass of their own;
 //   - activations X; norm statistics, attention log-sum-exps and losses fp32.
@@ -46,6 +47,18 @@
 // all-reduces run in X on the model's stream (as Megatron's, in bf16). Replicated tensors'
 // gradients come out the same on every rank.
 //
+// Sequence parallelism (with tensor parallelism; Megatron's, and the CPU model's) splits the
+// residual stream by rows: each rank holds R = N / tp rows of it (rows [rank R, (rank + 1) R)), so
+// the block inputs and outputs, the stage buffers and their gradients are R x C. The norms and the
+// hidden dropout run on the rank's rows (the dropout with the rows' element offset, so the masks
+// are one process's); a norm's output is all-gathered to N rows before a column-parallel product
+// (QKV, fc1, the output layer), and a row-parallel product's partial output (proj, fc2; the
+// embedding's lookup) is reduce-scattered to the rank's rows instead of all-reduced. The backward
+// mirrors it: a branch's output gradient is all-gathered before the row-parallel product's
+// backward, a column-parallel input gradient reduce-scattered before the norm's backward. The
+// gradients of the norms and of the position embedding then cover the rank's rows only (the
+// position embedding's: rank 0's from all rows), and the caller sums them over the group.
+//
 // A pipeline stage (model/pipeline.hpp) holds its blocks, and the embeddings on the first stage,
 // the final norm and output layer on the last (with tied embeddings the last stage's own copy of
 // the word embedding). It keeps the activations of several micro-batches in flight, one
@@ -84,7 +97,8 @@ class GptCudaModel {
   // with zeros up to a multiple of PAD_MULTIPLE (the distributed optimizer's replica count, so
   // that they cut into equal shards). TP null or of one rank: the whole model.
   GptCudaModel(const ModelConfig& config, cuda::DeviceAllocator& alloc, cudaStream_t stream,
-               size_t pad_multiple = 1, NcclComm* tp = nullptr, PipelineStage stage = {});
+               size_t pad_multiple = 1, NcclComm* tp = nullptr, PipelineStage stage = {},
+               bool sequence_parallel = false);
   ~GptCudaModel();
   GptCudaModel(const GptCudaModel&) = delete;
   GptCudaModel& operator=(const GptCudaModel&) = delete;
@@ -94,23 +108,20 @@ class GptCudaModel {
   const std::vector<ParamTensor>& tensors() const { return tensors_; }
   int tp_size() const { return tp_ ? tp_->size() : 1; }
   const PipelineStage& stage() const { return stage_; }
+  bool sequence_parallel() const { return sp_; }
   size_t num_parameters() const { return num_params_; }
   size_t padded_parameters() const { return padded_params_; }
   cudaStream_t stream() const { return stream_; }
 
-  // Device arrays (table layout, padded_parameters() long): fp32 master parameters, their X compute
-  // copy, fp32 gradients.
-  float* params() { return params_.get(); }
-  X* params_x() { return params_x_; }
+  // Device arrays (table layout, padded_parameters() long, zero past num_parameters()): the X
+  // weights the model computes with, and the fp32 gradients.
+  X* params_x() { return params_x_.get(); }
   float* grads() { return grads_.get(); }
 
-  // Host transfers of this rank's flat arrays (num_parameters() floats). set_params also refreshes
-  // the compute copy. All wait for the device.
+  // Host transfers of this rank's flat arrays (num_parameters() floats): set_params rounds fp32
+  // weights to X. Both wait for the device.
   void set_params(const float* host);
-  void get_params(float* host) const;
   void get_grads(float* host) const;
-  // After an update of params() on the device by someone else than the optimizer.
-  void refresh_compute_copy();
 
   void zero_grad();
 
@@ -152,13 +163,16 @@ class GptCudaModel {
   // stage_output(SLOT). backward_stage runs that forward's backward: on the last stage from the
   // loss, elsewhere from stage_output_grad(SLOT) (filled by the caller with the next stage's
   // input gradient); on all but the first stage it leaves the gradient of the stage's input in
-  // stage_input_grad(SLOT). Both only queue work on the stream. Stage buffers hold B*T*C values.
+  // stage_input_grad(SLOT). Both only queue work on the stream. Stage buffers hold
+  // stage_elements(B, T) values.
   void forward_stage(int slot, const int32_t* tokens, const int32_t* targets, int B, int T, float dloss_scale);
   void backward_stage(int slot);
   X* stage_input(int slot, int B, int T);
   const X* stage_output(int slot) const;
   X* stage_output_grad(int slot);
   const X* stage_input_grad(int slot) const;
+  // The residual stream's values on this rank: B*T*C, or with sequence parallelism its rows'.
+  size_t stage_elements(int B, int T) const { return rows(B * T) * size_t(config_.hidden_size); }
 
   // The logits [B*T, Vp] of the last forward() (as floats; this rank's columns), for tests.
   std::vector<float> logits() const;
@@ -176,7 +190,7 @@ class GptCudaModel {
   // vocabulary columns and V0 the first of them.
   struct Dims {
     int N, C, NH, NKV, HS, CQ, QKV, Fh, FC, V, Vp, V0;
-    size_t NC;  // N * C, the size of the residual stream
+    size_t NC;  // N * C: all rows of the residual stream (sequence parallelism holds rows(N) of them)
   };
   Dims dims(int B, int T) const;
 
@@ -194,11 +208,25 @@ class GptCudaModel {
                      const float* rstd, int N);
   void use_slot(int slot);  // the activations of the following calls
   uint64_t dropout_key(uint64_t site) const;  // of the current slot's forward
-  void dropout(X* out, const X* inp, size_t n, double p, uint64_t site);
+  // Hidden dropout of n values of the stream, the first of them element FIRST of the whole array.
+  void dropout(X* out, const X* inp, size_t n, double p, uint64_t site, uint64_t first);
   // Tensor parallelism: the sum over the group, in place (nothing with one rank); a row-parallel
   // bias (added by one rank only, so that the sum has it once).
   void sum_over_tp(X* data, size_t n);
   X* row_parallel_bias(size_t b) const;
+  // Sequence parallelism: this rank's rows of N and the first of them (all rows and 0 without it).
+  size_t rows(int N) const { return sp_ ? size_t(N / tp_->size()) : size_t(N); }
+  size_t first_row(int N) const { return sp_ ? rows(N) * size_t(tp_->rank()) : 0; }
+  // A row-parallel product's partial output PARTS [N, C] summed over the group, in place: all rows
+  // (all-reduce), or with sequence parallelism this rank's (reduce-scatter), returned.
+  X* exit_tp(X* parts, int N);
+  // A norm of the residual stream's rows (this rank's with sequence parallelism) into OUT [N, C],
+  // gathered to all rows for the column-parallel product that follows.
+  void norm_rows(X* out, float* mean, float* rstd, const X* inp, size_t w, size_t b, int N);
+  // The gradient of the input of hidden dropout SITE (a branch's output, or the embedding's) from
+  // the stream's, a.dres: through the mask and, with sequence parallelism, gathered to all N rows
+  // (in the slot's branch buffer, or a.dres itself when neither applies).
+  const X* dropout_input_grad(uint64_t site, int N);
   void loss_forward(int N, float dloss);
   X* px(size_t offset) const;
   float* g(size_t offset) const;
@@ -206,6 +234,7 @@ class GptCudaModel {
   ModelConfig config_;
   NcclComm* tp_ = nullptr;
   PipelineStage stage_;
+  bool sp_ = false;  // sequence parallelism
   size_t first_layer_ = 0;  // the global number of the stage's first block
   std::vector<ParamTensor> tensors_;
   size_t num_params_ = 0, padded_params_ = 0;
@@ -213,9 +242,8 @@ class GptCudaModel {
   cudaStream_t stream_;
   cuda::Gemm gemm_;
 
-  cuda::DeviceArray<float> params_, grads_;
-  cuda::DeviceArray<X> params_x_store_;  // empty for X = float
-  X* params_x_ = nullptr;
+  cuda::DeviceArray<X> params_x_;
+  cuda::DeviceArray<float> grads_;
   size_t wte_ = 0, wpe_ = 0, lnf_w_ = 0, lnf_b_ = 0, out_w_ = 0;
   std::vector<Layer> layers_;
   cuda::DeviceArray<float> rope_table_;

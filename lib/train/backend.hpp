@@ -30,7 +30,8 @@ const char* precision_name(Precision p);
 // The process groups of a backend (null or a group of one: none): the data-parallel group its
 // replicas average over, whether they shard the optimizer over it (Megatron's distributed
 // optimizer, ZeRO-1 style: the summed gradients are reduce-scattered, each replica updates its 1/D
-// shard of the parameters with its 1/D of the AdamW moments, and the shards are all-gathered), the
+// shard of the parameters with its 1/D of the AdamW moments (and, on GPUs in bf16/fp16, of the fp32
+// master weights), and the shards are all-gathered), the
 // tensor-parallel group the model is split over (model/tensor_parallel.hpp), and the pipeline whose
 // stages hold its blocks, run by the 1F1B schedule, or with virtual stages by the interleaved one
 // (train/pipeline_schedule.hpp).

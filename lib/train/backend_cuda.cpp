@@ -53,13 +53,17 @@ class CudaBackend final : public TrainBackend {
     if (parallel_.dp_size() > 1) nccl_ = std::make_unique<NcclComm>(*parallel_.dp);
     const PipelineStage stage{pipelined() ? parallel_.pp->rank() : 0, parallel_.pp_size()};
     model_ = std::make_unique<GptCudaModel<X>>(config, alloc_, stream_, sharded() ? size_t(parallel_.dp_size()) : 1,
-                                               tp_nccl_.get(), stage);
+                                               tp_nccl_.get(), stage, parallel_.sequence_parallel);
     model_->set_recompute(recompute);
     const size_t n = model_->num_parameters();
+    if (sharded()) shard_ = optimizer_shard(n, parallel_.dp_size(), parallel_.dp->rank());
+    // The fp32 master weights of [master_begin(), + master_size()): for X = float the model's own
+    // weights; otherwise an array of their own (with the distributed optimizer, the shard only).
+    if constexpr (!std::is_same_v<X, float>) master_ = cuda::DeviceArray<float>(alloc_, master_size());
     std::vector<float> local(n);  // this rank's part of the initialisation, generated directly
     const int tp = parallel_.tp_size();
     gpt_init_local(config, model_->tensors(), tp, tp > 1 ? parallel_.tp->rank() : 0, seed, local.data());
-    model_->set_params(local.data());
+    set_weights(local);
     if (nccl_ && !sharded()) {  // all-reduce buckets of gradients while the backward goes on
       MEG_CUDA_CHECK(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
       MEG_CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
@@ -67,7 +71,6 @@ class CudaBackend final : public TrainBackend {
       model_->set_grads_ready_hook([this](size_t from) { on_grads_ready(from); });
     }
     if (sharded()) {
-      shard_ = optimizer_shard(n, parallel_.dp_size(), parallel_.dp->rank());
       std::vector<ParamGroup> groups;
       for (const auto& t : model_->tensors()) groups.push_back({t.offset, t.offset + t.numel, t.weight_decay});
       adam_ = std::make_unique<CudaAdamW>(shard_groups(groups, n, shard_), shard_.size, adam, alloc_, stream_);
@@ -137,6 +140,7 @@ class CudaBackend final : public TrainBackend {
     StepStats s;
     const double replicas = parallel_.dp_size();
     if (pipelined()) run_pipeline();
+    sum_sequence_parallel_grads();
     s.loss = model_->take_loss() / static_cast<double>(micro_batches_);
     if (pipelined()) parallel_.pp->broadcast(&s.loss, sizeof s.loss, parallel_.pp_size() - 1);  // the last stage's
     float* grads = model_->grads();
@@ -175,7 +179,7 @@ class CudaBackend final : public TrainBackend {
     // torch.nn.utils.clip_grad_norm_'s factor, folded with the loss-scale removal into one scale.
     const double clip = clip_grad > 0 && s.grad_norm > clip_grad ? clip_grad / (s.grad_norm + 1e-6) : 1.0;
     X* copy = std::is_same_v<X, float> ? nullptr : model_->params_x() + begin;
-    adam_->step(model_->params() + begin, copy, grads + begin, lr, clip / unscale);
+    adam_->step(master(), copy, grads + begin, lr, clip / unscale);
     if (sharded()) gather_compute_copy();
     if (precision_ == Precision::fp16 && ++good_steps_ >= kGrowthInterval) {
       loss_scale_ *= 2;
@@ -187,7 +191,7 @@ class CudaBackend final : public TrainBackend {
   // Through the stages one after the other; the last one's loss is everyone's.
   double eval_loss(const int32_t* tokens, const int32_t* targets, int B, int T) override {
     const PipelineStage& st = model_->stage();
-    const size_t n = size_t(B) * size_t(T) * size_t(model_->config().hidden_size);
+    const size_t n = model_->stage_elements(B, T);
     model_->set_training(false);
     if (!st.first()) pp_nccl_->recv(model_->stage_input(0, B, T), n, st.stage - 1, stream_);
     double loss = model_->forward(tokens, targets, B, T);
@@ -202,24 +206,20 @@ class CudaBackend final : public TrainBackend {
   void get_state(std::vector<float>& params, std::vector<float>& m, std::vector<float>& v) const override {
     if (sharded() || parallel_.tp_size() > 1 || pipelined())
       throw std::logic_error("CudaBackend::get_state: this rank holds a part of the state");
-    params.resize(model_->num_parameters());
-    model_->get_params(params.data());
+    params = master_weights();
     adam_->get_state(m, v);
   }
   void get_local_state(LocalState& state) const override {
-    const size_t n = model_->num_parameters();
-    gather_master();
     state.tensors = model_->tensors();
-    state.params.resize(n);
-    model_->get_params(state.params.data());
+    state.params = master_weights();
     adam_->get_state(state.m, state.v);
     state.moments_sharded = sharded();
     state.shard_begin = sharded() ? shard_.begin : 0;
-    state.local_numel = n;
+    state.local_numel = model_->num_parameters();
   }
   void set_state(const std::vector<float>& params, const std::vector<float>& m, const std::vector<float>& v,
                  int64_t step) override {
-    model_->set_params(local_part(params).data());
+    set_weights(local_part(params));
     adam_->restore(my_shard(local_part(m)), my_shard(local_part(v)), step);
   }
   int64_t optimizer_step() const override { return adam_->step_count(); }
@@ -279,6 +279,22 @@ class CudaBackend final : public TrainBackend {
     cuda::add(g, g, tied_other_.get(), t.numel, stream_);  // a + b on one end, b + a on the other: equal
   }
 
+  // With sequence parallelism the norms' and the position embedding's gradients cover this rank's
+  // rows of the stream (gpt_cuda.hpp): summed over the group, in fp32 on the model's stream, they
+  // are the whole gradient, the same on every rank. The sum commutes with the data-parallel one,
+  // but must not run beside it on the same memory: first the stream waits for the buckets the
+  // backward has handed to the communication stream.
+  void sum_sequence_parallel_grads() {
+    if (!model_->sequence_parallel()) return;
+    if (comm_stream_) {
+      MEG_CUDA_CHECK(cudaEventRecord(reduced_, comm_stream_));
+      MEG_CUDA_CHECK(cudaStreamWaitEvent(stream_, reduced_, 0));
+    }
+    for (const auto& t : model_->tensors())
+      if (t.name.find("layernorm") != std::string::npos || t.name == "embedding.position_embeddings.weight")
+        tp_nccl_->all_reduce_sum(model_->grads() + t.offset, t.numel, stream_);
+  }
+
   // The step's micro-batches through 1F1B: stage s keeps at most S - s of them in flight, in as
   // many activation slots, and passes activations and gradients to its neighbours over NCCL on
   // the model's stream, so the host only queues work.
@@ -286,7 +302,7 @@ class CudaBackend final : public TrainBackend {
     const PipelineStage& st = model_->stage();
     const int s = st.stage, M = static_cast<int>(stash_.size()), slots = st.stages - s;
     const int B = stash_.front().B, T = stash_.front().T;
-    const size_t n = size_t(B) * size_t(T) * size_t(model_->config().hidden_size);
+    const size_t n = model_->stage_elements(B, T);
     const auto slot = [slots](int micro) { return micro % slots; };
     GptCudaModel<X>& m = *model_;
     NcclComm& pp = *pp_nccl_;
@@ -313,13 +329,36 @@ class CudaBackend final : public TrainBackend {
     run_one_f_one_b_paired(s, st.stages, M, links);
   }
 
-  // With the distributed optimizer each replica's master weights are current on its shard only:
-  // gathered before they are read.
-  void gather_master() const {
-    if (!sharded()) return;
-    float* p = model_->params();
-    nccl_->all_gather(p, p + shard_.begin, shard_.size, stream_);
-    nccl_->wait(stream_);
+  // The master weights this rank keeps and updates: the elements [master_begin(), + master_size())
+  // of its flat array (with the distributed optimizer its shard, otherwise all of it).
+  size_t master_begin() const { return sharded() ? shard_.begin : 0; }
+  size_t master_size() const { return sharded() ? shard_.size : model_->num_parameters(); }
+  float* master() const {
+    if constexpr (std::is_same_v<X, float>) return model_->params_x() + master_begin();
+    else return master_.get();
+  }
+
+  // Sets this rank's weights from its fp32 part LOCAL: the model's compute copy, and the master.
+  void set_weights(const std::vector<float>& local) {
+    model_->set_params(local.data());
+    if constexpr (std::is_same_v<X, float>) return;  // the model's weights are the master
+    std::vector<float> mine(master_size(), 0.0f);    // zero over the padding
+    for (size_t i = 0; i < mine.size() && master_begin() + i < local.size(); ++i) mine[i] = local[master_begin() + i];
+    MEG_CUDA_CHECK(cudaMemcpyAsync(master(), mine.data(), mine.size() * sizeof(float), cudaMemcpyHostToDevice, stream_));
+    MEG_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+
+  // This rank's whole fp32 part (num_parameters() floats); with the distributed optimizer the
+  // replicas' shards are gathered on the host, so that saving needs no device memory.
+  std::vector<float> master_weights() const {
+    std::vector<float> mine(master_size());
+    MEG_CUDA_CHECK(cudaMemcpyAsync(mine.data(), master(), mine.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+    MEG_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    if (!sharded()) return mine;
+    std::vector<float> all(shard_.size * size_t(parallel_.dp_size()));
+    parallel_.dp->all_gather(all.data(), mine.data(), shard_.size);
+    all.resize(model_->num_parameters());
+    return all;
   }
 
   // The backward of the last micro-batch has finished the gradients [FROM, end): once a bucket's
@@ -336,18 +375,11 @@ class CudaBackend final : public TrainBackend {
     unreduced_ = from;
   }
 
-  // After the shard's update: every replica gathers the shards of the weights the model computes
-  // with (bf16: the compute copy, 2 bytes a parameter; fp32: the master; fp16, which NCCL here does
-  // not gather: the fp32 master, then a fresh compute copy).
+  // After the shard's update (which refreshed the shard of the compute copy): every replica gathers
+  // the shards of the weights the model computes with (bf16 or fp16: 2 bytes a parameter).
   void gather_compute_copy() {
-    if constexpr (std::is_same_v<X, __nv_bfloat16>) {
-      X* x = model_->params_x();
-      nccl_->all_gather(x, x + shard_.begin, shard_.size, stream_);
-    } else {
-      float* p = model_->params();
-      nccl_->all_gather(p, p + shard_.begin, shard_.size, stream_);
-      if constexpr (!std::is_same_v<X, float>) model_->refresh_compute_copy();
-    }
+    X* x = model_->params_x();
+    nccl_->all_gather(x, x + shard_.begin, shard_.size, stream_);
   }
   // This rank's part of a whole-model array (its tensor-parallel shard).
   std::vector<float> local_part(const std::vector<float>& full) const {
@@ -366,6 +398,7 @@ class CudaBackend final : public TrainBackend {
   cudaStream_t stream_ = nullptr;
   cuda::DeviceAllocator alloc_;  // declared before the model and optimizer: it outlives them
   std::unique_ptr<GptCudaModel<X>> model_;
+  cuda::DeviceArray<float> master_;  // the fp32 master weights when X is not float (see master())
   std::unique_ptr<CudaAdamW> adam_;
   ParallelGroups parallel_;
   std::vector<ParamTensor> full_tensors_;

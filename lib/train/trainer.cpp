@@ -177,8 +177,6 @@ Trainer::Trainer(TrainOptions options) : opt_(std::move(options)) {
                   opt_.virtual_stages, opt_.global_batch, opt_.micro_batch, layout_.dp, micro_batches, layout_.pp);
   }
   if (layout_.tp > 1) {
-    if (opt_.device == "cuda" && opt_.sequence_parallel)
-      input_error("--sequence-parallel runs on the CPU path only so far; use --tp without it on the GPU");
     config_.pad_vocab(layout_.tp);  // Megatron pads the vocabulary to a multiple of 128 * tp
     check_tensor_parallel(config_, layout_.tp);
   }

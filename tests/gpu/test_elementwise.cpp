@@ -250,3 +250,35 @@ TEMPLATE_TEST_CASE("CUDA dropout_apply drops what the CPU drops, with the CPU's 
     }
   }
 }
+
+// A sequence-parallel rank applies dropout to its rows of the stream only, passing the index of its
+// first element: its values must be exactly its slice of the whole array's (the same masks as one
+// process), from a separate, aligned buffer (the vector path) and from a misaligned view.
+TEMPLATE_TEST_CASE("CUDA dropout_apply with an element offset equals the slice of the whole array's",
+                   "[gpu][kernels]", float, __nv_bfloat16, __half) {
+  using X = TestType;
+  std::mt19937 rng(16);
+  for (size_t n : kLengths) {
+    const meg::cpu::DropoutKey key{rng(), rng(), rng() % 8, rng() % 100};
+    const uint64_t stream_key = meg::cpu::dropout_stream(key);
+    const auto x = round_to<X>(random_floats(n, 0.25f, 2.0f, rng));
+    DeviceBuffer<X> d_whole(x);
+    meg::cuda::dropout_apply(d_whole.get(), d_whole.get(), n, 0.5, stream_key, nullptr);
+    const auto whole = d_whole.download();
+    // Two ranks' halves (a ragged second one when n is odd), and a slice at an odd offset.
+    for (size_t first : {size_t(0), n / 2, n / 3 + 1}) {
+      if (first >= n) continue;
+      INFO(type_name<X>() << " n=" << n << " first=" << first);
+      const std::vector<float> part(x.begin() + std::ptrdiff_t(first), x.end());
+      const std::vector<float> want(whole.begin() + std::ptrdiff_t(first), whole.end());
+      DeviceBuffer<X> d_part(part), d_out(part.size() + 1);
+      d_out.poison();
+      meg::cuda::dropout_apply(d_out.get(), d_part.get(), part.size(), 0.5, stream_key, nullptr, first);
+      const auto got = d_out.download();
+      check_close("slice", {got.begin(), got.end() - 1}, widen(want), 1.0, 0.0);
+      d_out.poison();
+      meg::cuda::dropout_apply(d_out.get() + 1, d_part.get(), part.size(), 0.5, stream_key, nullptr, first);
+      check_close("slice (misaligned)", drop_first(d_out.download()), widen(want), 1.0, 0.0);
+    }
+  }
+}

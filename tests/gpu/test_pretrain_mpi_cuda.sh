@@ -1,10 +1,10 @@
 # meg-pretrain under mpirun on GPUs, through NCCL: data parallelism with and without the
-# distributed optimizer, tensor parallelism and pipeline parallelism (alone, and with 4 GPUs
-# combined with each other and with data parallelism) train to the losses of one GPU (fp32:
-# relative difference below 1e-5; bf16 and fp16: below 1e-2, their rounding amplifying the
-# different order of the sums); a run resumed under mpirun repeats the uninterrupted one exactly;
-# tensor- and pipeline-parallel checkpoints continue on one GPU. Needs 2 GPUs (4 for the 4-rank
-# layouts); with fewer it says so and checks less.
+# distributed optimizer, tensor parallelism (with and without sequence parallelism) and pipeline
+# parallelism (alone, and with 4 GPUs combined with each other and with data parallelism) train to
+# the losses of one GPU (fp32: relative difference below 1e-5; bf16 and fp16: below 1e-2, their
+# rounding amplifying the different order of the sums); a run resumed under mpirun repeats the
+# uninterrupted one exactly; tensor- and pipeline-parallel checkpoints continue on one GPU. Needs 2
+# GPUs (4 for the 4-rank layouts); with fewer it says so and checks less.
 source "$(dirname "$0")/../tools/lib.sh"
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 if [ "$gpus" -lt 2 ]; then
@@ -34,23 +34,28 @@ for precision in fp32 bf16 fp16; do
     compare 2 $tolerance $BASE --precision $precision $zero
   done
   compare 2 $tolerance $BASE --precision $precision --tp 2
+  compare 2 $tolerance $BASE --precision $precision --tp 2 --sequence-parallel
   compare 2 $tolerance $BASE --precision $precision --pp 2
   if [ "$gpus" -ge 4 ]; then
     compare 4 $tolerance $BASE --precision $precision --tp 2
     compare 4 $tolerance $BASE --precision $precision --tp 2 --use-distributed-optimizer
     compare 4 $tolerance $BASE --precision $precision --tp 2 --pp 2
+    compare 4 $tolerance $BASE --precision $precision --tp 2 --pp 2 --sequence-parallel
     compare 4 $tolerance $BASE --precision $precision --pp 2 --use-distributed-optimizer
   fi
 done
-# GPT-2 (learned positions, biases, tied embeddings, GELU) over 2 and 4 tensor-parallel ranks.
+# GPT-2 (learned positions, biases, tied embeddings, GELU) over 2 and 4 tensor-parallel ranks, with
+# and without sequence parallelism (which sums the norms' and position embedding's gradients).
 GPT="meg-pretrain -q --device cuda --model tiny --data run.blend --tokenizer $M/fortunes_spm.model
      --micro-batch 4 --global-batch 8 --lr 3e-3 --warmup-iters 2 --log-interval 1 --iters 6 --precision fp32"
 $GPT --metrics gpt-one.jsonl
 losses gpt-one.jsonl > one.loss
 compare 2 1e-5 $GPT --tp 2
+compare 2 1e-5 $GPT --tp 2 --sequence-parallel
 compare 2 1e-5 $GPT --pp 2 --eval-interval 3 --eval-iters 2  # tied embedding copies; evaluation
 if [ "$gpus" -ge 4 ]; then
   compare 4 1e-5 $GPT --tp 4
+  compare 4 1e-5 $GPT --tp 4 --sequence-parallel
   compare 4 1e-5 $GPT --pp 2 --dp 2
 fi
 
@@ -66,8 +71,8 @@ for layout in "--tp 2" "--pp 2"; do
 done
 
 # Exact resume under mpirun, with and without the distributed optimizer (whose checkpoint gathers
-# the shards), and with tensor and pipeline parallelism.
-for zero in "" --use-distributed-optimizer "--tp 2" "--pp 2"; do
+# the shards), and with tensor (and sequence) and pipeline parallelism.
+for zero in "" --use-distributed-optimizer "--tp 2" "--tp 2 --sequence-parallel" "--pp 2"; do
   rm -rf ck straight.jsonl
   mpi 2 -x NCCL_NVLS_ENABLE $BASE $zero --metrics straight.jsonl
   mpi 2 -x NCCL_NVLS_ENABLE $BASE $zero --save ck --exit-interval 4

@@ -158,10 +158,11 @@ void rope_backward(X* dqkv, const float* table, int B, int T, int NH, int NKV, i
 // The CPU's counter-based dropout (ops/cpu/ops.hpp: the same mask bits for the same key and
 // index), out[i] = keep(i) ? inp[i] / (1 - p) : 0. out may equal inp. STREAM_KEY is
 // cpu::dropout_stream(key); p in (0, 1). Applied to a gradient with the forward's key it is the
-// dropout's backward.
+// dropout's backward. FIRST is the index of inp[0] in the whole array the mask is defined on, as
+// cpu::dropout_forward's (a sequence-parallel rank's rows keep the bits they have in one process).
 template <typename X>
 void dropout_apply(X* out, const X* inp, size_t n, double p, uint64_t stream_key,
-                   cudaStream_t stream);
+                   cudaStream_t stream, uint64_t first = 0);
 
 // ---- kernels/attention.cu ----------------------------------------------------------------------
 //
