@@ -86,7 +86,8 @@ for spec in "${groups[@]}"; do
     llama-8b)
       run llama-8b "TP=4" 4 2 4096 8 8 --model llama-8b --tp 4
       run llama-8b "TP=4, sequence parallel" 4 2 4096 8 8 --model llama-8b --tp 4 --sequence-parallel
-      run llama-8b "TP=2 x PP=2" 4 2 4096 8 8 --model llama-8b --tp 2 --pp 2 ;;
+      run llama-8b "TP=2 x PP=2" 4 2 4096 8 8 --model llama-8b --tp 2 --pp 2
+      run llama-8b "TP=2 x PP=2, 2 virtual stages" 4 2 4096 8 8 --model llama-8b --tp 2 --pp 2 --virtual-stages 2 ;;
     *) echo "unknown group $group" >&2; exit 1 ;;
   esac
 done

@@ -120,7 +120,8 @@ struct GptCudaModel<X>::Staging {
 
 template <typename X>
 GptCudaModel<X>::GptCudaModel(const ModelConfig& config, cuda::DeviceAllocator& alloc, cudaStream_t stream,
-                              size_t pad_multiple, NcclComm* tp, PipelineStage stage, bool sequence_parallel)
+                              size_t pad_multiple, NcclComm* tp, PipelineStage stage, bool sequence_parallel,
+                              Storage storage)
     : config_(config),
       tp_(tp && tp->size() > 1 ? tp : nullptr),
       stage_(stage),
@@ -146,9 +147,17 @@ GptCudaModel<X>::GptCudaModel(const ModelConfig& config, cuda::DeviceAllocator& 
 
   const size_t m = std::max<size_t>(pad_multiple, 1);
   padded_params_ = (num_params_ + m - 1) / m * m;
-  params_x_ = cuda::DeviceArray<X>(alloc_, padded_params_);
-  grads_ = cuda::DeviceArray<float>(alloc_, padded_params_);
-  MEG_CUDA_CHECK(cudaMemsetAsync(params_x_.get(), 0, params_x_.bytes(), stream_));
+  if (storage.params_x) {
+    padded_params_ = num_params_;
+    params_x_ = storage.params_x;
+    grads_ = storage.grads;
+  } else {
+    own_params_x_ = cuda::DeviceArray<X>(alloc_, padded_params_);
+    own_grads_ = cuda::DeviceArray<float>(alloc_, padded_params_);
+    params_x_ = own_params_x_.get();
+    grads_ = own_grads_.get();
+  }
+  MEG_CUDA_CHECK(cudaMemsetAsync(params_x_, 0, padded_params_ * sizeof(X), stream_));
   zero_grad();
   if (config_.uses_rope()) {
     const auto table = cuda::rope_table(static_cast<int>(config_.seq_length), static_cast<int>(config_.head_size()),
@@ -167,18 +176,18 @@ GptCudaModel<X>::~GptCudaModel() {
 
 template <typename X>
 X* GptCudaModel<X>::px(size_t offset) const {
-  return offset == kAbsent ? nullptr : params_x_.get() + offset;
+  return offset == kAbsent ? nullptr : params_x_ + offset;
 }
 
 template <typename X>
 float* GptCudaModel<X>::g(size_t offset) const {
-  return offset == kAbsent ? nullptr : grads_.get() + offset;
+  return offset == kAbsent ? nullptr : grads_ + offset;
 }
 
 template <typename X>
 void GptCudaModel<X>::set_params(const float* host) {
   if constexpr (std::is_same_v<X, float>) {
-    MEG_CUDA_CHECK(cudaMemcpyAsync(params_x_.get(), host, num_params_ * sizeof(float), cudaMemcpyHostToDevice, stream_));
+    MEG_CUDA_CHECK(cudaMemcpyAsync(params_x_, host, num_params_ * sizeof(float), cudaMemcpyHostToDevice, stream_));
   } else {
     // Through a bounded fp32 staging array, so that loading never needs a whole fp32 copy on the
     // device (with the distributed optimizer nobody keeps one).
@@ -187,7 +196,7 @@ void GptCudaModel<X>::set_params(const float* host) {
     for (size_t at = 0; at < num_params_; at += kChunk) {
       const size_t n = std::min(kChunk, num_params_ - at);
       MEG_CUDA_CHECK(cudaMemcpyAsync(staging.get(), host + at, n * sizeof(float), cudaMemcpyHostToDevice, stream_));
-      cuda::cast_from_float(params_x_.get() + at, staging.get(), n, stream_);
+      cuda::cast_from_float(params_x_ + at, staging.get(), n, stream_);
     }
   }
   MEG_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -195,13 +204,13 @@ void GptCudaModel<X>::set_params(const float* host) {
 
 template <typename X>
 void GptCudaModel<X>::get_grads(float* host) const {
-  MEG_CUDA_CHECK(cudaMemcpyAsync(host, grads_.get(), num_params_ * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+  MEG_CUDA_CHECK(cudaMemcpyAsync(host, grads_, num_params_ * sizeof(float), cudaMemcpyDeviceToHost, stream_));
   MEG_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
 template <typename X>
 void GptCudaModel<X>::zero_grad() {
-  MEG_CUDA_CHECK(cudaMemsetAsync(grads_.get(), 0, grads_.bytes(), stream_));
+  MEG_CUDA_CHECK(cudaMemsetAsync(grads_, 0, padded_params_ * sizeof(float), stream_));
 }
 
 template <typename X>

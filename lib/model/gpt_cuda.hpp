@@ -96,9 +96,16 @@ class GptCudaModel {
   // allocates parameters (zero) and gradients on the current device. The flat arrays are padded
   // with zeros up to a multiple of PAD_MULTIPLE (the distributed optimizer's replica count, so
   // that they cut into equal shards). TP null or of one rank: the whole model.
+  // STORAGE (both pointers or neither): the weights and gradients live in arrays of the caller's,
+  // num_parameters() long, instead of the model's own (the model chunks of a pipeline rank share
+  // one flat array; pad_multiple is then ignored).
+  struct Storage {
+    X* params_x = nullptr;
+    float* grads = nullptr;
+  };
   GptCudaModel(const ModelConfig& config, cuda::DeviceAllocator& alloc, cudaStream_t stream,
                size_t pad_multiple = 1, NcclComm* tp = nullptr, PipelineStage stage = {},
-               bool sequence_parallel = false);
+               bool sequence_parallel = false, Storage storage = {});
   ~GptCudaModel();
   GptCudaModel(const GptCudaModel&) = delete;
   GptCudaModel& operator=(const GptCudaModel&) = delete;
@@ -115,8 +122,8 @@ class GptCudaModel {
 
   // Device arrays (table layout, padded_parameters() long, zero past num_parameters()): the X
   // weights the model computes with, and the fp32 gradients.
-  X* params_x() { return params_x_.get(); }
-  float* grads() { return grads_.get(); }
+  X* params_x() { return params_x_; }
+  float* grads() { return grads_; }
 
   // Host transfers of this rank's flat arrays (num_parameters() floats): set_params rounds fp32
   // weights to X. Both wait for the device.
@@ -242,8 +249,10 @@ class GptCudaModel {
   cudaStream_t stream_;
   cuda::Gemm gemm_;
 
-  cuda::DeviceArray<X> params_x_;
-  cuda::DeviceArray<float> grads_;
+  X* params_x_ = nullptr;  // the model's own arrays below, or the caller's Storage
+  float* grads_ = nullptr;
+  cuda::DeviceArray<X> own_params_x_;
+  cuda::DeviceArray<float> own_grads_;
   size_t wte_ = 0, wpe_ = 0, lnf_w_ = 0, lnf_b_ = 0, out_w_ = 0;
   std::vector<Layer> layers_;
   cuda::DeviceArray<float> rope_table_;

@@ -16,6 +16,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -37,6 +38,11 @@ class NcclComm {
   int rank() const { return rank_; }
   int size() const { return size_; }
   const std::string& name() const { return name_; }
+
+  // A communicator of the members that pass MEMBER = true, in this one's rank order, named NAME:
+  // collective over every member of this one (those passing false get null). A pipeline's links
+  // between neighbours are such communicators of two members each.
+  std::unique_ptr<NcclComm> split(bool member, const std::string& name);
 
   // The collectives and transfers below take T = float, __nv_bfloat16 or __half.
 
@@ -78,6 +84,8 @@ class NcclComm {
   ncclComm* live();  // the communicator, after check_async(); throws once aborted
   void check(int result, const char* call);
   [[noreturn]] void abort_and_throw(const std::string& why);
+
+  NcclComm(ncclComm* comm, std::string name);
 
   // Brackets one call's work with a pair of events when timing (a pooled pair, reused after
   // take_elapsed_ms()).

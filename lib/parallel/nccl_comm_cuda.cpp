@@ -32,6 +32,18 @@ NcclComm::NcclComm(Comm& group) : rank_(group.rank()), size_(group.size()), name
   comm_ = comm;
 }
 
+NcclComm::NcclComm(ncclComm* comm, std::string name) : comm_(comm), name_(std::move(name)) {
+  check(ncclCommCount(comm_, &size_), "ncclCommCount");
+  check(ncclCommUserRank(comm_, &rank_), "ncclCommUserRank");
+}
+
+std::unique_ptr<NcclComm> NcclComm::split(bool member, const std::string& name) {
+  ncclComm_t part = nullptr;
+  check(ncclCommSplit(live(), member ? 0 : NCCL_SPLIT_NOCOLOR, rank_, &part, nullptr), "ncclCommSplit");
+  if (!member) return nullptr;
+  return std::unique_ptr<NcclComm>(new NcclComm(part, name));
+}
+
 NcclComm::~NcclComm() {
   if (comm_ != nullptr) ncclCommDestroy(comm_);
   for (auto& [start, end] : events_) {

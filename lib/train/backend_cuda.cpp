@@ -27,6 +27,7 @@
 #include "parallel/nccl_comm.hpp"
 #include "train/backend.hpp"
 #include "train/grad_norm.hpp"
+#include "train/pipeline_links.hpp"
 #include "train/pipeline_schedule.hpp"
 
 namespace meg {
@@ -51,34 +52,53 @@ class CudaBackend final : public TrainBackend {
     if (parallel_.tp_size() > 1) tp_nccl_ = std::make_unique<NcclComm>(*parallel_.tp);
     if (pipelined()) pp_nccl_ = std::make_unique<NcclComm>(*parallel_.pp);
     if (parallel_.dp_size() > 1) nccl_ = std::make_unique<NcclComm>(*parallel_.dp);
-    const PipelineStage stage{pipelined() ? parallel_.pp->rank() : 0, parallel_.pp_size()};
-    model_ = std::make_unique<GptCudaModel<X>>(config, alloc_, stream_, sharded() ? size_t(parallel_.dp_size()) : 1,
-                                               tp_nccl_.get(), stage, parallel_.sequence_parallel);
-    model_->set_recompute(recompute);
-    const size_t n = model_->num_parameters();
+    if (parallel_.virtual_stages > 1) links_ = std::make_unique<PipelineLinks<X>>(*pp_nccl_, alloc_);
+    // The rank's model chunks (one, its stage, without virtual stages) over one flat array of
+    // weights and one of gradients, chunk after chunk, padded for the distributed optimizer.
+    const int tp = parallel_.tp_size();
+    const auto chunk_stages =
+        rank_chunks(pipelined() ? parallel_.pp->rank() : 0, parallel_.pp_size(), parallel_.virtual_stages);
+    const auto tp_table = tp > 1 ? gpt_parameter_table(config, tp) : gpt_parameter_table(config);
+    tensors_ = chunks_table(config, chunk_stages, tp_table);
+    const size_t n = table_size(tensors_);
+    const size_t replicas = sharded() ? size_t(parallel_.dp_size()) : 1;
+    padded_ = (n + replicas - 1) / replicas * replicas;
+    weights_ = cuda::DeviceArray<X>(alloc_, padded_);
+    grads_ = cuda::DeviceArray<float>(alloc_, padded_);
+    MEG_CUDA_CHECK(cudaMemsetAsync(weights_.get(), 0, weights_.bytes(), stream_));
+    size_t offset = 0;
+    for (const PipelineStage& stage : chunk_stages) {
+      chunks_.push_back(std::make_unique<GptCudaModel<X>>(
+          config, alloc_, stream_, 1, tp_nccl_.get(), stage, parallel_.sequence_parallel,
+          typename GptCudaModel<X>::Storage{weights_.get() + offset, grads_.get() + offset}));
+      chunks_.back()->set_recompute(recompute);
+      chunk_offsets_.push_back(offset);
+      offset += chunks_.back()->num_parameters();
+    }
     if (sharded()) shard_ = optimizer_shard(n, parallel_.dp_size(), parallel_.dp->rank());
     // The fp32 master weights of [master_begin(), + master_size()): for X = float the model's own
     // weights; otherwise an array of their own (with the distributed optimizer, the shard only).
     if constexpr (!std::is_same_v<X, float>) master_ = cuda::DeviceArray<float>(alloc_, master_size());
     std::vector<float> local(n);  // this rank's part of the initialisation, generated directly
-    const int tp = parallel_.tp_size();
-    gpt_init_local(config, model_->tensors(), tp, tp > 1 ? parallel_.tp->rank() : 0, seed, local.data());
+    gpt_init_local(config, tensors_, tp, tp > 1 ? parallel_.tp->rank() : 0, seed, local.data());
     set_weights(local);
     if (nccl_ && !sharded()) {  // all-reduce buckets of gradients while the backward goes on
       MEG_CUDA_CHECK(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
       MEG_CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
       MEG_CUDA_CHECK(cudaEventCreateWithFlags(&reduced_, cudaEventDisableTiming));
-      model_->set_grads_ready_hook([this](size_t from) { on_grads_ready(from); });
+      // With several chunks their backwards interleave, so no stretch of the flat array is known
+      // final before the last one: the gradients are all-reduced at the end of the step.
+      if (chunks_.size() == 1) chunks_[0]->set_grads_ready_hook([this](size_t from) { on_grads_ready(from); });
     }
     if (sharded()) {
       std::vector<ParamGroup> groups;
-      for (const auto& t : model_->tensors()) groups.push_back({t.offset, t.offset + t.numel, t.weight_decay});
+      for (const auto& t : tensors_) groups.push_back({t.offset, t.offset + t.numel, t.weight_decay});
       adam_ = std::make_unique<CudaAdamW>(shard_groups(groups, n, shard_), shard_.size, adam, alloc_, stream_);
     } else {
-      adam_ = std::make_unique<CudaAdamW>(model_->tensors(), adam, alloc_, stream_);
+      adam_ = std::make_unique<CudaAdamW>(tensors_, adam, alloc_, stream_);
     }
     const size_t begin = sharded() ? shard_.begin : 0, end = sharded() ? shard_.begin + shard_.size : n;
-    const GradNormRanges r = grad_norm_ranges(config, model_->tensors(), parallel_.tp_size() > 1, begin, end,
+    const GradNormRanges r = grad_norm_ranges(config, tensors_, parallel_.tp_size() > 1, begin, end,
                                               [this](const ParamTensor& t) { return tied_copy(t); });
     if (tied_ends()) tied_other_ = cuda::DeviceArray<float>(alloc_, tied_embedding().numel);
     norm_ranges_ = r.split;
@@ -94,7 +114,8 @@ class CudaBackend final : public TrainBackend {
       cudaStreamDestroy(comm_stream_);
     }
     adam_.reset();
-    model_.reset();
+    chunks_.clear();
+    links_.reset();
     nccl_.reset();
     pp_nccl_.reset();
     tp_nccl_.reset();
@@ -112,9 +133,9 @@ class CudaBackend final : public TrainBackend {
   }
 
   void begin_step() override {
-    model_->zero_grad();
+    MEG_CUDA_CHECK(cudaMemsetAsync(grads_.get(), 0, grads_.bytes(), stream_));
     micro_done_ = 0;
-    unreduced_ = model_->padded_parameters();
+    unreduced_ = padded_;
     stash_.clear();
   }
 
@@ -129,8 +150,9 @@ class CudaBackend final : public TrainBackend {
       return;
     }
     last_micro_ = ++micro_done_ == micro_batches;  // only its backward finishes the gradients
-    model_->set_dropout_key(seed, step, micro);
-    model_->forward_backward(tokens, targets, B, T, static_cast<float>(loss_scale_ / double(micro_batches)));
+    GptCudaModel<X>& model = *chunks_[0];
+    model.set_dropout_key(seed, step, micro);
+    model.forward_backward(tokens, targets, B, T, static_cast<float>(loss_scale_ / double(micro_batches)));
   }
 
   // Data parallelism: the gradients are summed over the group by NCCL on the model's stream (all of
@@ -139,12 +161,14 @@ class CudaBackend final : public TrainBackend {
   StepStats end_step(double lr, double clip_grad) override {
     StepStats s;
     const double replicas = parallel_.dp_size();
-    if (pipelined()) run_pipeline();
+    if (parallel_.virtual_stages > 1) run_interleaved();
+    else if (pipelined()) run_pipeline();
     sum_sequence_parallel_grads();
-    s.loss = model_->take_loss() / static_cast<double>(micro_batches_);
+    for (auto& chunk : chunks_) s.loss += chunk->take_loss();  // the last virtual stage's
+    s.loss /= static_cast<double>(micro_batches_);
     if (pipelined()) parallel_.pp->broadcast(&s.loss, sizeof s.loss, parallel_.pp_size() - 1);  // the last stage's
-    float* grads = model_->grads();
-    size_t begin = 0, count = model_->num_parameters();  // the gradients this replica applies
+    float* grads = grads_.get();
+    size_t begin = 0, count = table_size(tensors_);  // the gradients this replica applies
     if (sharded()) {
       begin = shard_.begin;
       count = shard_.size;
@@ -178,7 +202,7 @@ class CudaBackend final : public TrainBackend {
     if (!std::isfinite(s.grad_norm) || !std::isfinite(s.loss)) return s;
     // torch.nn.utils.clip_grad_norm_'s factor, folded with the loss-scale removal into one scale.
     const double clip = clip_grad > 0 && s.grad_norm > clip_grad ? clip_grad / (s.grad_norm + 1e-6) : 1.0;
-    X* copy = std::is_same_v<X, float> ? nullptr : model_->params_x() + begin;
+    X* copy = std::is_same_v<X, float> ? nullptr : weights_.get() + begin;
     adam_->step(master(), copy, grads + begin, lr, clip / unscale);
     if (sharded()) gather_compute_copy();
     if (precision_ == Precision::fp16 && ++good_steps_ >= kGrowthInterval) {
@@ -188,18 +212,29 @@ class CudaBackend final : public TrainBackend {
     return s;
   }
 
-  // Through the stages one after the other; the last one's loss is everyone's.
+  // Through the (virtual) stages one after the other; the last one's loss is everyone's.
   double eval_loss(const int32_t* tokens, const int32_t* targets, int B, int T) override {
-    const PipelineStage& st = model_->stage();
-    const size_t n = model_->stage_elements(B, T);
-    model_->set_training(false);
-    if (!st.first()) pp_nccl_->recv(model_->stage_input(0, B, T), n, st.stage - 1, stream_);
-    double loss = model_->forward(tokens, targets, B, T);
-    model_->set_training(true);
+    double loss = 0;
+    for (auto& chunk : chunks_) {
+      GptCudaModel<X>& m = *chunk;
+      const PipelineStage& st = m.stage();
+      const size_t n = m.stage_elements(B, T);
+      m.set_training(false);
+      if (!st.first()) {
+        if (links_) links_->recv_previous(m.stage_input(0, B, T), n, stream_);
+        else pp_nccl_->recv(m.stage_input(0, B, T), n, parallel_.pp->rank() - 1, stream_);
+      }
+      loss += m.forward(tokens, targets, B, T);  // 0 but on the last virtual stage
+      m.set_training(true);
+      if (!st.last()) {
+        if (links_) links_->send_next(m.stage_output(0), n, stream_);
+        else pp_nccl_->send(m.stage_output(0), n, parallel_.pp->rank() + 1, stream_);
+      }
+    }
     if (!pipelined()) return loss;
-    if (!st.last()) pp_nccl_->send(model_->stage_output(0), n, st.stage + 1, stream_);
+    if (links_) links_->join(stream_);
     pp_nccl_->wait(stream_);
-    parallel_.pp->broadcast(&loss, sizeof loss, st.stages - 1);
+    parallel_.pp->broadcast(&loss, sizeof loss, parallel_.pp_size() - 1);
     return loss;
   }
 
@@ -210,12 +245,12 @@ class CudaBackend final : public TrainBackend {
     adam_->get_state(m, v);
   }
   void get_local_state(LocalState& state) const override {
-    state.tensors = model_->tensors();
+    state.tensors = tensors_;
     state.params = master_weights();
     adam_->get_state(state.m, state.v);
     state.moments_sharded = sharded();
     state.shard_begin = sharded() ? shard_.begin : 0;
-    state.local_numel = model_->num_parameters();
+    state.local_numel = table_size(tensors_);
   }
   void set_state(const std::vector<float>& params, const std::vector<float>& m, const std::vector<float>& v,
                  int64_t step) override {
@@ -240,12 +275,12 @@ class CudaBackend final : public TrainBackend {
   size_t peak_memory() const override { return alloc_.peak(); }
 
   void set_communication_timing(bool on) override {
-    for (NcclComm* c : {tp_nccl_.get(), pp_nccl_.get(), nccl_.get()})
+    for (NcclComm* c : comms())
       if (c) c->set_timing(on);
   }
   double take_communication_ms() override {
     double ms = 0;
-    for (NcclComm* c : {tp_nccl_.get(), pp_nccl_.get(), nccl_.get()})
+    for (NcclComm* c : comms())
       if (c) ms += c->take_elapsed_ms();
     return ms;
   }
@@ -253,28 +288,34 @@ class CudaBackend final : public TrainBackend {
  private:
   bool sharded() const { return parallel_.distributed_optimizer && parallel_.dp_size() > 1; }
   bool pipelined() const { return parallel_.pp_size() > 1; }
+  std::vector<NcclComm*> comms() {
+    std::vector<NcclComm*> all{tp_nccl_.get(), pp_nccl_.get(), nccl_.get()};
+    if (links_)
+      for (NcclComm* c : links_->comms()) all.push_back(c);
+    return all;
+  }
+  const ModelConfig& config() const { return chunks_[0]->config(); }
+  // The rank holding the first virtual stage (the embeddings) and the last (the output layer).
+  bool first_rank() const { return !pipelined() || parallel_.pp->rank() == 0; }
+  bool last_rank() const { return !pipelined() || parallel_.pp->rank() == parallel_.pp_size() - 1; }
 
   // With tied embeddings and a pipeline, the first and last stages each hold the word embedding
   // (model/pipeline.hpp): their gradients are summed between them, and the last stage's copy is
   // left out of the gradient norm.
-  bool tied_ends() const {
-    const PipelineStage& st = model_->stage();
-    return pipelined() && model_->config().tie_embeddings && (st.first() || st.last());
-  }
+  bool tied_ends() const { return pipelined() && config().tie_embeddings && (first_rank() || last_rank()); }
   const ParamTensor& tied_embedding() const {
-    for (const auto& t : model_->tensors())
+    for (const auto& t : tensors_)
       if (t.name == "embedding.word_embeddings.weight") return t;
     throw std::logic_error("CudaBackend: no word embedding on this stage");
   }
   bool tied_copy(const ParamTensor& t) const {
-    const PipelineStage& st = model_->stage();
-    return tied_ends() && st.last() && !st.first() && t.name == "embedding.word_embeddings.weight";
+    return tied_ends() && last_rank() && !first_rank() && t.name == "embedding.word_embeddings.weight";
   }
   void sum_tied_embedding_copies() {
     if (!tied_ends()) return;
     const ParamTensor& t = tied_embedding();
-    float* g = model_->grads() + t.offset;
-    const int peer = model_->stage().first() ? parallel_.pp_size() - 1 : 0;
+    float* g = grads_.get() + t.offset;
+    const int peer = first_rank() ? parallel_.pp_size() - 1 : 0;
     pp_nccl_->send_recv(g, t.numel, peer, tied_other_.get(), t.numel, peer, stream_);
     cuda::add(g, g, tied_other_.get(), t.numel, stream_);  // a + b on one end, b + a on the other: equal
   }
@@ -285,26 +326,26 @@ class CudaBackend final : public TrainBackend {
   // but must not run beside it on the same memory: first the stream waits for the buckets the
   // backward has handed to the communication stream.
   void sum_sequence_parallel_grads() {
-    if (!model_->sequence_parallel()) return;
+    if (!chunks_[0]->sequence_parallel()) return;
     if (comm_stream_) {
       MEG_CUDA_CHECK(cudaEventRecord(reduced_, comm_stream_));
       MEG_CUDA_CHECK(cudaStreamWaitEvent(stream_, reduced_, 0));
     }
-    for (const auto& t : model_->tensors())
+    for (const auto& t : tensors_)
       if (t.name.find("layernorm") != std::string::npos || t.name == "embedding.position_embeddings.weight")
-        tp_nccl_->all_reduce_sum(model_->grads() + t.offset, t.numel, stream_);
+        tp_nccl_->all_reduce_sum(grads_.get() + t.offset, t.numel, stream_);
   }
 
   // The step's micro-batches through 1F1B: stage s keeps at most S - s of them in flight, in as
   // many activation slots, and passes activations and gradients to its neighbours over NCCL on
   // the model's stream, so the host only queues work.
   void run_pipeline() {
-    const PipelineStage& st = model_->stage();
+    const PipelineStage& st = chunks_[0]->stage();
     const int s = st.stage, M = static_cast<int>(stash_.size()), slots = st.stages - s;
     const int B = stash_.front().B, T = stash_.front().T;
-    const size_t n = model_->stage_elements(B, T);
+    const size_t n = chunks_[0]->stage_elements(B, T);
     const auto slot = [slots](int micro) { return micro % slots; };
-    GptCudaModel<X>& m = *model_;
+    GptCudaModel<X>& m = *chunks_[0];
     NcclComm& pp = *pp_nccl_;
     PairedLinks links;
     links.forward = [&](int i) {
@@ -329,18 +370,54 @@ class CudaBackend final : public TrainBackend {
     run_one_f_one_b_paired(s, st.stages, M, links);
   }
 
+  // The interleaved schedule (virtual stages) over the rank's chunks: the order of
+  // interleaved_order(), each receive queued when its step comes, each send from a copy on its
+  // link's own stream (train/pipeline_links.hpp). A chunk keeps each micro-batch in flight in an
+  // activation slot of its own, taken at the forward and given back after the backward.
+  void run_interleaved() {
+    const int S = parallel_.pp_size(), s = parallel_.pp->rank(), V = static_cast<int>(chunks_.size());
+    const int M = static_cast<int>(stash_.size()), B = stash_.front().B, T = stash_.front().T;
+    const int last = S * V - 1;  // the last virtual stage; chunk v here is virtual stage v S + s
+    const size_t n = chunks_[0]->stage_elements(B, T);
+    std::vector<std::vector<int>> slot_of(size_t(V), std::vector<int>(size_t(M), -1));
+    std::vector<std::vector<int>> free_slots(static_cast<size_t>(V));
+    std::vector<int> slots_made(static_cast<size_t>(V), 0);
+    for (const PipelineStep& step : interleaved_order(s, S, V, M)) {
+      GptCudaModel<X>& m = *chunks_[size_t(step.chunk)];
+      const int j = step.chunk * S + s, i = step.micro;
+      int& slot = slot_of[size_t(step.chunk)][size_t(i)];
+      if (step.forward) {
+        auto& pool = free_slots[size_t(step.chunk)];
+        if (pool.empty()) pool.push_back(slots_made[size_t(step.chunk)]++);
+        slot = pool.back();
+        pool.pop_back();
+        if (j > 0) links_->recv_previous(m.stage_input(slot, B, T), n, stream_);
+        const Stashed& b = stash_[size_t(i)];
+        m.set_dropout_key(b.seed, b.step, b.micro);
+        m.forward_stage(slot, b.tokens.data(), b.targets.data(), b.B, b.T, static_cast<float>(loss_scale_ / M));
+        if (j < last) links_->send_next(m.stage_output(slot), n, stream_);
+      } else {
+        if (j < last) links_->recv_next(m.stage_output_grad(slot), n, stream_);
+        m.backward_stage(slot);
+        if (j > 0) links_->send_previous(m.stage_input_grad(slot), n, stream_);
+        free_slots[size_t(step.chunk)].push_back(slot);
+      }
+    }
+    links_->join(stream_);
+  }
+
   // The master weights this rank keeps and updates: the elements [master_begin(), + master_size())
   // of its flat array (with the distributed optimizer its shard, otherwise all of it).
   size_t master_begin() const { return sharded() ? shard_.begin : 0; }
-  size_t master_size() const { return sharded() ? shard_.size : model_->num_parameters(); }
+  size_t master_size() const { return sharded() ? shard_.size : table_size(tensors_); }
   float* master() const {
-    if constexpr (std::is_same_v<X, float>) return model_->params_x() + master_begin();
+    if constexpr (std::is_same_v<X, float>) return weights_.get() + master_begin();
     else return master_.get();
   }
 
   // Sets this rank's weights from its fp32 part LOCAL: the model's compute copy, and the master.
   void set_weights(const std::vector<float>& local) {
-    model_->set_params(local.data());
+    for (size_t v = 0; v < chunks_.size(); ++v) chunks_[v]->set_params(local.data() + chunk_offsets_[v]);
     if constexpr (std::is_same_v<X, float>) return;  // the model's weights are the master
     std::vector<float> mine(master_size(), 0.0f);    // zero over the padding
     for (size_t i = 0; i < mine.size() && master_begin() + i < local.size(); ++i) mine[i] = local[master_begin() + i];
@@ -357,7 +434,7 @@ class CudaBackend final : public TrainBackend {
     if (!sharded()) return mine;
     std::vector<float> all(shard_.size * size_t(parallel_.dp_size()));
     parallel_.dp->all_gather(all.data(), mine.data(), shard_.size);
-    all.resize(model_->num_parameters());
+    all.resize(table_size(tensors_));
     return all;
   }
 
@@ -371,20 +448,20 @@ class CudaBackend final : public TrainBackend {
     if (to <= from) return;
     MEG_CUDA_CHECK(cudaEventRecord(ready_, stream_));
     MEG_CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, ready_, 0));
-    nccl_->all_reduce_sum(model_->grads() + from, to - from, comm_stream_);
+    nccl_->all_reduce_sum(grads_.get() + from, to - from, comm_stream_);
     unreduced_ = from;
   }
 
   // After the shard's update (which refreshed the shard of the compute copy): every replica gathers
   // the shards of the weights the model computes with (bf16 or fp16: 2 bytes a parameter).
   void gather_compute_copy() {
-    X* x = model_->params_x();
+    X* x = weights_.get();
     nccl_->all_gather(x, x + shard_.begin, shard_.size, stream_);
   }
   // This rank's part of a whole-model array (its tensor-parallel shard).
   std::vector<float> local_part(const std::vector<float>& full) const {
     const int tp = parallel_.tp_size();
-    return rank_part(model_->config(), tp, tp > 1 ? parallel_.tp->rank() : 0, model_->tensors(), full);
+    return rank_part(config(), tp, tp > 1 ? parallel_.tp->rank() : 0, tensors_, full);
   }
   // This replica's part of a local moment (zero over the padding).
   std::vector<float> my_shard(const std::vector<float>& moment) const {
@@ -397,7 +474,14 @@ class CudaBackend final : public TrainBackend {
   Precision precision_;
   cudaStream_t stream_ = nullptr;
   cuda::DeviceAllocator alloc_;  // declared before the model and optimizer: it outlives them
-  std::unique_ptr<GptCudaModel<X>> model_;
+  // The rank's model chunks (model/pipeline.hpp), views of the flat arrays at CHUNK_OFFSETS_.
+  std::vector<ParamTensor> tensors_;  // the rank's table: its chunks' tensors, chunk after chunk
+  size_t padded_ = 0;                 // the flat arrays' length: the table's, padded to the replicas
+  cuda::DeviceArray<X> weights_;
+  cuda::DeviceArray<float> grads_;
+  std::vector<std::unique_ptr<GptCudaModel<X>>> chunks_;
+  std::vector<size_t> chunk_offsets_;
+  std::unique_ptr<PipelineLinks<X>> links_;  // with virtual stages
   cuda::DeviceArray<float> master_;  // the fp32 master weights when X is not float (see master())
   std::unique_ptr<CudaAdamW> adam_;
   ParallelGroups parallel_;

@@ -1,0 +1,103 @@
+#include "train/pipeline_links.hpp"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <fmt/format.h>
+
+#include "ops/cuda/check.hpp"
+
+namespace meg {
+
+template <typename X>
+PipelineLinks<X>::PipelineLinks(NcclComm& pipeline, cuda::DeviceAllocator& alloc) : alloc_(alloc) {
+  const int S = pipeline.size(), s = pipeline.rank();
+  // Every rank takes part in every split, in the same order (NCCL's splits are collective).
+  for (int i = 0; i < S; ++i) {
+    const int next = (i + 1) % S;
+    auto activations = pipeline.split(s == i || s == next, fmt::format("pipeline link {}->{}", i, next));
+    if (s == i) forward_.send_link = std::move(activations);
+    else if (s == next) forward_.recv_link = std::move(activations);
+    auto gradients = pipeline.split(s == i || s == next, fmt::format("pipeline link {}->{}", next, i));
+    if (s == next) backward_.send_link = std::move(gradients);
+    else if (s == i) backward_.recv_link = std::move(gradients);
+  }
+  for (Direction* d : {&forward_, &backward_}) MEG_CUDA_CHECK(cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking));
+  MEG_CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
+}
+
+template <typename X>
+PipelineLinks<X>::~PipelineLinks() {
+  for (Direction* d : {&forward_, &backward_}) {
+    cudaStreamSynchronize(d->stream);
+    for (auto& o : d->outgoing) cudaEventDestroy(o->done);
+    cudaStreamDestroy(d->stream);
+  }
+  cudaEventDestroy(ready_);
+}
+
+// Copies DATA (after STREAM's work so far) into a buffer no send is using, and sends it from
+// there on the direction's own stream.
+template <typename X>
+void PipelineLinks<X>::send(Direction& d, const X* data, size_t n, cudaStream_t stream) {
+  Outgoing* free = nullptr;
+  for (auto& o : d.outgoing)
+    if (o->data.size() >= n && cudaEventQuery(o->done) == cudaSuccess) {
+      free = o.get();
+      break;
+    }
+  if (!free) {
+    d.outgoing.push_back(std::make_unique<Outgoing>());
+    free = d.outgoing.back().get();
+    free->data = cuda::DeviceArray<X>(alloc_, n);
+    MEG_CUDA_CHECK(cudaEventCreateWithFlags(&free->done, cudaEventDisableTiming));
+  }
+  MEG_CUDA_CHECK(cudaMemcpyAsync(free->data.get(), data, n * sizeof(X), cudaMemcpyDeviceToDevice, stream));
+  MEG_CUDA_CHECK(cudaEventRecord(ready_, stream));
+  MEG_CUDA_CHECK(cudaStreamWaitEvent(d.stream, ready_, 0));
+  NcclComm& link = *d.send_link;
+  link.send(free->data.get(), n, 1 - link.rank(), d.stream);
+  MEG_CUDA_CHECK(cudaEventRecord(free->done, d.stream));
+}
+
+template <typename X>
+void PipelineLinks<X>::recv(Direction& d, X* data, size_t n, cudaStream_t stream) {
+  NcclComm& link = *d.recv_link;
+  link.recv(data, n, 1 - link.rank(), stream);
+}
+
+template <typename X>
+void PipelineLinks<X>::send_next(const X* data, size_t n, cudaStream_t stream) {
+  send(forward_, data, n, stream);
+}
+template <typename X>
+void PipelineLinks<X>::send_previous(const X* data, size_t n, cudaStream_t stream) {
+  send(backward_, data, n, stream);
+}
+template <typename X>
+void PipelineLinks<X>::recv_previous(X* data, size_t n, cudaStream_t stream) {
+  recv(forward_, data, n, stream);
+}
+template <typename X>
+void PipelineLinks<X>::recv_next(X* data, size_t n, cudaStream_t stream) {
+  recv(backward_, data, n, stream);
+}
+
+template <typename X>
+void PipelineLinks<X>::join(cudaStream_t stream) {
+  for (Direction* d : {&forward_, &backward_}) {
+    MEG_CUDA_CHECK(cudaEventRecord(ready_, d->stream));
+    MEG_CUDA_CHECK(cudaStreamWaitEvent(stream, ready_, 0));
+  }
+}
+
+template <typename X>
+std::vector<NcclComm*> PipelineLinks<X>::comms() {
+  return {forward_.send_link.get(), forward_.recv_link.get(), backward_.send_link.get(), backward_.recv_link.get()};
+}
+
+template class PipelineLinks<float>;
+template class PipelineLinks<__nv_bfloat16>;
+template class PipelineLinks<__half>;
+
+}  // namespace meg
