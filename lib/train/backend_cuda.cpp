@@ -52,7 +52,7 @@ class CudaBackend final : public TrainBackend {
     if (parallel_.tp_size() > 1) tp_nccl_ = std::make_unique<NcclComm>(*parallel_.tp);
     if (pipelined()) pp_nccl_ = std::make_unique<NcclComm>(*parallel_.pp);
     if (parallel_.dp_size() > 1) nccl_ = std::make_unique<NcclComm>(*parallel_.dp);
-    if (parallel_.virtual_stages > 1) links_ = std::make_unique<PipelineLinks<X>>(*pp_nccl_, alloc_);
+    if (pipelined()) links_ = std::make_unique<PipelineLinks<X>>(*pp_nccl_, alloc_);
     // The rank's model chunks (one, its stage, without virtual stages) over one flat array of
     // weights and one of gradients, chunk after chunk, padded for the distributed optimizer.
     const int tp = parallel_.tp_size();
@@ -161,8 +161,7 @@ class CudaBackend final : public TrainBackend {
   StepStats end_step(double lr, double clip_grad) override {
     StepStats s;
     const double replicas = parallel_.dp_size();
-    if (parallel_.virtual_stages > 1) run_interleaved();
-    else if (pipelined()) run_pipeline();
+    if (pipelined()) run_pipeline();
     sum_sequence_parallel_grads();
     for (auto& chunk : chunks_) s.loss += chunk->take_loss();  // the last virtual stage's
     s.loss /= static_cast<double>(micro_batches_);
@@ -220,19 +219,13 @@ class CudaBackend final : public TrainBackend {
       const PipelineStage& st = m.stage();
       const size_t n = m.stage_elements(B, T);
       m.set_training(false);
-      if (!st.first()) {
-        if (links_) links_->recv_previous(m.stage_input(0, B, T), n, stream_);
-        else pp_nccl_->recv(m.stage_input(0, B, T), n, parallel_.pp->rank() - 1, stream_);
-      }
+      if (!st.first()) links_->recv_previous(m.stage_input(0, B, T), n, stream_);
       loss += m.forward(tokens, targets, B, T);  // 0 but on the last virtual stage
       m.set_training(true);
-      if (!st.last()) {
-        if (links_) links_->send_next(m.stage_output(0), n, stream_);
-        else pp_nccl_->send(m.stage_output(0), n, parallel_.pp->rank() + 1, stream_);
-      }
+      if (!st.last()) links_->send_next(m.stage_output(0), n, stream_);
     }
     if (!pipelined()) return loss;
-    if (links_) links_->join(stream_);
+    links_->join(stream_);
     pp_nccl_->wait(stream_);
     parallel_.pp->broadcast(&loss, sizeof loss, parallel_.pp_size() - 1);
     return loss;
@@ -336,45 +329,13 @@ class CudaBackend final : public TrainBackend {
         tp_nccl_->all_reduce_sum(grads_.get() + t.offset, t.numel, stream_);
   }
 
-  // The step's micro-batches through 1F1B: stage s keeps at most S - s of them in flight, in as
-  // many activation slots, and passes activations and gradients to its neighbours over NCCL on
-  // the model's stream, so the host only queues work.
+  // The step's micro-batches through the pipeline schedule: 1F1B (train/pipeline_schedule.hpp),
+  // or with virtual stages the interleaved one over the rank's chunks. Each receive is queued on
+  // the compute stream when its step comes, each send goes out from a copy on its link's own
+  // stream (train/pipeline_links.hpp), so the host only queues work and never waits for a
+  // neighbour to take a message. A chunk keeps each micro-batch in flight in an activation slot of
+  // its own, taken at the forward and given back after the backward (1F1B: at most S - s of them).
   void run_pipeline() {
-    const PipelineStage& st = chunks_[0]->stage();
-    const int s = st.stage, M = static_cast<int>(stash_.size()), slots = st.stages - s;
-    const int B = stash_.front().B, T = stash_.front().T;
-    const size_t n = chunks_[0]->stage_elements(B, T);
-    const auto slot = [slots](int micro) { return micro % slots; };
-    GptCudaModel<X>& m = *chunks_[0];
-    NcclComm& pp = *pp_nccl_;
-    PairedLinks links;
-    links.forward = [&](int i) {
-      const Stashed& b = stash_[size_t(i)];
-      m.set_dropout_key(b.seed, b.step, b.micro);
-      m.forward_stage(slot(i), b.tokens.data(), b.targets.data(), b.B, b.T, static_cast<float>(loss_scale_ / M));
-    };
-    links.backward = [&](int i) {
-      last_micro_ = i == M - 1;  // only its backward finishes the gradients
-      m.backward_stage(slot(i));
-    };
-    links.recv_input = [&](int i) { pp.recv(m.stage_input(slot(i), B, T), n, s - 1, stream_); };
-    links.send_output = [&](int i) { pp.send(m.stage_output(slot(i)), n, s + 1, stream_); };
-    links.recv_output_grad = [&](int i) { pp.recv(m.stage_output_grad(slot(i)), n, s + 1, stream_); };
-    links.send_input_grad = [&](int i) { pp.send(m.stage_input_grad(slot(i)), n, s - 1, stream_); };
-    links.send_output_recv_grad = [&](int out, int in) {
-      pp.send_recv(m.stage_output(slot(out)), n, s + 1, m.stage_output_grad(slot(in)), n, s + 1, stream_);
-    };
-    links.send_input_grad_recv_input = [&](int out, int in) {
-      pp.send_recv(m.stage_input_grad(slot(out)), n, s - 1, m.stage_input(slot(in), B, T), n, s - 1, stream_);
-    };
-    run_one_f_one_b_paired(s, st.stages, M, links);
-  }
-
-  // The interleaved schedule (virtual stages) over the rank's chunks: the order of
-  // interleaved_order(), each receive queued when its step comes, each send from a copy on its
-  // link's own stream (train/pipeline_links.hpp). A chunk keeps each micro-batch in flight in an
-  // activation slot of its own, taken at the forward and given back after the backward.
-  void run_interleaved() {
     const int S = parallel_.pp_size(), s = parallel_.pp->rank(), V = static_cast<int>(chunks_.size());
     const int M = static_cast<int>(stash_.size()), B = stash_.front().B, T = stash_.front().T;
     const int last = S * V - 1;  // the last virtual stage; chunk v here is virtual stage v S + s
@@ -382,7 +343,7 @@ class CudaBackend final : public TrainBackend {
     std::vector<std::vector<int>> slot_of(size_t(V), std::vector<int>(size_t(M), -1));
     std::vector<std::vector<int>> free_slots(static_cast<size_t>(V));
     std::vector<int> slots_made(static_cast<size_t>(V), 0);
-    for (const PipelineStep& step : interleaved_order(s, S, V, M)) {
+    for (const PipelineStep& step : V > 1 ? interleaved_order(s, S, V, M) : one_f_one_b_order(s, S, M)) {
       GptCudaModel<X>& m = *chunks_[size_t(step.chunk)];
       const int j = step.chunk * S + s, i = step.micro;
       int& slot = slot_of[size_t(step.chunk)][size_t(i)];
@@ -398,6 +359,7 @@ class CudaBackend final : public TrainBackend {
         if (j < last) links_->send_next(m.stage_output(slot), n, stream_);
       } else {
         if (j < last) links_->recv_next(m.stage_output_grad(slot), n, stream_);
+        last_micro_ = i == M - 1 && step.chunk == 0;  // the step's last backward (the overlap hook's cue)
         m.backward_stage(slot);
         if (j > 0) links_->send_previous(m.stage_input_grad(slot), n, stream_);
         free_slots[size_t(step.chunk)].push_back(slot);
@@ -481,7 +443,7 @@ class CudaBackend final : public TrainBackend {
   cuda::DeviceArray<float> grads_;
   std::vector<std::unique_ptr<GptCudaModel<X>>> chunks_;
   std::vector<size_t> chunk_offsets_;
-  std::unique_ptr<PipelineLinks<X>> links_;  // with virtual stages
+  std::unique_ptr<PipelineLinks<X>> links_;  // with a pipeline
   cuda::DeviceArray<float> master_;  // the fp32 master weights when X is not float (see master())
   std::unique_ptr<CudaAdamW> adam_;
   ParallelGroups parallel_;

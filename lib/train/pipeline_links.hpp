@@ -1,7 +1,7 @@
-// The messages of a pipeline schedule on GPUs whose sends must not hold up computation: the
-// interleaved schedule (train/pipeline_schedule.hpp) receives a message only when the step that
-// needs it comes, so a send has to be able to wait for its receiver without blocking the sender's
-// own work, as Comm::isend does on CPUs.
+// The messages of the pipeline schedules on GPUs. A rank of a schedule (train/pipeline_schedule.hpp,
+// 1F1B or interleaved) receives a message only when the step that needs it comes, so a send has to
+// be able to wait for its receiver without blocking the sender's own work, as Comm::isend does on
+// CPUs.
 //
 // NCCL's point-to-point send occupies its stream until the peer posts the matching receive. So
 // each link between neighbouring pipeline ranks, one per direction (activations from rank i to

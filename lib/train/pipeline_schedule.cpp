@@ -84,30 +84,4 @@ void run_pipeline_schedule(Comm& pp, int chunks, const std::vector<PipelineStep>
   for (Outgoing& o : outgoing) pp.wait(o.request);
 }
 
-void run_one_f_one_b_paired(int stage, int stages, int micro_batches, const PairedLinks& links) {
-  const int M = micro_batches;
-  const bool first = stage == 0, last = stage == stages - 1;
-  const int warmup = std::min(stages - stage - 1, M);
-  for (int i = 0; i < warmup; ++i) {
-    if (!first) links.recv_input(i);
-    links.forward(i);
-    if (!last) links.send_output(i);
-  }
-  if (warmup < M && !first) links.recv_input(warmup);
-  for (int i = 0; i < M - warmup; ++i) {  // steady state: forward of i + warmup, backward of i
-    const int f = i + warmup;
-    links.forward(f);
-    if (!last) links.send_output_recv_grad(f, i);
-    links.backward(i);
-    if (first) continue;
-    if (f + 1 < M) links.send_input_grad_recv_input(i, f + 1);
-    else links.send_input_grad(i);
-  }
-  for (int i = M - warmup; i < M; ++i) {  // cooldown: the warm-up's backwards
-    if (!last) links.recv_output_grad(i);
-    links.backward(i);
-    if (!first) links.send_input_grad(i);
-  }
-}
-
 }  // namespace meg

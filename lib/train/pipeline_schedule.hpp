@@ -59,17 +59,4 @@ struct StageOps {
 // group. Every message sent has been received when it returns.
 void run_pipeline_schedule(Comm& pp, int chunks, const std::vector<PipelineStep>& order, const StageOps& ops);
 
-// 1F1B over links whose sends may block until the peer receives (NCCL's point-to-point on a
-// device stream): where a stage both sends and receives in a step it does both in one exchange,
-// as Megatron's batched send/receive calls do, so neighbours never wait on each other. The
-// callbacks take micro-batch numbers; the stage's forward and backward of a micro-batch read and
-// write the buffers the links fill and send.
-struct PairedLinks {
-  std::function<void(int micro)> forward, backward;
-  std::function<void(int micro)> recv_input, send_output, recv_output_grad, send_input_grad;
-  // Send OUT's output, take IN's output gradient; send OUT's input gradient, take IN's input.
-  std::function<void(int out, int in)> send_output_recv_grad, send_input_grad_recv_input;
-};
-void run_one_f_one_b_paired(int stage, int stages, int micro_batches, const PairedLinks& links);
-
 }  // namespace meg
