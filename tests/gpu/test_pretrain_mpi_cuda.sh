@@ -59,24 +59,9 @@ if [ "$gpus" -ge 4 ]; then
   compare 4 1e-5 $GPT --pp 2 --dp 2
 fi
 
-# The interleaved schedule: 4 blocks, 2 ranks of 2 virtual stages each (alone, with tensor
-# parallelism, with the distributed optimizer); GPT-2's tied embedding spans rank 0's first chunk
-# and rank 1's last.
-IL="$BASE --num-layers 4"
-for precision in fp32 bf16; do
-  tolerance=1e-2
-  [ $precision = fp32 ] && tolerance=1e-5
-  $IL --precision $precision --metrics il-$precision.jsonl
-  losses il-$precision.jsonl > one.loss
-  compare 2 $tolerance $IL --precision $precision --pp 2 --virtual-stages 2
-  if [ "$gpus" -ge 4 ]; then
-    compare 4 $tolerance $IL --precision $precision --pp 2 --virtual-stages 2 --tp 2
-    compare 4 $tolerance $IL --precision $precision --pp 2 --virtual-stages 2 --use-distributed-optimizer
-  fi
-done
-$GPT --num-layers 4 --metrics gpt-il.jsonl
-losses gpt-il.jsonl > one.loss
-compare 2 1e-5 $GPT --num-layers 4 --pp 2 --virtual-stages 2 --eval-interval 3 --eval-iters 2
+# The interleaved schedule is refused on GPUs for now, with its message.
+mpi 2 -x NCCL_NVLS_ENABLE $BASE --num-layers 4 --pp 2 --virtual-stages 2 2>err.txt && fail "virtual stages ran on GPUs"
+grep -q "CPU path only" err.txt || fail "virtual stages on GPUs: unexpected message: $(cat err.txt)"
 
 # Tensor- and pipeline-parallel checkpoints continue on one GPU, near the parallel run's losses.
 for layout in "--tp 2" "--pp 2"; do
@@ -91,8 +76,7 @@ done
 
 # Exact resume under mpirun, with and without the distributed optimizer (whose checkpoint gathers
 # the shards), and with tensor (and sequence) and pipeline parallelism.
-for zero in "" --use-distributed-optimizer "--tp 2" "--tp 2 --sequence-parallel" "--pp 2" \
-            "--num-layers 4 --pp 2 --virtual-stages 2"; do
+for zero in "" --use-distributed-optimizer "--tp 2" "--tp 2 --sequence-parallel" "--pp 2"; do
   rm -rf ck straight.jsonl
   mpi 2 -x NCCL_NVLS_ENABLE $BASE $zero --metrics straight.jsonl
   mpi 2 -x NCCL_NVLS_ENABLE $BASE $zero --save ck --exit-interval 4
