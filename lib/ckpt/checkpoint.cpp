@@ -36,21 +36,6 @@ std::string join(const std::string& dir, const std::string& name) { return (fs::
 
 std::string quote(const std::string& s) { return ojson(s).dump(-1, ' ', false, ojson::error_handler_t::replace); }
 
-std::string shape_string(const std::vector<uint64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ",")); }
-
-// Makes what a directory holds (new names, renames) durable.
-void sync_dir(const std::string& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) system_error(dir, "cannot open directory to sync it");
-  if (::fsync(fd) != 0) {
-    const int err = errno;
-    ::close(fd);
-    errno = err;
-    system_error(dir, "fsync of directory failed");
-  }
-  ::close(fd);
-}
-
 void rename_or_throw(const std::string& from, const std::string& to) {
   if (::rename(from.c_str(), to.c_str()) != 0) system_error(to, fmt::format("cannot rename {} to it", from));
 }
@@ -239,7 +224,7 @@ std::string CheckpointWriter::commit(const ojson& record) {
     out.write(text.data(), text.size());
     out.commit();
   }
-  sync_dir(temp_);
+  sync_directory(temp_);
 
   // Into place. An existing checkpoint of this iteration (overwrite) is moved aside first, so
   // that the name never holds a mix of the two.
@@ -258,7 +243,7 @@ std::string CheckpointWriter::commit(const ojson& record) {
     system_error(final_, fmt::format("cannot rename {} to it", temp_));
   }
   committed_ = true;
-  sync_dir(dir_);
+  sync_directory(dir_);
 
   {
     ByteWriter latest(join(dir_, kCheckpointLatestFile));
@@ -266,7 +251,7 @@ std::string CheckpointWriter::commit(const ojson& record) {
     latest.write(text.data(), text.size());
     latest.commit();
   }
-  sync_dir(dir_);
+  sync_directory(dir_);
 
   if (!aside.empty()) {
     fs::remove_all(aside, ec);
@@ -361,15 +346,7 @@ const SafetensorsTensor& Checkpoint::tensor(const std::string& file_name, const 
 
 const SafetensorsTensor& Checkpoint::tensor(const std::string& file_name, const std::string& name,
                                             SafetensorsDtype dtype, const std::vector<uint64_t>& shape) const {
-  const SafetensorsFile& f = file(file_name);
-  const SafetensorsTensor& t = f.tensor(name);
-  if (t.dtype != dtype)
-    input_error("{}: tensor {} has dtype {}, expected {}", f.path(), quote(name), dtype_name(t.dtype),
-                dtype_name(dtype));
-  if (t.shape != shape)
-    input_error("{}: tensor {} has shape {}, expected {}", f.path(), quote(name), shape_string(t.shape),
-                shape_string(shape));
-  return t;
+  return file(file_name).tensor(name, dtype, shape);
 }
 
 Checkpoint load_checkpoint(const std::string& path, CheckpointLoadOptions options) {

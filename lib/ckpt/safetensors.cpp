@@ -228,6 +228,18 @@ const SafetensorsTensor& SafetensorsFile::tensor(const std::string& name) const 
   return tensors_[it->second];
 }
 
+const SafetensorsTensor& SafetensorsFile::tensor(const std::string& name, SafetensorsDtype dtype,
+                                                 const std::vector<uint64_t>& shape) const {
+  const SafetensorsTensor& t = tensor(name);
+  if (t.dtype != dtype)
+    input_error("{}: tensor {} has dtype {}, expected {}", path(), quote_name(name), dtype_name(t.dtype),
+                dtype_name(dtype));
+  if (t.shape != shape)
+    input_error("{}: tensor {} has shape {}, expected {}", path(), quote_name(name), shape_string(t.shape),
+                shape_string(shape));
+  return t;
+}
+
 uint64_t SafetensorsFile::checksum() const {
   Hasher h;
   constexpr size_t kChunk = size_t{64} << 20;

@@ -65,6 +65,9 @@ class SafetensorsFile {
   std::vector<std::string> names() const;
   bool contains(const std::string& name) const { return index_.count(name) != 0; }
   const SafetensorsTensor& tensor(const std::string& name) const;  // InputError when absent
+  // InputError also when it is of another dtype or shape.
+  const SafetensorsTensor& tensor(const std::string& name, SafetensorsDtype dtype,
+                                  const std::vector<uint64_t>& shape) const;
   const SafetensorsMetadata& metadata() const { return metadata_; }
 
   uint64_t header_size() const { return header_size_; }    // N, padding included

@@ -224,4 +224,16 @@ void ByteWriter::commit() {
   }
 }
 
+void sync_directory(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) system_error(dir, "cannot open directory to sync it");
+  if (::fsync(fd) != 0) {
+    const int err = errno;
+    ::close(fd);
+    errno = err;
+    system_error(dir, "fsync of directory failed");
+  }
+  ::close(fd);
+}
+
 }  // namespace meg

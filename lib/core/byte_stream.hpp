@@ -77,4 +77,7 @@ class ByteWriter {
   std::unique_ptr<ZstdState> zstd_;
 };
 
+// Makes what directory DIR holds (new names, renames) durable: fsync of the directory itself.
+void sync_directory(const std::string& dir);
+
 }  // namespace meg

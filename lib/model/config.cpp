@@ -1,15 +1,14 @@
 #include "model/config.hpp"
 
 #include <cmath>
-#include <fstream>
 #include <limits>
 #include <map>
-#include <sstream>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include "core/error.hpp"
+#include "core/json_file.hpp"
 
 namespace meg {
 
@@ -94,17 +93,6 @@ std::string get_string(const nlohmann::json& j, const std::string& key, const st
   return v.get<std::string>();
 }
 
-nlohmann::json read_json_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) system_error(path, "cannot open model config");
-  std::stringstream s;
-  s << in.rdbuf();
-  try {
-    return nlohmann::json::parse(s.str());
-  } catch (const nlohmann::json::parse_error& e) {
-    input_error("{}: not valid JSON: {}", path, e.what());
-  }
-}
 
 }  // namespace
 

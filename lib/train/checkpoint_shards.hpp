@@ -33,6 +33,11 @@
 
 namespace meg {
 
+// The names of the files above.
+std::string shard_model_file(int tp, int pp);
+std::string shard_optimizer_file(int tp, int pp);
+std::string shard_optimizer_file(int tp, int pp, int dp);
+
 // Writes the checkpoint of ITERATION into DIR from every rank's LOCAL part (collective over the
 // world). Returns the checkpoint's path on rank 0, "" elsewhere.
 std::string save_sharded_checkpoint(const std::string& dir, int64_t iteration, const nlohmann::ordered_json& record,
@@ -40,7 +45,7 @@ std::string save_sharded_checkpoint(const std::string& dir, int64_t iteration, c
 
 // The whole model's parameters and AdamW moments (the table layout of CONFIG) from the shards of
 // CK, written in layout SAVED with VIRTUAL_STAGES model chunks per pipeline rank (with the
-// distributed optimizer when SHARDED_MOMENTS).
+// distributed optimizer when SHARDED_MOMENTS), read tensor by tensor (convert/native_reader.hpp).
 void load_sharded_state(const Checkpoint& ck, const ModelConfig& config, const ParallelLayout& saved,
                         int virtual_stages, bool sharded_moments, std::vector<float>& params, std::vector<float>& m,
                         std::vector<float>& v);

@@ -413,7 +413,7 @@ TEST_CASE("checkpoint loading refuses damaged checkpoints", "[ckpt]") {
   SECTION("a tensor of another shape or dtype, or absent") {
     const Checkpoint ck = load_checkpoint(dir);
     CHECK_THAT(input_error_of([&] { ck.tensor("model.safetensors", "wte", SafetensorsDtype::kF32, {3, 4}); }),
-               ContainsSubstring(model + ": tensor \"wte\" has shape [4,3], expected [3,4]"));
+               ContainsSubstring(model + ": tensor \"wte\" has shape [4, 3], expected [3, 4]"));
     CHECK_THAT(input_error_of([&] { ck.tensor("model.safetensors", "wte", SafetensorsDtype::kBF16, {4, 3}); }),
                ContainsSubstring(model + ": tensor \"wte\" has dtype F32, expected BF16"));
     CHECK_THAT(input_error_of([&] { ck.tensor("optimizer.safetensors", "step", SafetensorsDtype::kI64, {1}); }),

@@ -1,0 +1,65 @@
+// config.json and generation_config.json of Hugging Face checkpoints, to and from meg's ModelConfig.
+//
+// Export writes what transformers' save_pretrained writes for GPT2LMHeadModel and
+// LlamaForCausalLM (keys sorted, two-space indent), with the real vocabulary (not meg's padded
+// one). Import reads the same keys, with transformers' defaults for the optional ones, and refuses
+// what meg's model cannot compute exactly: another model_type, another activation, RoPE scaling,
+// GPT-2's attention-scaling variants, biases on only some Llama linears.
+//
+//   meg                 GPT-2 (model_type gpt2)         Llama (model_type llama)
+//   num-layers          n_layer                         num_hidden_layers
+//   hidden-size         n_embd                          hidden_size
+//   num-heads           n_head                          num_attention_heads
+//   num-kv-heads        (= n_head)                      num_key_value_heads (default: heads)
+//   ffn-hidden-size     n_inner (null: 4 * n_embd)      intermediate_size
+//   seq-length          n_positions (and n_ctx)         max_position_embeddings (default 2048)
+//   vocab-size          vocab_size                      vocab_size
+//   norm-eps            layer_norm_epsilon (1e-5)       rms_norm_eps (1e-6)
+//   rope-theta          -                               rope_theta (10000)
+//   tie-embeddings      tie_word_embeddings (true)      tie_word_embeddings (false)
+//   use-bias            (always)                        attention_bias and mlp_bias (false)
+//   activation          activation_function gelu_new    hidden_act silu
+//   init-std            initializer_range (0.02)        initializer_range (0.02)
+//   hidden-dropout      resid_pdrop, embd_pdrop (0.1)   -
+//   attention-dropout   attn_pdrop (0.1)                attention_dropout (0)
+// make-vocab-size-divisible-by and padded-vocab-size are meg's own (HfImportOptions).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "ckpt/safetensors.hpp"
+#include "model/config.hpp"
+
+namespace meg {
+
+// Special token ids, written to both files when known (from the tokenizer).
+struct HfTokenIds {
+  std::optional<int64_t> bos, eos;
+};
+
+// InputError naming the first property of CONFIG that transformers' class for its family lacks
+// (a GPT-2 without biases or with RMSNorm, a Llama with GELU, ...).
+void check_hf_exportable(const ModelConfig& config);
+
+// "float32", "bfloat16" or "float16": torch's name of DTYPE (F32, BF16, F16).
+std::string torch_dtype_name(SafetensorsDtype dtype);
+
+// config.json for CONFIG (checked by check_hf_exportable) stored in DTYPE.
+nlohmann::json hf_config_json(const ModelConfig& config, SafetensorsDtype dtype, const HfTokenIds& ids);
+
+// generation_config.json, as transformers derives it from the model config.
+nlohmann::json hf_generation_config_json(const HfTokenIds& ids);
+
+// The ModelConfig of config.json J (WHERE, the file's name, prefixes errors: one line naming the
+// field), its vocabulary padded to a multiple of DIVISIBLE_BY * TP. Validated.
+ModelConfig model_config_from_hf(const nlohmann::json& j, const std::string& where,
+                                 int64_t make_vocab_size_divisible_by = 128, int64_t tp = 1);
+
+// The text of a JSON file as transformers writes it: sorted keys, indent 2, a final newline.
+std::string hf_json_text(const nlohmann::json& j);
+
+}  // namespace meg

@@ -1,0 +1,220 @@
+#include "convert/hf_export.hpp"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "ckpt/safetensors_floats.hpp"
+#include "convert/hf_config.hpp"
+#include "convert/hf_names.hpp"
+#include "core/byte_stream.hpp"
+#include "core/error.hpp"
+#include "data/tokenizer.hpp"
+
+namespace meg {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// The new directory being written: a hidden sibling of the final name until commit() renames it
+// into place; removed with its contents when destroyed uncommitted.
+class StagingDir {
+ public:
+  explicit StagingDir(const std::string& final_dir) : final_(fs::absolute(final_dir).lexically_normal()) {
+    if (final_.filename().empty()) final_ = final_.parent_path();
+    std::error_code ec;
+    if (fs::exists(final_, ec)) {
+      if (!fs::is_directory(final_, ec)) input_error("{}: exists and is not a directory", final_dir);
+      if (!fs::is_empty(final_, ec)) input_error("{}: exists and is not empty (refusing to mix two models)", final_dir);
+    }
+    temp_ = final_.parent_path() / fmt::format(".{}.tmp-{}", final_.filename().string(), ::getpid());
+    fs::remove_all(temp_, ec);
+    if (!fs::create_directories(temp_, ec) || ec) system_error(temp_.string(), "cannot create directory");
+  }
+  ~StagingDir() {
+    std::error_code ec;
+    if (!committed_) fs::remove_all(temp_, ec);
+  }
+  StagingDir(const StagingDir&) = delete;
+  StagingDir& operator=(const StagingDir&) = delete;
+
+  std::string path(const std::string& name) const { return (temp_ / name).string(); }
+  std::string temp_path() const { return temp_.string(); }
+
+  void commit() {
+    sync_directory(temp_.string());
+    if (::rename(temp_.c_str(), final_.c_str()) != 0)
+      system_error(final_.string(), fmt::format("cannot rename {} to it", temp_.string()));
+    committed_ = true;
+    sync_directory(final_.parent_path().string());
+  }
+
+ private:
+  fs::path final_, temp_;
+  bool committed_ = false;
+};
+
+void write_text(const std::string& path, const std::string& text) {
+  ByteWriter out(path);
+  out.write(text.data(), text.size());
+  out.commit();
+}
+
+void copy_file(const std::string& from, const std::string& to) {
+  ByteReader in(from);
+  ByteWriter out(to);
+  std::vector<char> buf(1 << 20);
+  while (const size_t n = in.read(buf.data(), buf.size())) out.write(buf.data(), n);
+  out.commit();
+}
+
+// Copies the tokenizer's files under the names transformers looks for; returns its special ids.
+HfTokenIds copy_tokenizer(const ModelConfig& config, const HfExportOptions& o, const StagingDir& dir,
+                          std::vector<std::string>& files) {
+  if (o.tokenizer.empty()) return {};
+  const bool sentencepiece = fs::path(o.tokenizer).extension() == ".model";
+  if (!sentencepiece && o.merges.empty())
+    input_error("{}: a GPT-2 vocab.json needs its merges.txt (or give a SentencePiece .model)", o.tokenizer);
+  const auto tokenizer = load_tokenizer(o.tokenizer, sentencepiece ? "" : o.merges);
+  if (tokenizer->vocab_size() > config.vocab_size)
+    input_error("{}: the tokenizer has {} tokens, more than the model's vocabulary of {}", o.tokenizer,
+                tokenizer->vocab_size(), config.vocab_size);
+  const std::vector<std::pair<std::string, std::string>> copies =
+      sentencepiece ? std::vector<std::pair<std::string, std::string>>{{o.tokenizer, "tokenizer.model"}}
+                    : std::vector<std::pair<std::string, std::string>>{{o.tokenizer, "vocab.json"}, {o.merges, "merges.txt"}};
+  for (const auto& [from, name] : copies) {
+    copy_file(from, dir.path(name));
+    files.push_back(name);
+  }
+  // GPT-2's <|endoftext|> both begins and ends texts, as in OpenAI's released config.
+  HfTokenIds ids;
+  ids.eos = tokenizer->eod_id();
+  if (config.family == ModelFamily::gpt2) ids.bos = ids.eos;
+  return ids;
+}
+
+uint64_t stored_bytes(const HfTensorMap& m, SafetensorsDtype dtype) { return m.numel() * dtype_size(dtype); }
+
+// huggingface_hub's split_state_dict_into_shards: indices into MAPS, shard by shard.
+std::vector<std::vector<size_t>> plan_shards(const std::vector<HfTensorMap>& maps, SafetensorsDtype dtype,
+                                             uint64_t max_shard_bytes) {
+  std::vector<std::vector<size_t>> shards;
+  std::vector<size_t> current;
+  uint64_t current_bytes = 0;
+  for (size_t i = 0; i < maps.size(); ++i) {
+    const uint64_t bytes = stored_bytes(maps[i], dtype);
+    if (bytes > max_shard_bytes) {
+      shards.push_back({i});
+      continue;
+    }
+    if (current_bytes + bytes > max_shard_bytes) {
+      shards.push_back(std::move(current));
+      current.clear();
+      current_bytes = 0;
+    }
+    current.push_back(i);
+    current_bytes += bytes;
+  }
+  if (!current.empty()) shards.push_back(std::move(current));
+  return shards;
+}
+
+std::string shard_name(size_t index, size_t count) {
+  if (count == 1) return "model.safetensors";
+  return fmt::format("model-{:05d}-of-{:05d}.safetensors", index + 1, count);
+}
+
+// SOURCE's tensors, the last one kept: q, k and v (gate and up) come from one meg tensor.
+class SourceCache {
+ public:
+  SourceCache(const MegTensorSource& source) : source_(source) {}
+  const std::vector<float>& get(const HfTensorMap& m) {
+    if (m.meg_name != name_) {
+      values_.clear();
+      values_.shrink_to_fit();  // before the next fetch: one meg tensor at a time
+      values_ = source_(m.meg_name);
+      name_ = m.meg_name;
+      size_t numel = 1;
+      for (int64_t d : m.meg_shape) numel *= static_cast<size_t>(d);
+      if (values_.size() != numel)
+        throw std::logic_error(fmt::format("export_hf: the source gave {} values for {}, which has {}",
+                                           values_.size(), name_, numel));
+    }
+    return values_;
+  }
+
+ private:
+  const MegTensorSource& source_;
+  std::string name_;
+  std::vector<float> values_;
+};
+
+void write_shard(const std::string& path, const std::vector<HfTensorMap>& maps, const std::vector<size_t>& shard,
+                 SafetensorsDtype dtype, SourceCache& cache) {
+  SafetensorsWriter w(path, {{"format", "pt"}}, SafetensorsWriter::Order::kReference);
+  std::map<std::string, const HfTensorMap*> by_name;
+  for (size_t i : shard) {
+    w.declare(maps[i].hf_name, dtype, maps[i].hf_shape);
+    by_name[maps[i].hf_name] = &maps[i];
+  }
+  w.write_header();
+  for (const auto& name : w.order()) {
+    const HfTensorMap& m = *by_name.at(name);
+    const std::vector<float>& meg = cache.get(m);
+    if (m.transpose) {
+      write_floats(w, name, hf_from_meg(m, meg), dtype);
+    } else {  // the rows as they lie: no copy
+      const size_t cols = static_cast<size_t>(m.meg_cols());
+      write_floats(w, name, std::span<const float>(meg).subspan(size_t(m.row_begin) * cols, size_t(m.rows) * cols),
+                   dtype);
+    }
+  }
+  w.commit();
+}
+
+}  // namespace
+
+HfExportSummary export_hf(const ModelConfig& config, const MegTensorSource& source, const std::string& out_dir,
+                          const HfExportOptions& options) {
+  config.validate();
+  check_hf_exportable(config);
+  if (!is_float_dtype(options.dtype))
+    input_error("{}: cannot export in {} (F32, BF16 or F16)", out_dir, dtype_name(options.dtype));
+  StagingDir dir(out_dir);
+  HfExportSummary summary;
+
+  const HfTokenIds ids = copy_tokenizer(config, options, dir, summary.files);
+  write_text(dir.path("config.json"), hf_json_text(hf_config_json(config, options.dtype, ids)));
+  write_text(dir.path("generation_config.json"), hf_json_text(hf_generation_config_json(ids)));
+  summary.files.insert(summary.files.end(), {"config.json", "generation_config.json"});
+
+  const std::vector<HfTensorMap> maps = hf_tensor_map(config);
+  const auto shards = plan_shards(maps, options.dtype, options.max_shard_bytes);
+  SourceCache cache(source);
+  nlohmann::json weight_map = nlohmann::json::object();
+  for (size_t s = 0; s < shards.size(); ++s) {
+    const std::string name = shard_name(s, shards.size());
+    write_shard(dir.path(name), maps, shards[s], options.dtype, cache);
+    summary.files.push_back(name);
+    for (size_t i : shards[s]) {
+      weight_map[maps[i].hf_name] = name;
+      summary.tensor_bytes += stored_bytes(maps[i], options.dtype);
+    }
+  }
+  if (shards.size() > 1) {
+    const nlohmann::json index = {{"metadata", {{"total_size", summary.tensor_bytes}}}, {"weight_map", weight_map}};
+    write_text(dir.path("model.safetensors.index.json"), hf_json_text(index));
+    summary.files.push_back("model.safetensors.index.json");
+  }
+  if (options.before_commit) options.before_commit(dir.temp_path());
+  dir.commit();
+  return summary;
+}
+
+}  // namespace meg
