@@ -43,6 +43,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -157,6 +158,9 @@ std::vector<CheckpointEntry> list_checkpoints(const std::string& dir);
 std::string find_latest(const std::string& dir);
 
 struct CheckpointLoadOptions {
+  // The files whose checksums are verified, when set (a reader of some files, such as an export of
+  // the parameters alone, need not read the rest); all when empty.
+  std::function<bool(const std::string& file)> checksum_file;
   bool verify_checksums = true;  // reads every byte; sizes and headers are checked regardless
 };
 

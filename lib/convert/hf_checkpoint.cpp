@@ -11,6 +11,7 @@
 
 #include "ckpt/checkpoint.hpp"
 #include "ckpt/safetensors_floats.hpp"
+#include "convert/hf_config.hpp"
 #include "convert/hf_import.hpp"
 #include "convert/hf_names.hpp"
 #include "convert/native_reader.hpp"
@@ -37,7 +38,8 @@ void verify_export(const std::string& dir, const ModelConfig& config, Safetensor
   std::map<std::string, size_t> stored;  // meg name -> elements exported
   for (const auto& m : hf_tensor_map(config)) stored[m.meg_name] += m.numel();
   for (const auto& [name, n] : stored) {
-    std::vector<float> want = source(name);
+    std::vector<float> want;
+    source(name, want);
     round_floats(std::span<float>(want).first(n), dtype);
     const std::vector<float> got = back.tensor(name);
     for (size_t i = 0; i < n; ++i)
@@ -52,21 +54,20 @@ void verify_export(const std::string& dir, const ModelConfig& config, Safetensor
 HfConvertResult export_checkpoint_to_hf(const ToHfOptions& options) {
   if (options.load.empty()) input_error("--load DIR is required");
   if (options.save.empty()) input_error("--save DIR is required");
-  const Checkpoint ck = load_checkpoint(options.load);  // every file's size and checksum
+  // Every file's size and header; the checksums of the parameters' files, the only ones read.
+  const Checkpoint ck = load_checkpoint(options.load, {.checksum_file = NativeLayout::holds_parameters, .verify_checksums = true});
   const NativeSource src = read_native_source(ck);
   const NativeStateReader reader([&ck](const std::string& name) -> const SafetensorsFile& { return ck.file(name); },
                                  src.config, src.layout);
   reader.check();
-  check_hf_exportable(src.config);
   check_output_outside(options.save, ck.path());
 
   std::unordered_map<std::string, const ParamTensor*> tensor_of;
   for (const auto& t : reader.table()) tensor_of[t.name] = &t;
-  const MegTensorSource source = [&](const std::string& name) {
+  const MegTensorSource source = [&](const std::string& name, std::vector<float>& whole) {
     const ParamTensor& t = *tensor_of.at(name);
-    std::vector<float> whole(t.numel);
+    whole.resize(t.numel);
     reader.read(t, StateKind::param, whole.data());
-    return whole;
   };
   HfExportOptions hf = options.hf;
   if (options.verify)

@@ -130,15 +130,15 @@ std::string shard_name(size_t index, size_t count) {
   return fmt::format("model-{:05d}-of-{:05d}.safetensors", index + 1, count);
 }
 
-// SOURCE's tensors, the last one kept: q, k and v (gate and up) come from one meg tensor.
+// SOURCE's tensors, the last one kept: q, k and v (gate and up) come from one meg tensor. One
+// buffer serves every tensor (and one the transposes): at most the largest tensor twice, and no
+// fresh pages to fault in per tensor.
 class SourceCache {
  public:
   SourceCache(const MegTensorSource& source) : source_(source) {}
   const std::vector<float>& get(const HfTensorMap& m) {
     if (m.meg_name != name_) {
-      values_.clear();
-      values_.shrink_to_fit();  // before the next fetch: one meg tensor at a time
-      values_ = source_(m.meg_name);
+      source_(m.meg_name, values_);
       name_ = m.meg_name;
       size_t numel = 1;
       for (int64_t d : m.meg_shape) numel *= static_cast<size_t>(d);
@@ -148,11 +148,12 @@ class SourceCache {
     }
     return values_;
   }
+  std::vector<float>& transposed() { return transposed_; }
 
  private:
   const MegTensorSource& source_;
   std::string name_;
-  std::vector<float> values_;
+  std::vector<float> values_, transposed_;
 };
 
 void write_shard(const std::string& path, const std::vector<HfTensorMap>& maps, const std::vector<size_t>& shard,
@@ -168,7 +169,8 @@ void write_shard(const std::string& path, const std::vector<HfTensorMap>& maps, 
     const HfTensorMap& m = *by_name.at(name);
     const std::vector<float>& meg = cache.get(m);
     if (m.transpose) {
-      write_floats(w, name, hf_from_meg(m, meg), dtype);
+      hf_from_meg(m, meg, cache.transposed());
+      write_floats(w, name, cache.transposed(), dtype);
     } else {  // the rows as they lie: no copy
       const size_t cols = static_cast<size_t>(m.meg_cols());
       write_floats(w, name, std::span<const float>(meg).subspan(size_t(m.row_begin) * cols, size_t(m.rows) * cols),

@@ -34,8 +34,10 @@
 
 namespace meg {
 
-// The whole meg tensor named NAME (row-major, as gpt_parameter_table(config) shapes it).
-using MegTensorSource = std::function<std::vector<float>(const std::string& name)>;
+// Fills VALUES with the whole meg tensor named NAME (row-major, as gpt_parameter_table(config)
+// shapes it). The caller reuses VALUES from tensor to tensor: a source should assign into it (resize,
+// then fill) rather than hand back fresh memory, whose first touch costs more than the copy.
+using MegTensorSource = std::function<void(const std::string& name, std::vector<float>& values)>;
 
 struct HfExportOptions {
   SafetensorsDtype dtype = SafetensorsDtype::kF32;  // F32, BF16 or F16

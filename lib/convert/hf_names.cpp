@@ -118,15 +118,14 @@ std::vector<HfTensorMap> hf_tensor_map(const ModelConfig& config) {
   return config.family == ModelFamily::gpt2 ? gpt2_map(config) : llama_map(config);
 }
 
-std::vector<float> hf_from_meg(const HfTensorMap& map, std::span<const float> meg) {
+void hf_from_meg(const HfTensorMap& map, std::span<const float> meg, std::vector<float>& out) {
   const auto cols = static_cast<size_t>(map.meg_cols()), rows = static_cast<size_t>(map.rows);
   if (meg.size() < (static_cast<size_t>(map.row_begin) + rows) * cols)
     throw std::logic_error("hf_from_meg: the meg tensor is too small for " + map.hf_name);
   const float* src = meg.data() + static_cast<size_t>(map.row_begin) * cols;
-  if (!map.transpose) return std::vector<float>(src, src + rows * cols);
-  std::vector<float> out(rows * cols);
-  transpose(out.data(), src, rows, cols);
-  return out;
+  out.resize(rows * cols);
+  if (map.transpose) transpose(out.data(), src, rows, cols);
+  else std::copy(src, src + rows * cols, out.begin());
 }
 
 void meg_from_hf(const HfTensorMap& map, std::span<const float> hf, std::span<float> meg) {

@@ -72,8 +72,9 @@ struct HfTensorMap {
 // names carry the "transformer." prefix that save_pretrained writes.
 std::vector<HfTensorMap> hf_tensor_map(const ModelConfig& config);
 
-// The Hugging Face tensor MAP describes, cut from MEG, the whole meg tensor (row-major).
-std::vector<float> hf_from_meg(const HfTensorMap& map, std::span<const float> meg);
+// The Hugging Face tensor MAP describes, cut from MEG, the whole meg tensor (row-major), into OUT
+// (resized; reused by the caller from tensor to tensor).
+void hf_from_meg(const HfTensorMap& map, std::span<const float> meg, std::vector<float>& out);
 
 // Writes the Hugging Face tensor HF (MAP's, row-major in its stored shape) into its rows of MEG,
 // the whole meg tensor.

@@ -42,6 +42,10 @@ std::string NativeLayout::optimizer_shard_file(int tp_rank, int pp_rank, int dp_
   return shard_optimizer_file(tp_rank, pp_rank, dp_rank);
 }
 
+bool NativeLayout::holds_parameters(const std::string& file) {
+  return file == NativeLayout{}.model_file(0, 0) || file.starts_with("model-");  // shard_model_file's names
+}
+
 std::vector<std::string> NativeLayout::file_names() const {
   std::vector<std::string> out;
   for (int p = 0; p < pp; ++p)

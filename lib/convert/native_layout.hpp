@@ -39,6 +39,8 @@ struct NativeLayout {
   std::string optimizer_file(int tp_rank, int pp_rank) const;
   // Data-parallel rank DP_RANK's shard of their moments; with the distributed optimizer.
   std::string optimizer_shard_file(int tp_rank, int pp_rank, int dp_rank) const;
+  // True for a file of any layout's that holds parameters (not moments).
+  static bool holds_parameters(const std::string& file);
   // Every file a checkpoint of this layout holds.
   std::vector<std::string> file_names() const;
   // "tp 2, pp 2 (2 virtual stages), dp 2, distributed optimizer"

@@ -353,10 +353,11 @@ void Trainer::load_from(const std::string& dir) {
     if (!(saved == config_))
       input_error("{}: the checkpoint's model config differs from the requested one ({})", where,
                   first_difference(saved.to_json(), config_.to_json()));
+    // A checkpoint imported by meg-ckpt-convert (--from hf) holds no data position to continue.
     const std::string fp = hex64(data_->fingerprint());
-    if (rec.at("blend_fingerprint").get<std::string>() != fp)
+    if (rec.contains("blend_fingerprint") && rec["blend_fingerprint"].get<std::string>() != fp)
       input_error("{}: the checkpoint was trained on a blend with fingerprint {}, but {} has {}", where,
-                  rec.at("blend_fingerprint").get<std::string>(), opt_.data, fp);
+                  rec["blend_fingerprint"].get<std::string>(), opt_.data, fp);
     if (rec.contains("options")) {
       // The data position and the schedule follow these; a change is allowed but ends exactness.
       const auto now = opt_.to_json();

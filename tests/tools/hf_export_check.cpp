@@ -66,9 +66,9 @@ void check_family(const std::string& name, const std::string& out) {
 
   HfExportOptions options;
   if (sharded) options.max_shard_bytes = 200'000;
-  const auto source = [&](const std::string& tensor) {
+  const auto source = [&](const std::string& tensor, std::vector<float>& values) {
     const ParamTensor& t = model.tensor(tensor);
-    return std::vector<float>(model.params() + t.offset, model.params() + t.offset + t.numel);
+    values.assign(model.params() + t.offset, model.params() + t.offset + t.numel);
   };
   const HfExportSummary summary = export_hf(c, source, dir + "/hf", options);
   std::fprintf(stderr, "hf_export_check: %s: logits and %s/hf written (%zu files)\n", name.c_str(), dir.c_str(),

@@ -329,7 +329,7 @@ TEST_CASE("checkpoint loading refuses damaged checkpoints", "[ckpt]") {
     CHECK_THAT(e, ContainsSubstring(model + ": checksum mismatch"));
     CHECK(e.find('\n') == std::string::npos);
     // Without checksum verification the damage is not seen; the sizes and headers still are.
-    CHECK(load_checkpoint(dir, {.verify_checksums = false}).iteration() == 100);
+    CHECK(load_checkpoint(dir, {.checksum_file = {}, .verify_checksums = false}).iteration() == 100);
   }
   SECTION("a flipped byte in the header") {
     std::string bad = good_model;

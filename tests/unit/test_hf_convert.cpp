@@ -70,7 +70,7 @@ struct Params {
     return {flat.begin() + long(t.offset), flat.begin() + long(t.offset + t.numel)};
   }
   MegTensorSource source() const {
-    return [this](const std::string& name) { return tensor(name); };
+    return [this](const std::string& name, std::vector<float>& values) { values = tensor(name); };
   }
   float at(const std::string& name, size_t row, size_t col) const {
     const ParamTensor& t = find(name);
