@@ -385,4 +385,12 @@ ModelConfig resolve_model_config(const std::string& preset, const std::string& c
   return c;
 }
 
+ModelConfig resolve_model_config_json(const nlohmann::json& base, const std::string& where,
+                                      const ModelOverrides& overrides) {
+  ModelConfig c = ModelConfig::from_json(base, where);
+  apply_overrides(c, overrides);
+  c.validate(where);
+  return c;
+}
+
 }  // namespace meg

@@ -154,5 +154,9 @@ void apply_overrides(ModelConfig& config, const ModelOverrides& overrides);
 // PRESET and CONFIG_FILE must be given.
 ModelConfig resolve_model_config(const std::string& preset, const std::string& config_file,
                                  const ModelOverrides& overrides);
+// The same from BASE, a whole model config object (a checkpoint record's "model"), named WHERE in
+// messages.
+ModelConfig resolve_model_config_json(const nlohmann::json& base, const std::string& where,
+                                      const ModelOverrides& overrides);
 
 }  // namespace meg

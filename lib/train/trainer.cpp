@@ -11,6 +11,7 @@
 #include "core/device.hpp"
 #include "core/error.hpp"
 #include "core/hash.hpp"
+#include "core/json_file.hpp"
 #include "core/log.hpp"
 #include "data/tokenizer.hpp"
 #include "model/pipeline.hpp"
@@ -22,6 +23,20 @@ namespace meg {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// Whether --load DIR names a checkpoint (DIR itself) or a directory holding some.
+bool has_checkpoint(const std::string& dir) {
+  const std::filesystem::path d(dir);
+  return std::filesystem::exists(d / kCheckpointRecordFile) || std::filesystem::exists(d / kCheckpointLatestFile) ||
+         !list_checkpoints(dir).empty();
+}
+
+// The checkpoint.json of the checkpoint --load DIR resumes from (has_checkpoint(DIR) must hold).
+std::string checkpoint_record_path(const std::string& dir) {
+  const std::filesystem::path own = std::filesystem::path(dir) / kCheckpointRecordFile;
+  if (std::filesystem::exists(own)) return own.string();
+  return (std::filesystem::path(find_latest(dir)) / kCheckpointRecordFile).string();
+}
 
 std::vector<uint64_t> shape_of(const ParamTensor& t) {
   return {t.shape.begin(), t.shape.end()};
@@ -143,16 +158,29 @@ Trainer::Trainer(TrainOptions options) : opt_(std::move(options)) {
   ModelOverrides overrides = opt_.overrides;
   overrides.seq_length = blend_seq;
 
+  // Without --model or --model-config, a run that loads a checkpoint takes the checkpoint's model
+  // (one imported by meg-ckpt-convert --from hf, say).
+  std::string checkpoint_json;
+  nlohmann::json checkpoint_model;
+  if (opt_.model.empty() && opt_.model_config.empty() && !opt_.load.empty() && has_checkpoint(opt_.load)) {
+    checkpoint_json = checkpoint_record_path(opt_.load);
+    const nlohmann::json j = read_json_file(checkpoint_json);
+    if (!j.contains("record") || !j["record"].contains("model"))
+      input_error("{}: no model in the checkpoint's record", checkpoint_json);
+    checkpoint_model = j["record"]["model"];
+  }
   if (!opt_.tokenizer.empty()) {
     tokenizer_vocab_ = load_tokenizer(opt_.tokenizer, opt_.merges)->vocab_size();
     if (!overrides.vocab_size) {
       int64_t base_vocab = 0;
       if (!opt_.model_config.empty()) base_vocab = load_model_config(opt_.model_config).vocab_size;
       else if (!opt_.model.empty()) base_vocab = ModelConfig::preset(opt_.model).vocab_size;
+      else if (!checkpoint_json.empty()) base_vocab = ModelConfig::from_json(checkpoint_model, checkpoint_json).vocab_size;
       if (base_vocab == 0) overrides.vocab_size = tokenizer_vocab_;
     }
   }
-  config_ = resolve_model_config(opt_.model, opt_.model_config, overrides);
+  config_ = checkpoint_json.empty() ? resolve_model_config(opt_.model, opt_.model_config, overrides)
+                                    : resolve_model_config_json(checkpoint_model, checkpoint_json, overrides);
   if (opt_.hidden_dropout || opt_.attention_dropout) {
     if (opt_.hidden_dropout) config_.hidden_dropout = *opt_.hidden_dropout;
     if (opt_.attention_dropout) config_.attention_dropout = *opt_.attention_dropout;
@@ -208,9 +236,7 @@ Trainer::Trainer(TrainOptions options) : opt_(std::move(options)) {
   targets_.resize(BT);
 
   if (!opt_.load.empty()) {
-    const bool has_latest = std::filesystem::exists(std::filesystem::path(opt_.load) / kCheckpointLatestFile);
-    if (std::filesystem::exists(std::filesystem::path(opt_.load) / kCheckpointRecordFile) || has_latest ||
-        !list_checkpoints(opt_.load).empty()) {
+    if (has_checkpoint(opt_.load)) {
       load_from(opt_.load);
     } else {
       if (!std::filesystem::is_directory(opt_.load)) input_error("--load {}: no such directory", opt_.load);
