@@ -8,6 +8,7 @@
 #include "core/bytes.hpp"
 #include "core/error.hpp"
 #include "core/float16.hpp"
+#include "core/parallel.hpp"
 
 namespace meg {
 
@@ -15,20 +16,21 @@ bool is_float_dtype(SafetensorsDtype dtype) {
   return dtype == SafetensorsDtype::kF32 || dtype == SafetensorsDtype::kBF16 || dtype == SafetensorsDtype::kF16;
 }
 
-std::vector<uint8_t> encode_floats(std::span<const float> values, SafetensorsDtype dtype) {
+void encode_floats(std::span<const float> values, SafetensorsDtype dtype, std::vector<uint8_t>& out) {
   if (!is_float_dtype(dtype))
     throw std::invalid_argument("encode_floats: " + std::string(dtype_name(dtype)) + " is not F32, BF16 or F16");
-  std::vector<uint8_t> out(values.size() * dtype_size(dtype));
+  out.resize(values.size() * dtype_size(dtype));
   if (dtype == SafetensorsDtype::kF32) {
     if (!values.empty()) std::memcpy(out.data(), values.data(), out.size());
-    return out;
+    return;
   }
   const auto narrow = dtype == SafetensorsDtype::kBF16 ? float_to_bf16 : float_to_fp16;
-  for (size_t i = 0; i < values.size(); ++i) {
-    const uint16_t h = narrow(values[i]);
-    std::memcpy(out.data() + 2 * i, &h, 2);
-  }
-  return out;
+  parallel_for(values.size(), size_t{1} << 16, [&](size_t begin, size_t end) {  // each element once
+    for (size_t i = begin; i < end; ++i) {
+      const uint16_t h = narrow(values[i]);
+      std::memcpy(out.data() + 2 * i, &h, 2);
+    }
+  });
 }
 
 void round_floats(std::span<float> values, SafetensorsDtype dtype) {
@@ -46,9 +48,10 @@ void write_floats(SafetensorsWriter& w, const std::string& name, std::span<const
     w.write(name, values.data(), values.size_bytes());
     return;
   }
-  constexpr size_t kChunk = size_t{1} << 20;
+  constexpr size_t kChunk = size_t{1} << 22;
+  std::vector<uint8_t> bytes;
   for (size_t at = 0; at < values.size(); at += kChunk) {
-    const std::vector<uint8_t> bytes = encode_floats(values.subspan(at, std::min(kChunk, values.size() - at)), dtype);
+    encode_floats(values.subspan(at, std::min(kChunk, values.size() - at)), dtype, bytes);
     w.write(name, bytes.data(), bytes.size());
   }
 }

@@ -14,9 +14,10 @@ namespace meg {
 // True for the dtypes these functions take: F32, BF16 and F16.
 bool is_float_dtype(SafetensorsDtype dtype);
 
-// VALUES as DTYPE's little-endian bytes (bf16 and fp16 rounded to nearest even, as PyTorch does).
-// std::invalid_argument for a dtype is_float_dtype() refuses.
-std::vector<uint8_t> encode_floats(std::span<const float> values, SafetensorsDtype dtype);
+// VALUES as DTYPE's little-endian bytes (bf16 and fp16 rounded to nearest even, as PyTorch does),
+// into OUT (resized; a caller encoding many chunks reuses it). std::invalid_argument for a dtype
+// is_float_dtype() refuses.
+void encode_floats(std::span<const float> values, SafetensorsDtype dtype, std::vector<uint8_t>& out);
 
 // VALUES replaced by what DTYPE stores of them, widened back: decode_floats of encode_floats' bytes,
 // without the bytes (what an export in DTYPE must read back as). std::invalid_argument as there.

@@ -5,6 +5,7 @@
 #include <utility>
 #include <stdexcept>
 
+#include "core/parallel.hpp"
 #include "model/gpt.hpp"
 
 namespace meg {
@@ -103,13 +104,21 @@ std::vector<HfTensorMap> llama_map(const ModelConfig& c) {
   return b.take();
 }
 
-// DST[c, r] = SRC[r, c] for a ROWS x COLS source, in tiles so that both sides stay in cache.
+// DST[c, r] = SRC[r, c] for a ROWS x COLS source, in tiles so that both sides stay in cache, the
+// bands of destination rows spread over the threads (each written by one: the same result on any
+// number of them). Bounds are taken out of the inner loops, which the compiler then unrolls.
 void transpose(float* dst, const float* src, size_t rows, size_t cols) {
-  constexpr size_t kTile = 32;
-  for (size_t r0 = 0; r0 < rows; r0 += kTile)
-    for (size_t c0 = 0; c0 < cols; c0 += kTile)
-      for (size_t r = r0; r < std::min(rows, r0 + kTile); ++r)
-        for (size_t c = c0; c < std::min(cols, c0 + kTile); ++c) dst[c * rows + r] = src[r * cols + c];
+  constexpr size_t kTile = 64;
+  parallel_for(cols, kTile, [&](size_t c_begin, size_t c_end) {
+    for (size_t r0 = 0; r0 < rows; r0 += kTile) {
+      const size_t r_end = std::min(rows, r0 + kTile);
+      for (size_t c = c_begin; c < c_end; ++c) {
+        float* out = dst + c * rows;
+        const float* in = src + c;
+        for (size_t r = r0; r < r_end; ++r) out[r] = in[r * cols];
+      }
+    }
+  });
 }
 
 }  // namespace
