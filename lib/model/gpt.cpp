@@ -94,6 +94,10 @@ void zero(F* a, size_t n) {
 
 std::vector<ParamTensor> gpt_parameter_table(const ModelConfig& config) { return build_table(config); }
 
+bool sequence_parallel_tensor(const ParamTensor& t) {
+  return t.name.find("layernorm") != std::string::npos || t.name == "embedding.position_embeddings.weight";
+}
+
 GptOffsets gpt_offsets(const ModelConfig& config, const std::vector<ParamTensor>& table) {
   std::map<std::string, size_t> at;
   for (const auto& t : table) at[t.name] = t.offset;

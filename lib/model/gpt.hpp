@@ -91,6 +91,11 @@ struct GptOffsets {
 };
 GptOffsets gpt_offsets(const ModelConfig& config, const std::vector<ParamTensor>& table);
 
+// Whether T's gradient, with sequence parallelism, covers only this rank's rows of the residual
+// stream (the norms' weights and biases, the position embedding), so that the backends sum it over
+// the tensor-parallel group.
+bool sequence_parallel_tensor(const ParamTensor& t);
+
 // Tensor parallelism (model/tensor_parallel.hpp) over the group TP, as Megatron's layers do it:
 // the model holds its rank's shard of every split tensor; the column-parallel products (QKV, fc1)
 // run on the rank's heads and MLP columns and their input gradients are summed over the group;

@@ -120,7 +120,7 @@ struct GptCudaModel<X>::Staging {
 
 template <typename X>
 GptCudaModel<X>::GptCudaModel(const ModelConfig& config, cuda::DeviceAllocator& alloc, cudaStream_t stream,
-                              size_t pad_multiple, NcclComm* tp, PipelineStage stage, bool sequence_parallel,
+                              NcclComm* tp, PipelineStage stage, bool sequence_parallel,
                               Storage storage)
     : config_(config),
       tp_(tp && tp->size() > 1 ? tp : nullptr),
@@ -145,19 +145,16 @@ GptCudaModel<X>::GptCudaModel(const ModelConfig& config, cuda::DeviceAllocator& 
   first_layer_ = static_cast<size_t>(first_layer);
   layers_.assign(o.layers.begin() + first_layer, o.layers.begin() + end_layer);
 
-  const size_t m = std::max<size_t>(pad_multiple, 1);
-  padded_params_ = (num_params_ + m - 1) / m * m;
   if (storage.params_x) {
-    padded_params_ = num_params_;
     params_x_ = storage.params_x;
     grads_ = storage.grads;
   } else {
-    own_params_x_ = cuda::DeviceArray<X>(alloc_, padded_params_);
-    own_grads_ = cuda::DeviceArray<float>(alloc_, padded_params_);
+    own_params_x_ = cuda::DeviceArray<X>(alloc_, num_params_);
+    own_grads_ = cuda::DeviceArray<float>(alloc_, num_params_);
     params_x_ = own_params_x_.get();
     grads_ = own_grads_.get();
   }
-  MEG_CUDA_CHECK(cudaMemsetAsync(params_x_, 0, padded_params_ * sizeof(X), stream_));
+  MEG_CUDA_CHECK(cudaMemsetAsync(params_x_, 0, num_params_ * sizeof(X), stream_));
   zero_grad();
   if (config_.uses_rope()) {
     const auto table = cuda::rope_table(static_cast<int>(config_.seq_length), static_cast<int>(config_.head_size()),
@@ -210,7 +207,7 @@ void GptCudaModel<X>::get_grads(float* host) const {
 
 template <typename X>
 void GptCudaModel<X>::zero_grad() {
-  MEG_CUDA_CHECK(cudaMemsetAsync(grads_, 0, padded_params_ * sizeof(float), stream_));
+  MEG_CUDA_CHECK(cudaMemsetAsync(grads_, 0, num_params_ * sizeof(float), stream_));
 }
 
 template <typename X>

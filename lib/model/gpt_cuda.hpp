@@ -93,18 +93,17 @@ template <typename X>
 class GptCudaModel {
  public:
   // Validates CONFIG (InputError on a bad one, or on one that does not split over TP's ranks) and
-  // allocates parameters (zero) and gradients on the current device. The flat arrays are padded
-  // with zeros up to a multiple of PAD_MULTIPLE (the distributed optimizer's replica count, so
-  // that they cut into equal shards). TP null or of one rank: the whole model.
+  // allocates parameters (zero) and gradients on the current device. TP null or of one rank: the
+  // whole model.
   // STORAGE (both pointers or neither): the weights and gradients live in arrays of the caller's,
   // num_parameters() long, instead of the model's own (the model chunks of a pipeline rank share
-  // one flat array; pad_multiple is then ignored).
+  // one flat array, which the training backend also pads for the distributed optimizer).
   struct Storage {
     X* params_x = nullptr;
     float* grads = nullptr;
   };
   GptCudaModel(const ModelConfig& config, cuda::DeviceAllocator& alloc, cudaStream_t stream,
-               size_t pad_multiple = 1, NcclComm* tp = nullptr, PipelineStage stage = {},
+               NcclComm* tp = nullptr, PipelineStage stage = {},
                bool sequence_parallel = false, Storage storage = {});
   ~GptCudaModel();
   GptCudaModel(const GptCudaModel&) = delete;
@@ -117,11 +116,10 @@ class GptCudaModel {
   const PipelineStage& stage() const { return stage_; }
   bool sequence_parallel() const { return sp_; }
   size_t num_parameters() const { return num_params_; }
-  size_t padded_parameters() const { return padded_params_; }
   cudaStream_t stream() const { return stream_; }
 
-  // Device arrays (table layout, padded_parameters() long, zero past num_parameters()): the X
-  // weights the model computes with, and the fp32 gradients.
+  // Device arrays (table layout, num_parameters() long): the X weights the model computes with, and
+  // the fp32 gradients.
   X* params_x() { return params_x_; }
   float* grads() { return grads_; }
 
@@ -140,7 +138,7 @@ class GptCudaModel {
   void set_training(bool training) { training_ = training; }
   void set_recompute(Recompute mode);
   // A hook the backward calls on the host each time it has queued the last work on the gradients of
-  // a stretch of the flat array: after the call with FROM, the gradients [FROM, padded_parameters())
+  // a stretch of the flat array: after the call with FROM, the gradients [FROM, num_parameters())
   // are final once the stream reaches this point. The table's order (embedding, blocks, final norm,
   // output layer) is the reverse of the backward's, so FROM only ever falls, to 0 at the end. Data
   // parallelism starts reducing those gradients while the backward goes on. Empty: no calls.
@@ -244,7 +242,7 @@ class GptCudaModel {
   bool sp_ = false;  // sequence parallelism
   size_t first_layer_ = 0;  // the global number of the stage's first block
   std::vector<ParamTensor> tensors_;
-  size_t num_params_ = 0, padded_params_ = 0;
+  size_t num_params_ = 0;
   cuda::DeviceAllocator& alloc_;
   cudaStream_t stream_;
   cuda::Gemm gemm_;

@@ -69,6 +69,12 @@ Shard optimizer_shard(size_t n, int replicas, int replica) {
   return {static_cast<size_t>(replica) * size, size};
 }
 
+std::vector<float> shard_of(const std::vector<float>& array, const Shard& shard) {
+  std::vector<float> part(shard.size, 0.0f);
+  for (size_t i = 0; i < shard.size && shard.begin + i < array.size(); ++i) part[i] = array[shard.begin + i];
+  return part;
+}
+
 std::vector<ParamGroup> shard_groups(const std::vector<ParamGroup>& groups, size_t n, const Shard& shard) {
   const size_t lo = shard.begin, hi = shard.begin + shard.size;
   std::vector<ParamGroup> out;

@@ -75,6 +75,8 @@ struct Shard {
   size_t size = 0;
 };
 Shard optimizer_shard(size_t n, int replicas, int replica);
+// SHARD's part of the flat array ARRAY, zero where it reaches past ARRAY's end (the padding).
+std::vector<float> shard_of(const std::vector<float>& array, const Shard& shard);
 
 // GROUPS (tiling [0, n)) cut to [shard.begin, shard.begin + shard.size), shifted to start at 0;
 // the part past n (padding) is one more group, without decay, so the result tiles the shard.

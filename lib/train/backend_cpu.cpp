@@ -279,7 +279,7 @@ class CpuBackend final : public TrainBackend {
   // rows of the stream: summed over the group, they are the whole gradient, the same on every rank.
   void sum_sequence_parallel_grads() {
     for (const auto& t : tensors_)
-      if (t.name.find("layernorm") != std::string::npos || t.name == "embedding.position_embeddings.weight")
+      if (sequence_parallel_tensor(t))
         parallel_.tp->all_reduce_sum(grads_.data() + t.offset, t.numel);
   }
 
@@ -314,10 +314,7 @@ class CpuBackend final : public TrainBackend {
   }
   // This replica's part of a whole-model moment (zero over the padding).
   std::vector<float> my_shard(const std::vector<float>& moment) const {
-    if (!sharded()) return moment;
-    std::vector<float> part(shard_.size, 0.0f);
-    for (size_t i = 0; i < shard_.size && shard_.begin + i < moment.size(); ++i) part[i] = moment[shard_.begin + i];
-    return part;
+    return sharded() ? shard_of(moment, shard_) : moment;
   }
 
   ModelConfig config_;

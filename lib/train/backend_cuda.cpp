@@ -69,7 +69,7 @@ class CudaBackend final : public TrainBackend {
     size_t offset = 0;
     for (const PipelineStage& stage : chunk_stages) {
       chunks_.push_back(std::make_unique<GptCudaModel<X>>(
-          config, alloc_, stream_, 1, tp_nccl_.get(), stage, parallel_.sequence_parallel,
+          config, alloc_, stream_, tp_nccl_.get(), stage, parallel_.sequence_parallel,
           typename GptCudaModel<X>::Storage{weights_.get() + offset, grads_.get() + offset}));
       chunks_.back()->set_recompute(recompute);
       chunk_offsets_.push_back(offset);
@@ -325,7 +325,7 @@ class CudaBackend final : public TrainBackend {
       MEG_CUDA_CHECK(cudaStreamWaitEvent(stream_, reduced_, 0));
     }
     for (const auto& t : tensors_)
-      if (t.name.find("layernorm") != std::string::npos || t.name == "embedding.position_embeddings.weight")
+      if (sequence_parallel_tensor(t))
         tp_nccl_->all_reduce_sum(grads_.get() + t.offset, t.numel, stream_);
   }
 
@@ -381,8 +381,7 @@ class CudaBackend final : public TrainBackend {
   void set_weights(const std::vector<float>& local) {
     for (size_t v = 0; v < chunks_.size(); ++v) chunks_[v]->set_params(local.data() + chunk_offsets_[v]);
     if constexpr (std::is_same_v<X, float>) return;  // the model's weights are the master
-    std::vector<float> mine(master_size(), 0.0f);    // zero over the padding
-    for (size_t i = 0; i < mine.size() && master_begin() + i < local.size(); ++i) mine[i] = local[master_begin() + i];
+    const std::vector<float> mine = shard_of(local, {master_begin(), master_size()});  // zero over the padding
     MEG_CUDA_CHECK(cudaMemcpyAsync(master(), mine.data(), mine.size() * sizeof(float), cudaMemcpyHostToDevice, stream_));
     MEG_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
@@ -427,10 +426,7 @@ class CudaBackend final : public TrainBackend {
   }
   // This replica's part of a local moment (zero over the padding).
   std::vector<float> my_shard(const std::vector<float>& moment) const {
-    if (!sharded()) return moment;
-    std::vector<float> part(shard_.size, 0.0f);
-    for (size_t i = 0; i < shard_.size && shard_.begin + i < moment.size(); ++i) part[i] = moment[shard_.begin + i];
-    return part;
+    return sharded() ? shard_of(moment, shard_) : moment;
   }
 
   Precision precision_;

@@ -15,37 +15,16 @@
 
 #include "catch.hpp"
 #include "core/error.hpp"
+#include "gpu/gpu_test_util.hpp"
 #include "ops/cuda/check.hpp"
 #include "parallel/comm.hpp"
 #include "parallel/nccl_comm.hpp"
 
 using namespace meg;
+using meg::test::DeviceBuffer;
 using Catch::Matchers::ContainsSubstring;
 
 namespace {
-
-// A device buffer holding a copy of a host vector.
-template <typename T>
-class DeviceVector {
- public:
-  explicit DeviceVector(const std::vector<T>& host) : n_(host.size()) {
-    MEG_CUDA_CHECK(cudaMalloc(&ptr_, sizeof(T) * n_));
-    MEG_CUDA_CHECK(cudaMemcpy(ptr_, host.data(), sizeof(T) * n_, cudaMemcpyHostToDevice));
-  }
-  ~DeviceVector() { cudaFree(ptr_); }
-  DeviceVector(const DeviceVector&) = delete;
-  DeviceVector& operator=(const DeviceVector&) = delete;
-  T* get() { return ptr_; }
-  std::vector<T> host() const {
-    std::vector<T> out(n_);
-    MEG_CUDA_CHECK(cudaMemcpy(out.data(), ptr_, sizeof(T) * n_, cudaMemcpyDeviceToHost));
-    return out;
-  }
-
- private:
-  T* ptr_ = nullptr;
-  size_t n_;
-};
 
 // One GPU per rank and a stream, or nothing when there are too few GPUs.
 struct Setup {
@@ -74,19 +53,6 @@ float v(size_t i, int r) {
 }
 
 template <typename T>
-T to(float x) {
-  if constexpr (std::is_same_v<T, float>) return x;
-  else if constexpr (std::is_same_v<T, __half>) return __float2half(x);
-  else return __float2bfloat16(x);
-}
-template <typename T>
-float from(T x) {
-  if constexpr (std::is_same_v<T, float>) return x;
-  else if constexpr (std::is_same_v<T, __half>) return __half2float(x);
-  else return __bfloat162float(x);
-}
-
-template <typename T>
 void check_collectives(NcclComm& nccl, cudaStream_t stream) {
   const int P = nccl.size(), me = nccl.rank();
   const size_t n = 100003;
@@ -96,70 +62,70 @@ void check_collectives(NcclComm& nccl, cudaStream_t stream) {
     return s;
   };
 
-  std::vector<T> x(n);
-  for (size_t i = 0; i < n; ++i) x[i] = to<T>(v(i, me));
-  DeviceVector<T> d(x);
+  // Values go up rounded to T and come back widened to float (gpu_test_util's buffers).
+  std::vector<float> x(n);
+  for (size_t i = 0; i < n; ++i) x[i] = v(i, me);
+  DeviceBuffer<T> d(x);
   nccl.all_reduce_sum(d.get(), n, stream);
   nccl.wait(stream);
-  const std::vector<T> reduced = d.host();
+  const std::vector<float> reduced = d.download();
   size_t wrong = 0;
-  for (size_t i = 0; i < n; ++i) wrong += from(reduced[i]) != sum(i, 0);
+  for (size_t i = 0; i < n; ++i) wrong += reduced[i] != sum(i, 0);
   CHECK(wrong == 0);
   // The same bits on every rank, for values whose sums round: the results meet on the host.
   {
-    std::vector<T> rough(n);
+    std::vector<float> rough(n);
     for (size_t i = 0; i < n; ++i)
-      rough[i] = to<T>(std::sin(0.37f * static_cast<float>(i) + static_cast<float>(me)) *
-                       std::pow(10.0f, static_cast<float>(i % 7) - 3));
-    DeviceVector<T> r(rough);
+      rough[i] = std::sin(0.37f * static_cast<float>(i) + static_cast<float>(me)) *
+                 std::pow(10.0f, static_cast<float>(i % 7) - 3);
+    DeviceBuffer<T> r(rough);
     nccl.all_reduce_sum(r.get(), n, stream);
     nccl.wait(stream);
-    const std::vector<T> result = r.host();
-    std::vector<float> mine(n), all(static_cast<size_t>(P) * n);
-    for (size_t i = 0; i < n; ++i) mine[i] = from(result[i]);
+    const std::vector<float> mine = r.download();
+    std::vector<float> all(static_cast<size_t>(P) * n);
     World::get().world().all_gather(all.data(), mine.data(), n);
     for (int k = 1; k < P; ++k) CHECK(std::memcmp(all.data(), all.data() + k * n, n * sizeof(float)) == 0);
   }
 
-  std::vector<T> blocks(static_cast<size_t>(P) * n);
+  std::vector<float> blocks(static_cast<size_t>(P) * n);
   for (size_t b = 0; b < static_cast<size_t>(P); ++b)
-    for (size_t i = 0; i < n; ++i) blocks[b * n + i] = to<T>(v(i + 1000 * b, me));
-  DeviceVector<T> send(blocks), recv(std::vector<T>(n, to<T>(-1.0f)));
+    for (size_t i = 0; i < n; ++i) blocks[b * n + i] = v(i + 1000 * b, me);
+  DeviceBuffer<T> send(blocks), recv(std::vector<float>(n, -1.0f));
   nccl.reduce_scatter_sum(recv.get(), send.get(), n, stream);
   nccl.wait(stream);
-  const std::vector<T> scattered = recv.host();
+  const std::vector<float> scattered = recv.download();
   wrong = 0;
-  for (size_t i = 0; i < n; ++i) wrong += from(scattered[i]) != sum(i, 1000 * static_cast<size_t>(me));
+  for (size_t i = 0; i < n; ++i) wrong += scattered[i] != sum(i, 1000 * static_cast<size_t>(me));
   CHECK(wrong == 0);
 
-  DeviceVector<T> own(x), gathered(std::vector<T>(static_cast<size_t>(P) * n, to<T>(-1.0f)));
+  DeviceBuffer<T> own(x), gathered(std::vector<float>(static_cast<size_t>(P) * n, -1.0f));
   nccl.all_gather(gathered.get(), own.get(), n, stream);
   nccl.wait(stream);
-  const std::vector<T> all = gathered.host();
+  const std::vector<float> all = gathered.download();
   wrong = 0;
   for (int k = 0; k < P; ++k)
-    for (size_t i = 0; i < n; ++i) wrong += from(all[static_cast<size_t>(k) * n + i]) != v(i, k);
+    for (size_t i = 0; i < n; ++i) wrong += all[static_cast<size_t>(k) * n + i] != v(i, k);
   CHECK(wrong == 0);
 
   // A ring: each rank sends its own values to the next and receives the previous rank's.
   const int next = (me + 1) % P, prev = (me + P - 1) % P;
-  DeviceVector<T> in(std::vector<T>(n, to<T>(-1.0f)));
+  DeviceBuffer<T> in(std::vector<float>(n, -1.0f));
   nccl.send_recv(own.get(), n, next, in.get(), n, prev, stream);
   nccl.wait(stream);
-  const std::vector<T> ring = in.host();
+  const std::vector<float> ring = in.download();
   wrong = 0;
-  for (size_t i = 0; i < n; ++i) wrong += from(ring[i]) != v(i, prev);
+  for (size_t i = 0; i < n; ++i) wrong += ring[i] != v(i, prev);
   CHECK(wrong == 0);
 
   // A lone send and a lone receive, member 0 to member 1.
-  DeviceVector<T> one(std::vector<T>(n, to<T>(-1.0f)));
+  DeviceBuffer<T> one(std::vector<float>(n, -1.0f));
   if (me == 0) nccl.send(d.get(), n, 1, stream);
   if (me == 1) nccl.recv(one.get(), n, 0, stream);
   nccl.wait(stream);
   if (me == 1) {
-    const std::vector<T> got = one.host();
+    const std::vector<float> got = one.download();
     wrong = 0;
-    for (size_t i = 0; i < n; ++i) wrong += from(got[i]) != sum(i, 0);
+    for (size_t i = 0; i < n; ++i) wrong += got[i] != sum(i, 0);
     CHECK(wrong == 0);
   }
 }
@@ -196,7 +162,7 @@ TEST_CASE("a receive no peer answers times out and aborts the communicator", "[n
   NcclComm nccl(s.world);
   const int P = nccl.size(), me = nccl.rank();
   const size_t n = 1024;
-  DeviceVector<float> out(std::vector<float>(n, 1.0f)), in(std::vector<float>(n, 0.0f));
+  DeviceBuffer<float> out(std::vector<float>(n, 1.0f)), in(std::vector<float>(n, 0.0f));
   // One good exchange first, so the connections exist and the lone receive below reaches the GPU.
   nccl.send_recv(out.get(), n, (me + 1) % P, in.get(), n, (me + P - 1) % P, s.stream);
   nccl.wait(s.stream);
