@@ -73,9 +73,12 @@ struct GptCudaModel<X>::Acts {
   int32_t *tokens = nullptr, *targets = nullptr, *unique = nullptr, *starts = nullptr, *positions = nullptr;
 };
 
-// Pinned host staging for the batch's integers: two slots used in turn, each with an event that
-// says when the device has finished copying out of it, so the host never overwrites a slot a copy
-// still reads. Loss rows come back through pinned memory too.
+// Pinned host staging for the batch's integers: a pool of buffers, each with an event that says
+// when the device has finished copying out of it, so the host never overwrites one a copy still
+// reads. The host never waits for that event: under a pipeline schedule the stream may be held by
+// a receive whose sender's host is itself waiting on us, so a busy pool grows instead (to the
+// uploads in flight, reached in the first step) and buffers are never freed while the model runs.
+// Loss rows come back through pinned memory too.
 template <typename X>
 struct GptCudaModel<X>::Staging {
   struct Slot {
@@ -83,30 +86,28 @@ struct GptCudaModel<X>::Staging {
     size_t capacity = 0;
     cudaEvent_t done = nullptr;
   };
-  Slot slots[2];
-  int next = 0;
+  std::vector<Slot> slots;
   std::vector<cuda::DeviceArray<float>> losses;  // one per pending micro-batch
   float* host_losses = nullptr;
   size_t host_losses_capacity = 0;
 
   ~Staging() {
     for (auto& s : slots) {
-      if (s.done) cudaEventDestroy(s.done);
-      if (s.host) cudaFreeHost(s.host);
+      cudaEventDestroy(s.done);
+      cudaFreeHost(s.host);
     }
     if (host_losses) cudaFreeHost(host_losses);
   }
+  // A buffer of at least N integers that no copy reads; record its event after queueing the copies.
   Slot& acquire(size_t n) {
-    Slot& s = slots[next];
-    next ^= 1;
-    if (!s.done) MEG_CUDA_CHECK(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming));
-    MEG_CUDA_CHECK(cudaEventSynchronize(s.done));
-    if (s.capacity < n) {
-      if (s.host) MEG_CUDA_CHECK(cudaFreeHost(s.host));
-      MEG_CUDA_CHECK(cudaMallocHost(&s.host, n * sizeof(int32_t)));
-      s.capacity = n;
-    }
-    return s;
+    for (auto& s : slots)
+      if (s.capacity >= n && cudaEventQuery(s.done) == cudaSuccess) return s;
+    Slot s;
+    s.capacity = std::max<size_t>(n, 4096);
+    MEG_CUDA_CHECK(cudaMallocHost(&s.host, s.capacity * sizeof(int32_t)));
+    MEG_CUDA_CHECK(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming));
+    slots.push_back(s);
+    return slots.back();
   }
   float* host_loss_buffer(size_t n) {
     if (host_losses_capacity < n) {

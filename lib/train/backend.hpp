@@ -16,16 +16,13 @@
 #include <string>
 #include <vector>
 
+#include "core/precision.hpp"
 #include "model/config.hpp"
 #include "model/gpt.hpp"
 #include "optim/adamw.hpp"
 #include "parallel/comm.hpp"
 
 namespace meg {
-
-enum class Precision { fp32, bf16, fp16 };
-Precision parse_precision(const std::string& name);  // InputError on an unknown name
-const char* precision_name(Precision p);
 
 // The process groups of a backend (null or a group of one: none): the data-parallel group its
 // replicas average over, whether they shard the optimizer over it (Megatron's distributed

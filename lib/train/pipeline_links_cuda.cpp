@@ -9,21 +9,35 @@
 
 namespace meg {
 
+// NCCL connects a communicator's peers on its first send and receive, with the host blocked until
+// the peer's host connects too. Mid-schedule that would stall the host while its stream waits on a
+// neighbour, so each link makes its connection here, with one message, before the next split.
+template <typename X>
+static void connect(NcclComm& link, bool sender, cuda::DeviceAllocator& alloc, cudaStream_t stream) {
+  cuda::DeviceArray<X> one(alloc, 1);
+  MEG_CUDA_CHECK(cudaMemsetAsync(one.get(), 0, one.bytes(), stream));
+  if (sender) link.send(one.get(), 1, 1 - link.rank(), stream);
+  else link.recv(one.get(), 1, 1 - link.rank(), stream);
+  link.wait(stream);
+}
+
 template <typename X>
 PipelineLinks<X>::PipelineLinks(NcclComm& pipeline, cuda::DeviceAllocator& alloc) : alloc_(alloc) {
   const int S = pipeline.size(), s = pipeline.rank();
+  for (Direction* d : {&forward_, &backward_}) MEG_CUDA_CHECK(cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking));
+  MEG_CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
   // Every rank takes part in every split, in the same order (NCCL's splits are collective).
   for (int i = 0; i < S; ++i) {
     const int next = (i + 1) % S;
     auto activations = pipeline.split(s == i || s == next, fmt::format("pipeline link {}->{}", i, next));
+    if (activations) connect<X>(*activations, s == i, alloc, forward_.stream);
     if (s == i) forward_.send_link = std::move(activations);
     else if (s == next) forward_.recv_link = std::move(activations);
     auto gradients = pipeline.split(s == i || s == next, fmt::format("pipeline link {}->{}", next, i));
+    if (gradients) connect<X>(*gradients, s == next, alloc, backward_.stream);
     if (s == next) backward_.send_link = std::move(gradients);
     else if (s == i) backward_.recv_link = std::move(gradients);
   }
-  for (Direction* d : {&forward_, &backward_}) MEG_CUDA_CHECK(cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking));
-  MEG_CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
 }
 
 template <typename X>

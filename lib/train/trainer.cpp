@@ -69,6 +69,7 @@ nlohmann::ordered_json TrainOptions::to_json() const {
   j["model-config"] = model_config;
   j["data"] = data;
   j["tokenizer"] = tokenizer;
+  j["merges"] = merges;
   j["iters"] = iters;
   j["micro-batch"] = micro_batch;
   j["global-batch"] = global_batch;
@@ -195,8 +196,6 @@ Trainer::Trainer(TrainOptions options) : opt_(std::move(options)) {
   }
   if (opt_.virtual_stages != 1) {
     if (layout_.pp == 1) input_error("--virtual-stages needs --pp above 1");
-    if (opt_.device == "cuda")
-      input_error("--virtual-stages {}: the interleaved schedule runs on the CPU path only so far", opt_.virtual_stages);
     const int64_t micro_batches = opt_.global_batch / (opt_.micro_batch * layout_.dp);  // each replica's
     if (micro_batches % layout_.pp != 0)
       input_error("--virtual-stages {}: the interleaved schedule needs each replica's micro-batches (--global-batch "

@@ -1,0 +1,43 @@
+#include "infer/checkpoint_model.hpp"
+
+#include "ckpt/checkpoint.hpp"
+#include "convert/native_reader.hpp"
+#include "core/error.hpp"
+
+namespace meg {
+
+CheckpointModel load_checkpoint_model(const std::string& dir) {
+  // Only the parameter files are read, so only theirs are checksummed (the moments are not).
+  const Checkpoint ck =
+      load_checkpoint(dir, {.checksum_file = NativeLayout::holds_parameters, .verify_checksums = true});
+  const NativeSource src = read_native_source(ck);
+  const NativeStateReader reader([&ck](const std::string& name) -> const SafetensorsFile& { return ck.file(name); },
+                                 src.config, src.layout);
+  reader.check();
+  CheckpointModel m;
+  m.path = ck.path();
+  m.config = src.config;
+  m.params.resize(m.config.num_parameters());
+  for (const ParamTensor& t : reader.table()) reader.read(t, StateKind::param, m.params.data() + t.offset);
+  const auto& options = ck.record().value("options", nlohmann::ordered_json::object());
+  if (options.is_object()) {
+    if (options.contains("tokenizer") && options["tokenizer"].is_string()) m.tokenizer = options["tokenizer"];
+    if (options.contains("merges") && options["merges"].is_string()) m.merges = options["merges"];
+  }
+  return m;
+}
+
+std::unique_ptr<Tokenizer> load_model_tokenizer(const CheckpointModel& model, const std::string& tokenizer,
+                                                const std::string& merges) {
+  const bool given = !tokenizer.empty();
+  const std::string path = given ? tokenizer : model.tokenizer;
+  if (path.empty())
+    input_error("{}: the checkpoint records no tokenizer; name one with --tokenizer", model.path);
+  auto tok = load_tokenizer(path, given ? merges : model.merges);
+  if (tok->vocab_size() > model.config.vocab_size)
+    input_error("{}: the tokenizer's {} tokens do not fit the model's vocabulary of {}", path, tok->vocab_size(),
+                model.config.vocab_size);
+  return tok;
+}
+
+}  // namespace meg

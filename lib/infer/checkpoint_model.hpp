@@ -1,0 +1,32 @@
+// A trained model for inference (meg-generate, meg-eval): the whole model's fp32 parameters put
+// back together from a native checkpoint in any layout (tensor-, pipeline- and data-parallel
+// shards, virtual stages), one tensor at a time, with the tokenizer its training used.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "data/tokenizer.hpp"
+#include "model/config.hpp"
+
+namespace meg {
+
+struct CheckpointModel {
+  std::string path;           // the iteration directory read
+  ModelConfig config;         // as trained (its vocabulary padded for the training's tp)
+  std::vector<float> params;  // gpt_parameter_table(config)'s storage order
+  std::string tokenizer;      // the training's --tokenizer and --merges ("" when not recorded)
+  std::string merges;
+};
+
+// Reads checkpoint DIR (a directory of iterations, through `latest`, or one iteration directory),
+// checking the parameter files' checksums; InputError naming the file on a bad one.
+CheckpointModel load_checkpoint_model(const std::string& dir);
+
+// TOKENIZER (with MERGES for a GPT-2 vocab.json) when given, else the one MODEL was trained with;
+// InputError when there is none, or when its vocabulary does not fit the model's.
+std::unique_ptr<Tokenizer> load_model_tokenizer(const CheckpointModel& model, const std::string& tokenizer,
+                                                const std::string& merges);
+
+}  // namespace meg

@@ -1,0 +1,58 @@
+// A model ready for generation: the transformer with a KV cache of several sequences (slots), so
+// each new token costs one token's work against the cached keys and values of those before it.
+//
+// A call to append() takes any mix of prompts (many tokens) and decode steps (one token each) over
+// different slots and runs them as one batch where the implementation can: the continuous
+// batching of the generator (infer/generator.hpp) refills a finished sequence's slot with a new
+// prompt while the others keep decoding. Logits come back in fp32 over the real vocabulary
+// (config().vocab_size columns; the padding columns dropped).
+//
+// Implementations: the CPU one (infer/cpu_inference_model.hpp, fp32, the reference) and the CUDA
+// one (CUDA builds only), which agree on greedy output.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "core/precision.hpp"
+#include "infer/checkpoint_model.hpp"
+#include "model/config.hpp"
+
+namespace meg {
+
+// TOKENS to run after the tokens slot SLOT already holds.
+struct AppendRequest {
+  int slot = 0;
+  std::span<const int32_t> tokens;
+};
+
+class InferenceModel {
+ public:
+  virtual ~InferenceModel() = default;
+
+  virtual const ModelConfig& config() const = 0;
+  virtual int slots() const = 0;       // sequences cached at once
+  virtual int max_length() const = 0;  // tokens a slot holds (prompt and generated)
+  virtual int length(int slot) const = 0;  // tokens slot SLOT holds now
+  virtual void reset(int slot) = 0;        // empties slot SLOT
+
+  // Runs each request's tokens (at least one; each slot at most once per call; each token in
+  // [0, vocab_size)) at the positions after its slot's, caching their keys and values, and writes
+  // the logits that follow the request's last token to LOGITS + i * vocab_size for request i.
+  // InputError, before any work, when a slot would pass max_length() or a token is out of range.
+  virtual void append(std::span<const AppendRequest> requests, float* logits) = 0;
+};
+
+// The model of CHECKPOINT on DEVICE ("cpu" or "cuda"; PRECISION is the CUDA path's, the CPU
+// computes in fp32) with SLOTS slots of MAX_LENGTH tokens (0: the model's seq_length).
+std::unique_ptr<InferenceModel> make_inference_model(const CheckpointModel& checkpoint, const std::string& device,
+                                                     Precision precision, int slots, int max_length);
+
+#if MEG_CUDA
+std::unique_ptr<InferenceModel> make_cuda_inference_model(const CheckpointModel& checkpoint, Precision precision,
+                                                          int slots, int max_length);
+#endif
+
+}  // namespace meg
