@@ -56,7 +56,8 @@ class PipelineLinks {
     cudaEvent_t done = nullptr;  // recorded on the send stream after the send
   };
   struct Direction {
-    std::unique_ptr<NcclComm> send_link, recv_link;
+    NcclComm* send_link = nullptr;  // of links_
+    NcclComm* recv_link = nullptr;
     cudaStream_t stream = nullptr;
     std::vector<std::unique_ptr<Outgoing>> outgoing;
   };
@@ -64,6 +65,9 @@ class PipelineLinks {
   static void recv(Direction& d, X* data, size_t n, cudaStream_t stream);
 
   cuda::DeviceAllocator& alloc_;
+  // This rank's link communicators in the order of their creation, which every rank shares: they
+  // are destroyed in that order too, as NCCL's tear-down waits for the other member.
+  std::vector<std::unique_ptr<NcclComm>> links_;
   Direction forward_, backward_;  // activations to the next rank; gradients to the previous one
   cudaEvent_t ready_ = nullptr;
 };

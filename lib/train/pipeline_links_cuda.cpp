@@ -30,13 +30,17 @@ PipelineLinks<X>::PipelineLinks(NcclComm& pipeline, cuda::DeviceAllocator& alloc
   for (int i = 0; i < S; ++i) {
     const int next = (i + 1) % S;
     auto activations = pipeline.split(s == i || s == next, fmt::format("pipeline link {}->{}", i, next));
-    if (activations) connect<X>(*activations, s == i, alloc, forward_.stream);
-    if (s == i) forward_.send_link = std::move(activations);
-    else if (s == next) forward_.recv_link = std::move(activations);
+    if (activations) {
+      connect<X>(*activations, s == i, alloc, forward_.stream);
+      (s == i ? forward_.send_link : forward_.recv_link) = activations.get();
+      links_.push_back(std::move(activations));
+    }
     auto gradients = pipeline.split(s == i || s == next, fmt::format("pipeline link {}->{}", next, i));
-    if (gradients) connect<X>(*gradients, s == next, alloc, backward_.stream);
-    if (s == next) backward_.send_link = std::move(gradients);
-    else if (s == i) backward_.recv_link = std::move(gradients);
+    if (gradients) {
+      connect<X>(*gradients, s == next, alloc, backward_.stream);
+      (s == next ? backward_.send_link : backward_.recv_link) = gradients.get();
+      links_.push_back(std::move(gradients));
+    }
   }
 }
 
@@ -48,6 +52,7 @@ PipelineLinks<X>::~PipelineLinks() {
     cudaStreamDestroy(d->stream);
   }
   cudaEventDestroy(ready_);
+  for (auto& link : links_) link.reset();
 }
 
 // Copies DATA (after STREAM's work so far) into a buffer no send is using, and sends it from
@@ -107,7 +112,7 @@ void PipelineLinks<X>::join(cudaStream_t stream) {
 
 template <typename X>
 std::vector<NcclComm*> PipelineLinks<X>::comms() {
-  return {forward_.send_link.get(), forward_.recv_link.get(), backward_.send_link.get(), backward_.recv_link.get()};
+  return {forward_.send_link, forward_.recv_link, backward_.send_link, backward_.recv_link};
 }
 
 template class PipelineLinks<float>;
