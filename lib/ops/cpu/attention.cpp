@@ -38,6 +38,29 @@ void check_heads(int NH, int NKV) {
   if (NKV <= 0 || NH % NKV != 0)
     throw std::invalid_argument("attention: query heads must be a multiple of key/value heads");
 }
+
+// Causal softmax, in place, of the scores P[T,S] of T queries at positions FIRST .. FIRST+T-1
+// against S keys: row t sees columns <= FIRST + t, is max-subtracted for stability, and is zero
+// beyond them.
+template <typename F>
+void causal_softmax(F* P, int T, int S, int first) {
+  parallel_for(size_t(T), row_grain(S), [&](size_t begin, size_t end) {
+    for (int t = int(begin); t < int(end); ++t) {
+      F* row = P + size_t(t) * S;
+      const int last = first + t;
+      F maxval = row[0];
+      for (int t2 = 1; t2 <= last; ++t2) maxval = std::max(maxval, row[t2]);
+      double sum = 0;
+      for (int t2 = 0; t2 <= last; ++t2) {
+        row[t2] = F(std::exp(double(row[t2] - maxval)));
+        sum += row[t2];
+      }
+      const double inv = 1.0 / sum;
+      for (int t2 = 0; t2 <= last; ++t2) row[t2] = F(row[t2] * inv);
+      for (int t2 = last + 1; t2 < S; ++t2) row[t2] = F(0);
+    }
+  });
+}
 }  // namespace
 
 template <typename F>
@@ -61,22 +84,8 @@ void attention_forward(F* out, F* att, const F* q, const F* k, const F* v, int B
       // P = scale * Q K^T (all T columns; the masked ones are overwritten below)
       gemm(false, true, T, T, HS, scale, q + qoff, ldq, k + koff, ldk, F(0), P, T);
 
-      // Causal softmax of each row, max-subtracted for stability; zero above the diagonal.
-      parallel_for(size_t(T), row_grain(T), [&](size_t begin, size_t end) {
-        for (int t = int(begin); t < int(end); ++t) {
-          F* row = P + size_t(t) * T;
-          F maxval = row[0];
-          for (int t2 = 1; t2 <= t; ++t2) maxval = std::max(maxval, row[t2]);
-          double sum = 0;
-          for (int t2 = 0; t2 <= t; ++t2) {
-            row[t2] = F(std::exp(double(row[t2] - maxval)));
-            sum += row[t2];
-          }
-          const double inv = 1.0 / sum;
-          for (int t2 = 0; t2 <= t; ++t2) row[t2] = F(row[t2] * inv);
-          for (int t2 = t + 1; t2 < T; ++t2) row[t2] = F(0);
-        }
-      });
+      // Causal softmax of each row; zero above the diagonal.
+      causal_softmax(P, T, T, 0);
 
       // With dropout, Pd = P o M / (1 - p) (P itself is kept for the backward).
       const F* PV = P;
@@ -161,11 +170,28 @@ void attention_backward(nd<F>* dq, nd<F>* dk, nd<F>* dv, const F* dout, const F*
   }
 }
 
+template <typename F>
+void attention_cached_forward(F* out, const F* q, const F* k, const F* v, int T, int first, int NH, int NKV, int HS,
+                              F* scores) {
+  check_heads(NH, NKV);
+  const int S = first + T;  // keys: the cached ones and the new ones
+  const int group = NH / NKV;
+  const int ldq = NH * HS, ldk = NKV * HS;
+  const F scale = F(1.0 / std::sqrt(double(HS)));
+  for (int h = 0; h < NH; ++h) {
+    const size_t qoff = size_t(h) * HS, koff = size_t(h / group) * HS;
+    gemm(false, true, T, S, HS, scale, q + qoff, ldq, k + koff, ldk, F(0), scores, S);
+    causal_softmax(scores, T, S, first);
+    gemm(false, false, T, HS, S, F(1), scores, S, v + koff, ldk, F(0), out + qoff, ldq);
+  }
+}
+
 #define MEG_INSTANTIATE(F)                                                                        \
   template void attention_forward<F>(F*, F*, const F*, const F*, const F*, int, int, int, int,    \
                                      int, double, const DropoutKey&);                             \
   template void attention_backward<F>(F*, F*, F*, const F*, const F*, const F*, const F*,         \
-                                      const F*, int, int, int, int, int, double, const DropoutKey&);
+                                      const F*, int, int, int, int, int, double, const DropoutKey&);  \
+  template void attention_cached_forward<F>(F*, const F*, const F*, const F*, int, int, int, int, int, F*);
 MEG_INSTANTIATE(float)
 MEG_INSTANTIATE(double)
 #undef MEG_INSTANTIATE

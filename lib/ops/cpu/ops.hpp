@@ -112,6 +112,11 @@ void rope_forward(F* out, const F* inp, int B, int T, int NH, int HS, nd<F> thet
 template <typename F>
 void rope_backward(F* dinp, const F* dout, int B, int T, int NH, int HS, nd<F> theta = 10000);
 
+// rope_forward of one sequence x[T,NH,HS] whose row t is position FIRST + t (the new tokens of a
+// sequence whose keys up to FIRST are cached). out may equal inp.
+template <typename F>
+void rope_forward_from(F* out, const F* inp, int T, int NH, int HS, int first, nd<F> theta = 10000);
+
 // ---- dropout.cpp -------------------------------------------------------------------------------
 //
 // Inverted dropout with a counter-based mask: element i of the array at dropout site SITE is kept
@@ -157,6 +162,15 @@ template <typename F>
 void attention_backward(nd<F>* dq, nd<F>* dk, nd<F>* dv, const F* dout, const F* q, const F* k,
                         const F* v, const F* att, int B, int T, int NH, int NKV, int HS,
                         double dropout_p = 0, const DropoutKey& key = {});
+
+// Attention of one sequence's T new tokens, positions FIRST .. FIRST+T-1, against its key/value
+// cache: q [T,NH,HS]; k and v [FIRST+T, NKV,HS] hold the keys and values of positions 0 ..
+// FIRST+T-1 (the new tokens' included); query t attends to positions <= FIRST + t, as row FIRST+t
+// of attention_forward over the whole sequence does. out [T,NH,HS]. SCORES is scratch of
+// T * (FIRST+T) values. No dropout: this is inference.
+template <typename F>
+void attention_cached_forward(F* out, const F* q, const F* k, const F* v, int T, int first, int NH, int NKV, int HS,
+                              F* scores);
 
 // ---- loss.cpp ----------------------------------------------------------------------------------
 

@@ -19,18 +19,18 @@ namespace meg::cpu {
 
 namespace {
 
-// cos and sin of every (position, pair) angle: two [T, HS/2] tables, computed in double once per
-// call rather than once per head.
+// cos and sin of every (position, pair) angle for the T positions from FIRST: two [T, HS/2]
+// tables, computed in double once per call rather than once per head.
 struct RopeTables {
   std::vector<double> cos, sin;
-  RopeTables(int T, int HS, double theta) {
+  RopeTables(int T, int HS, double theta, int first = 0) {
     if (HS % 2 != 0) throw std::invalid_argument("rope: head size must be even");
     const int half = HS / 2;
     cos.resize(size_t(T) * half);
     sin.resize(size_t(T) * half);
     for (int t = 0; t < T; ++t) {
       for (int i = 0; i < half; ++i) {
-        const double angle = t * std::pow(theta, -2.0 * i / HS);
+        const double angle = (first + t) * std::pow(theta, -2.0 * i / HS);
         cos[size_t(t) * half + i] = std::cos(angle);
         sin[size_t(t) * half + i] = std::sin(angle);
       }
@@ -84,9 +84,15 @@ void rope_backward(F* dinp, const F* dout, int B, int T, int NH, int HS, nd<F> t
   rotate(dinp, dout, B, T, NH, HS, RopeTables(T, HS, theta), -1.0, true);
 }
 
+template <typename F>
+void rope_forward_from(F* out, const F* inp, int T, int NH, int HS, int first, nd<F> theta) {
+  rotate(out, inp, 1, T, NH, HS, RopeTables(T, HS, theta, first), +1.0, false);
+}
+
 #define MEG_INSTANTIATE(F)                                                  \
   template void rope_forward<F>(F*, const F*, int, int, int, int, F);       \
-  template void rope_backward<F>(F*, const F*, int, int, int, int, F);
+  template void rope_backward<F>(F*, const F*, int, int, int, int, F);      \
+  template void rope_forward_from<F>(F*, const F*, int, int, int, int, F);
 MEG_INSTANTIATE(float)
 MEG_INSTANTIATE(double)
 #undef MEG_INSTANTIATE

@@ -1,0 +1,180 @@
+// CpuInferenceModel: GptModel's forward (model/gpt.cpp) over new tokens and a key/value cache.
+#include "infer/cpu_inference_model.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.hpp"
+#include "ops/cpu/ops.hpp"
+
+namespace meg {
+
+namespace {
+
+void grow(std::vector<float>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+}
+
+}  // namespace
+
+CpuInferenceModel::CpuInferenceModel(const ModelConfig& config, std::vector<float> params, int slots, int max_length)
+    : config_(config), params_(std::move(params)) {
+  config_.validate();
+  if (params_.size() != size_t(config_.num_parameters()))
+    input_error("inference model: {} parameters given, the model has {}", params_.size(), config_.num_parameters());
+  if (slots < 1) input_error("--batch {}: must be at least 1", slots);
+  if (max_length < 0) input_error("--max-length {}: must be positive", max_length);
+  if (max_length == 0) max_length = static_cast<int>(config_.seq_length);
+  if (config_.learned_positions() && max_length > config_.seq_length)
+    input_error("--max-length {}: this GPT-2 model has only {} learned positions", max_length, config_.seq_length);
+  w_ = gpt_offsets(config_, gpt_parameter_table(config_));
+  slots_ = slots;
+  max_length_ = max_length;
+  C_ = static_cast<int>(config_.hidden_size);
+  NH_ = static_cast<int>(config_.num_heads);
+  NKV_ = static_cast<int>(config_.num_kv_heads);
+  HS_ = static_cast<int>(config_.head_size());
+  KV_ = NKV_ * HS_;
+  QKV_ = C_ + 2 * KV_;
+  FF_ = static_cast<int>(config_.ffn_hidden_size);
+  FC_ = (config_.activation == Activation::swiglu ? 2 : 1) * FF_;
+  V_ = static_cast<int>(config_.vocab_size);
+  Vp_ = static_cast<int>(config_.padded_vocab_size);
+  lengths_.assign(size_t(slots_), 0);
+  const size_t cache = size_t(config_.num_layers) * size_t(slots_) * size_t(max_length_) * size_t(KV_);
+  k_cache_.assign(cache, 0.0f);
+  v_cache_.assign(cache, 0.0f);
+  logits_.resize(size_t(slots_) * size_t(Vp_));
+}
+
+int CpuInferenceModel::length(int slot) const {
+  if (slot < 0 || slot >= slots_) input_error("inference model: slot {} outside [0, {})", slot, slots_);
+  return lengths_[size_t(slot)];
+}
+
+void CpuInferenceModel::reset(int slot) {
+  if (slot < 0 || slot >= slots_) input_error("inference model: slot {} outside [0, {})", slot, slots_);
+  lengths_[size_t(slot)] = 0;  // the cached rows are overwritten before they are read again
+}
+
+float* CpuInferenceModel::cache(std::vector<float>& kv, size_t l, int s) const {
+  return kv.data() + ((l * size_t(slots_) + size_t(s)) * size_t(max_length_)) * size_t(KV_);
+}
+
+void CpuInferenceModel::check(std::span<const AppendRequest> requests) const {
+  std::vector<bool> seen(size_t(slots_), false);
+  for (const AppendRequest& r : requests) {
+    if (r.slot < 0 || r.slot >= slots_) input_error("inference model: slot {} outside [0, {})", r.slot, slots_);
+    if (seen[size_t(r.slot)]) input_error("inference model: slot {} appears twice in one append", r.slot);
+    seen[size_t(r.slot)] = true;
+    if (r.tokens.empty()) input_error("inference model: an append to slot {} has no tokens", r.slot);
+    const size_t total = size_t(lengths_[size_t(r.slot)]) + r.tokens.size();
+    if (total > size_t(max_length_))
+      input_error("inference model: slot {} would hold {} tokens, more than its {}", r.slot, total, max_length_);
+    for (const int32_t t : r.tokens)
+      if (t < 0 || t >= V_) input_error("inference model: token {} outside the vocabulary [0, {})", t, V_);
+  }
+}
+
+void CpuInferenceModel::reserve(int N, size_t scores) {
+  const size_t n = size_t(N);
+  for (auto* v : {&x_, &ln_, &q_, &atty_, &branch_, &last_}) grow(*v, n * C_);
+  grow(qkv_, n * QKV_);
+  grow(fc1_, n * FC_);
+  grow(act_, n * FF_);
+  grow(scores_, scores);
+}
+
+const float* CpuInferenceModel::param(size_t offset) const {
+  return offset == kAbsentTensor ? nullptr : params_.data() + offset;
+}
+
+void CpuInferenceModel::norm(float* out, const float* inp, size_t w, size_t b, int N) const {
+  const float eps = static_cast<float>(config_.norm_eps);
+  if (config_.norm == NormKind::layernorm)
+    cpu::layernorm_forward(out, nullptr, nullptr, inp, param(w), param(b), N, C_, eps);
+  else
+    cpu::rmsnorm_forward(out, nullptr, inp, param(w), N, C_, eps);
+}
+
+void CpuInferenceModel::attend(size_t l, std::span<const AppendRequest> requests) {
+  const float theta = static_cast<float>(config_.rope_theta);  // as GptModel rounds it
+  size_t row = 0;
+  for (const AppendRequest& r : requests) {
+    const int n = static_cast<int>(r.tokens.size());
+    const int first = lengths_[size_t(r.slot)];
+    float* k = cache(k_cache_, l, r.slot);
+    float* v = cache(v_cache_, l, r.slot);
+    float* q = q_.data() + row * C_;
+    for (int i = 0; i < n; ++i) {
+      const float* qkv = qkv_.data() + (row + size_t(i)) * QKV_;
+      std::memcpy(q + size_t(i) * C_, qkv, size_t(C_) * sizeof(float));
+      std::memcpy(k + size_t(first + i) * KV_, qkv + C_, size_t(KV_) * sizeof(float));
+      std::memcpy(v + size_t(first + i) * KV_, qkv + C_ + KV_, size_t(KV_) * sizeof(float));
+    }
+    if (config_.uses_rope()) {
+      cpu::rope_forward_from(q, q, n, NH_, HS_, first, theta);
+      float* new_keys = k + size_t(first) * KV_;
+      cpu::rope_forward_from(new_keys, new_keys, n, NKV_, HS_, first, theta);
+    }
+    cpu::attention_cached_forward(atty_.data() + row * C_, q, k, v, n, first, NH_, NKV_, HS_, scores_.data());
+    row += size_t(n);
+  }
+}
+
+void CpuInferenceModel::append(std::span<const AppendRequest> requests, float* logits) {
+  check(requests);
+  if (requests.empty()) return;
+  int N = 0;
+  size_t scores = 0;
+  for (const AppendRequest& r : requests) {
+    const size_t n = r.tokens.size();
+    N += static_cast<int>(n);
+    scores = std::max(scores, n * (size_t(lengths_[size_t(r.slot)]) + n));
+  }
+  reserve(N, scores);
+  const size_t NC = size_t(N) * C_;
+
+  // The embedding of each request's tokens at its own positions.
+  size_t row = 0;
+  for (const AppendRequest& r : requests) {
+    const float* wpe = param(w_.wpe);
+    if (wpe) wpe += size_t(lengths_[size_t(r.slot)]) * C_;
+    const int n = static_cast<int>(r.tokens.size());
+    cpu::embedding_forward(x_.data() + row * C_, r.tokens.data(), param(w_.wte), wpe, 1, n, C_, V_);
+    row += size_t(n);
+  }
+
+  for (size_t l = 0; l < w_.layers.size(); ++l) {
+    const GptOffsets::Layer& w = w_.layers[l];
+    norm(ln_.data(), x_.data(), w.ln1_w, w.ln1_b, N);
+    cpu::linear_forward(qkv_.data(), ln_.data(), param(w.qkv_w), param(w.qkv_b), N, C_, QKV_);
+    attend(l, requests);
+    cpu::linear_forward(branch_.data(), atty_.data(), param(w.proj_w), param(w.proj_b), N, C_, C_);
+    for (size_t i = 0; i < NC; ++i) x_[i] += branch_[i];
+    norm(ln_.data(), x_.data(), w.ln2_w, w.ln2_b, N);
+    cpu::linear_forward(fc1_.data(), ln_.data(), param(w.fc1_w), param(w.fc1_b), N, C_, FC_);
+    if (config_.activation == Activation::swiglu)
+      cpu::swiglu_forward(act_.data(), fc1_.data(), N, FF_);
+    else
+      cpu::gelu_forward(act_.data(), fc1_.data(), size_t(N) * FF_);
+    cpu::linear_forward(branch_.data(), act_.data(), param(w.fc2_w), param(w.fc2_b), N, FF_, C_);
+    for (size_t i = 0; i < NC; ++i) x_[i] += branch_[i];
+  }
+
+  // The output layer on each request's last row only.
+  const int R = static_cast<int>(requests.size());
+  row = 0;
+  for (int i = 0; i < R; ++i) {
+    row += requests[size_t(i)].tokens.size();
+    std::memcpy(last_.data() + size_t(i) * C_, x_.data() + (row - 1) * C_, size_t(C_) * sizeof(float));
+  }
+  norm(ln_.data(), last_.data(), w_.lnf_w, w_.lnf_b, R);
+  cpu::linear_forward(logits_.data(), ln_.data(), param(w_.out_w), nullptr, R, C_, Vp_);
+  for (int i = 0; i < R; ++i)
+    std::memcpy(logits + size_t(i) * V_, logits_.data() + size_t(i) * Vp_, size_t(V_) * sizeof(float));
+
+  for (const AppendRequest& r : requests) lengths_[size_t(r.slot)] += static_cast<int>(r.tokens.size());
+}
+
+}  // namespace meg

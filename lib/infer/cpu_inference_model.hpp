@@ -1,0 +1,66 @@
+// The CPU inference model: the decoder of model/gpt.hpp (GPT-2 or Llama, fp32, the ops of
+// ops/cpu/ops.hpp) run over the new tokens only, against a cache of every earlier token's keys and
+// values.
+//
+// The cache is one array for keys and one for values, [layer][slot][position][NKV*HS]: the keys
+// of a slot's positions in one layer are contiguous rows, which the attention reads with one GEMM
+// per head. Llama's keys are cached after their rotation (RoPE at their own positions), so a key
+// is rotated once. GPT-2 adds its learned position embedding at each token's position; its slots
+// hold at most seq_length tokens (the learned positions), Llama's any number.
+//
+// One append() packs the tokens of all its requests into the rows of one batch: the norms, the
+// linear layers and the MLP run over all rows at once (one GEMM each); only the attention runs
+// request by request, against the request's own slot. The logits are those of each request's last
+// row only. The result equals GptModel<float>'s forward over the whole sequence to float rounding
+// (tests/unit/test_infer_model.cpp).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "infer/inference_model.hpp"
+#include "model/gpt.hpp"
+
+namespace meg {
+
+class CpuInferenceModel final : public InferenceModel {
+ public:
+  // CONFIG (validated here) with PARAMS laid out as gpt_parameter_table(config); SLOTS sequences
+  // of MAX_LENGTH tokens (0: seq_length). InputError on a bad size.
+  CpuInferenceModel(const ModelConfig& config, std::vector<float> params, int slots, int max_length);
+
+  const ModelConfig& config() const override { return config_; }
+  int slots() const override { return slots_; }
+  int max_length() const override { return max_length_; }
+  int length(int slot) const override;
+  void reset(int slot) override;
+  void append(std::span<const AppendRequest> requests, float* logits) override;
+
+ private:
+  void check(std::span<const AppendRequest> requests) const;
+  const float* param(size_t offset) const;  // null for a tensor the model lacks
+  void norm(float* out, const float* inp, size_t w, size_t b, int N) const;
+  // The cached keys (or values) of layer L, slot S, from position 0.
+  float* cache(std::vector<float>& kv, size_t l, int s) const;
+  // Layer L's attention over the packed rows: caches the new keys and values and writes
+  // the attention output of each row into atty_.
+  void attend(size_t l, std::span<const AppendRequest> requests);
+  // Grows every scratch array to hold N rows and a score matrix of SCORES values.
+  void reserve(int N, size_t scores);
+
+  ModelConfig config_;
+  std::vector<float> params_;
+  GptOffsets w_;
+  int slots_ = 0, max_length_ = 0;
+  int C_ = 0, NH_ = 0, NKV_ = 0, HS_ = 0, KV_ = 0, QKV_ = 0, FF_ = 0, FC_ = 0, V_ = 0, Vp_ = 0;
+  std::vector<int> lengths_;
+  std::vector<float> k_cache_, v_cache_;
+
+  // Scratch of one append, grown as needed: the residual stream, its norm, and the products of
+  // one block over N packed rows; scores_ holds one head's attention scores.
+  std::vector<int32_t> tokens_;
+  std::vector<float> x_, ln_, qkv_, q_, atty_, branch_, fc1_, act_, scores_, last_, logits_;
+};
+
+}  // namespace meg

@@ -1,0 +1,117 @@
+// run_generate: the modes of meg-generate over the library's generator.
+#include "infer/generate_tool.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+
+#include "core/byte_stream.hpp"
+#include "core/device.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "core/progress.hpp"
+#include "infer/checkpoint_model.hpp"
+#include "infer/inference_model.hpp"
+#include "infer/outputs.hpp"
+
+namespace meg {
+
+namespace {
+
+void write_stdout(std::string_view text, bool flush) {
+  if (std::fwrite(text.data(), 1, text.size(), stdout) != text.size() || (flush && std::fflush(stdout) != 0))
+    system_error("stdout", "write");
+}
+
+// Counts finished prompts for the progress line.
+class CountingSink final : public CompletionSink {
+ public:
+  CountingSink(CompletionSink& inner, Progress& progress) : inner_(inner), progress_(progress) {}
+  void text(size_t id, std::string_view text) override { inner_.text(id, text); }
+  void done(size_t id, Completion completion) override {
+    inner_.done(id, std::move(completion));
+    progress_.add(1);
+  }
+
+ private:
+  CompletionSink& inner_;
+  Progress& progress_;
+};
+
+// The options that make sense only with others, and the device's defaults.
+void resolve(GenerateOptions& o) {
+  const bool jsonl = !o.prompts.empty();
+  if (jsonl && o.prompt) input_error("--prompt and --prompts together: give one");
+  if (!o.output.empty() && !jsonl && !o.json) input_error("--output applies to JSON results (--prompts or --json)");
+  if (o.echo && (jsonl || o.json)) input_error("--echo applies to text output; JSON results hold the prompt");
+  if (o.device.empty()) o.device = default_device();
+  if (o.device != "cpu" && o.device != "cuda") input_error("--device '{}': expected cpu or cuda", o.device);
+  if (o.precision.empty()) o.precision = o.device == "cuda" ? "bf16" : "fp32";
+  if (!o.batch) o.batch = o.device == "cuda" ? 32 : 1;
+  o.settings.validate("command line");
+}
+
+}  // namespace
+
+int run_generate(GenerateOptions o) {
+  resolve(o);
+  std::unique_ptr<InferenceModel> model;
+  std::unique_ptr<Tokenizer> tokenizer;
+  {
+    const CheckpointModel checkpoint = load_checkpoint_model(o.load);  // its host copy is freed below
+    tokenizer = load_model_tokenizer(checkpoint, o.tokenizer, o.merges);
+    model = make_inference_model(checkpoint, o.device, parse_precision(o.precision), *o.batch, o.max_length);
+    const ModelConfig& c = checkpoint.config;
+    log::info("{}: {} {} x {} ({:.1f} M parameters), {}; {} {}, {} sequence(s) of {} tokens", checkpoint.path,
+              to_string(c.family), c.num_layers, c.hidden_size, c.num_parameters() / 1e6, tokenizer->describe(),
+              o.device, o.device == "cuda" ? o.precision : "fp32", model->slots(), model->max_length());
+  }
+  Generator generator(*model, *tokenizer);
+  const int max_length = model->max_length();
+
+  // Where the results go: JSON lines into --output (renamed into place when all is written) or
+  // onto stdout, or text onto stdout.
+  std::unique_ptr<ByteWriter> file;
+  if (!o.output.empty() && o.output != "-") file = std::make_unique<ByteWriter>(o.output);
+  std::unique_ptr<PromptOutput> out;
+  if (!o.prompts.empty() || o.json)
+    out = std::make_unique<JsonlOutput>([&file](std::string_view line) {
+      if (file)
+        file->write(line.data(), line.size());
+      else
+        write_stdout(line, true);
+    });
+  else
+    out = std::make_unique<TextOutput>(write_stdout, o.echo);
+
+  const auto start = std::chrono::steady_clock::now();
+  GenerationStats stats;
+  if (!o.prompts.empty()) {
+    PromptFile prompts = read_prompt_file(o.prompts, o.settings, *tokenizer, max_length);
+    for (size_t i = 0; i < prompts.texts.size(); ++i) out->prompt(i, prompts.texts[i]);
+    Progress progress("answered", prompts.requests.size(), "prompts");
+    CountingSink counting(*out, progress);
+    ListSource source(std::move(prompts.requests));
+    stats = generator.run(source, counting);
+    progress.finish();
+  } else if (o.prompt) {
+    std::vector<GenerationRequest> one;
+    one.push_back(make_request(*o.prompt, o.settings, *tokenizer, max_length, "--prompt"));
+    out->prompt(0, *o.prompt);
+    ListSource source(std::move(one));
+    stats = generator.run(source, *out);
+  } else {
+    StdinPromptSource source(o.settings, *tokenizer, max_length,
+                             [&out](size_t id, const std::string& text) { out->prompt(id, text); });
+    stats = generator.run(source, *out);
+    if (source.error()) throw InputError(*source.error());
+  }
+  if (file) file->commit();
+
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  log::info("{} prompt(s), {} prompt tokens, {} tokens generated in {:.2f} s, {:.1f} tokens/s", stats.requests,
+            stats.prompt_tokens, stats.generated_tokens, seconds, stats.generated_tokens / seconds);
+  return 0;
+}
+
+}  // namespace meg

@@ -1,0 +1,180 @@
+// Generator: continuous batching, stop conditions and streaming text.
+#include "infer/generator.hpp"
+
+#include <algorithm>
+
+#include "core/error.hpp"
+#include "infer/text_stream.hpp"
+
+namespace meg {
+
+const char* finish_reason_name(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::stop: return "stop";
+    case FinishReason::length: return "length";
+    case FinishReason::eod: return "eod";
+  }
+  return "?";
+}
+
+// A request in a slot.
+struct Generator::Sequence {
+  Sequence(size_t id, GenerationRequest r, const Tokenizer& tokenizer)
+      : id(id), request(std::move(r)), history(request.prompt), stream(tokenizer, request.prompt) {}
+
+  size_t id;
+  GenerationRequest request;
+  std::vector<int32_t> history;  // prompt and completion, for the repetition penalty
+  TextStream stream;
+  std::string text;              // the completion's text so far
+  size_t released = 0;           // bytes of text given to the sink
+  Completion completion;
+  bool prefilled = false;        // the prompt is in the cache
+
+  // Where the first stop string in the text begins, or npos. Released text holds no beginning
+  // of one (release() holds such text back), so the search starts there.
+  size_t stop_position() const {
+    size_t at = std::string::npos;
+    for (const std::string& s : request.stop) at = std::min(at, text.find(s, released));
+    return at;
+  }
+
+  // Bytes at the end of the unreleased text that begin a stop string.
+  size_t held_back() const {
+    size_t held = 0;
+    const std::string_view unreleased = std::string_view(text).substr(released);
+    for (const std::string& s : request.stop)
+      for (size_t k = std::min(s.size() - 1, unreleased.size()); k > held; --k)
+        if (unreleased.ends_with(std::string_view(s).substr(0, k))) {
+          held = k;
+          break;
+        }
+    return held;
+  }
+};
+
+Generator::Generator(InferenceModel& model, const Tokenizer& tokenizer)
+    : model_(model), tokenizer_(tokenizer), sampler_(tokenizer.vocab_size()) {
+  if (tokenizer.vocab_size() > model.config().vocab_size)
+    input_error("the tokenizer's {} tokens do not fit the model's vocabulary of {}", tokenizer.vocab_size(),
+                model.config().vocab_size);
+}
+
+void Generator::check(const GenerationRequest& r) const {
+  if (r.prompt.empty()) input_error("generate: a request has an empty prompt");
+  if (r.prompt.size() > size_t(model_.max_length()))
+    input_error("generate: a prompt of {} tokens exceeds the model's length of {}", r.prompt.size(),
+                model_.max_length());
+  for (const int32_t t : r.prompt)
+    if (t < 0 || t >= tokenizer_.vocab_size())
+      input_error("generate: prompt token {} outside the tokenizer's vocabulary [0, {})", t, tokenizer_.vocab_size());
+  if (r.max_tokens < 1) input_error("generate: max tokens {} must be at least 1", r.max_tokens);
+  r.sampling.validate("generate");
+  for (const std::string& s : r.stop)
+    if (s.empty()) input_error("generate: a stop string is empty");
+}
+
+void Generator::release(Sequence& s, size_t end, CompletionSink& sink) {
+  if (end <= s.released) return;
+  sink.text(s.id, std::string_view(s.text).substr(s.released, end - s.released));
+  s.released = end;
+}
+
+bool Generator::advance(Sequence& s, int32_t token, int slot, CompletionSink& sink) {
+  std::optional<FinishReason> finish;
+  if (token == tokenizer_.eod_id()) {
+    finish = FinishReason::eod;
+  } else {
+    s.completion.ids.push_back(token);
+    s.history.push_back(token);
+    s.text += s.stream.push(token);
+    // A full slot cannot take the token back in to go on.
+    if (s.completion.ids.size() >= size_t(s.request.max_tokens) || model_.length(slot) >= model_.max_length())
+      finish = FinishReason::length;
+  }
+  if (finish) s.text += s.stream.finish();
+  if (const size_t at = s.stop_position(); at != std::string::npos) {
+    s.text.resize(at);
+    finish = FinishReason::stop;
+  }
+  if (!finish) {
+    release(s, s.text.size() - s.held_back(), sink);
+    return false;
+  }
+  release(s, s.text.size(), sink);
+  s.completion.text = std::move(s.text);
+  s.completion.finish = *finish;
+  sink.done(s.id, std::move(s.completion));
+  return true;
+}
+
+GenerationStats Generator::run(RequestSource& source, CompletionSink& sink) {
+  const int slots = model_.slots();
+  const size_t V = size_t(model_.config().vocab_size);
+  std::vector<std::optional<Sequence>> running(static_cast<size_t>(slots));
+  for (int i = 0; i < slots; ++i) model_.reset(i);
+  std::vector<AppendRequest> appends;
+  std::vector<int32_t> last_token(static_cast<size_t>(slots));
+  std::vector<float> logits(static_cast<size_t>(slots) * V);
+  GenerationStats stats;
+  size_t active = 0;
+  for (;;) {
+    // Free slots take new requests; the source is waited on only when nothing else would run.
+    for (int i = 0; i < slots; ++i) {
+      if (running[size_t(i)]) continue;
+      std::optional<GenerationRequest> r = source.next(active == 0);
+      if (!r) break;
+      check(*r);
+      stats.prompt_tokens += r->prompt.size();
+      running[size_t(i)].emplace(stats.requests++, std::move(*r), tokenizer_);
+      ++active;
+    }
+    if (active == 0) return stats;
+
+    // One call: the prompts of new sequences, the last token of the others.
+    appends.clear();
+    for (int i = 0; i < slots; ++i) {
+      if (!running[size_t(i)]) continue;
+      Sequence& s = *running[size_t(i)];
+      appends.push_back({i, s.prefilled ? std::span<const int32_t>(&last_token[size_t(i)], 1)
+                                        : std::span<const int32_t>(s.request.prompt)});
+      s.prefilled = true;
+    }
+    model_.append(appends, logits.data());
+
+    for (size_t k = 0; k < appends.size(); ++k) {
+      const int i = appends[k].slot;
+      Sequence& s = *running[size_t(i)];
+      const SamplingParams& p = s.request.sampling;
+      const double u = p.greedy() ? 0.0 : sampling_uniform(p.seed, s.id, s.completion.ids.size());
+      const int32_t token = sampler_.sample(logits.data() + k * V, s.history, p, u);
+      last_token[size_t(i)] = token;
+      ++stats.generated_tokens;
+      if (advance(s, token, i, sink)) {
+        running[size_t(i)].reset();
+        model_.reset(i);
+        --active;
+      }
+    }
+  }
+}
+
+std::optional<GenerationRequest> ListSource::next(bool) {
+  if (next_ == requests_.size()) return std::nullopt;
+  return std::move(requests_[next_++]);
+}
+
+std::vector<Completion> generate(InferenceModel& model, const Tokenizer& tokenizer,
+                                 std::vector<GenerationRequest> requests) {
+  struct Collect final : CompletionSink {
+    std::vector<Completion> completions;
+    void text(size_t, std::string_view) override {}
+    void done(size_t id, Completion c) override { completions[id] = std::move(c); }
+  } sink;
+  sink.completions.resize(requests.size());
+  ListSource source(std::move(requests));
+  Generator(model, tokenizer).run(source, sink);
+  return std::move(sink.completions);
+}
+
+}  // namespace meg

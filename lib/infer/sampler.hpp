@@ -1,0 +1,65 @@
+// Choosing the next token from a model's logits.
+//
+// In order, as Hugging Face's generate() applies its logits processors:
+//   1. repetition penalty R (CTRL, Keskar et al. 2019; Hugging Face's): for each DISTINCT token of
+//      the sequence so far (prompt and generated), a logit l > 0 becomes l / R, any other l * R;
+//   2. temperature 0 (the default): greedy, the largest logit, the lowest id among equal ones;
+//   3. otherwise the logits divided by the temperature, then top-k (0 = off): the k largest logits
+//      (exactly k; equal logits ordered by id), then top-p (nucleus, 1 = off): the fewest of the
+//      largest probabilities (renormalised after top-k) whose sum reaches p, at least one;
+//   4. one draw from the softmax over what is kept.
+//
+// The draw takes a uniform number u in [0, 1) given by the caller; sampling_uniform() makes it
+// from (seed, stream, step) with Philox (core/philox.hpp), counter-based, so a sequence's tokens
+// depend on its seed, its stream (the generator's request number) and its step, never on which
+// other sequences share the batch, which slot it has, or the device.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace meg {
+
+struct SamplingParams {
+  double temperature = 0;         // 0: greedy
+  int top_k = 0;                  // 0: off
+  double top_p = 1;               // 1: off
+  double repetition_penalty = 1;  // 1: off
+  uint64_t seed = 0;
+
+  // InputError "WHERE: ..." naming the first parameter out of its range: temperature >= 0,
+  // top_k >= 0, top_p in (0, 1], repetition_penalty > 0.
+  void validate(const std::string& where) const;
+  bool greedy() const { return temperature == 0; }
+};
+
+// The uniform number in [0, 1) of STEP of STREAM under SEED: 53 bits of
+// Philox4x32-10(counter = (step mod 2^32, step div 2^32, stream mod 2^32, stream div 2^32),
+// key = (seed mod 2^32, seed div 2^32)), words 0 and 1.
+double sampling_uniform(uint64_t seed, uint64_t stream, uint64_t step);
+
+class Sampler {
+ public:
+  explicit Sampler(int vocab_size);
+
+  // The token chosen from LOGITS[vocab_size] under PARAMS (valid), HISTORY being the sequence so
+  // far (for the repetition penalty; ids in [0, vocab_size)) and U the draw (unused when greedy).
+  int32_t sample(const float* logits, std::span<const int32_t> history, const SamplingParams& params, double u);
+
+ private:
+  struct Candidate {
+    double logit;
+    int32_t id;
+  };
+  void penalise(std::span<const int32_t> history, double penalty);
+
+  int vocab_size_;
+  std::vector<double> logits_;    // the logits being worked on
+  std::vector<uint8_t> penalised_;  // marks of the repetition penalty, all clear between calls
+  std::vector<Candidate> candidates_;
+  std::vector<double> probs_;
+};
+
+}  // namespace meg

@@ -1,0 +1,217 @@
+// The CPU inference model: KV-cache decoding (prompts, single tokens, several slots interleaved in
+// one call) gives the logits of GptModel's full recomputation over the whole sequence, for GPT-2
+// and Llama (Llama also past its training length); slots reset; bad calls are refused.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "catch.hpp"
+#include "test_util.hpp"
+#include "core/error.hpp"
+#include "infer/cpu_inference_model.hpp"
+#include "infer/inference_model.hpp"
+#include "model/gpt.hpp"
+#include "ops/cpu/ops.hpp"
+
+using namespace meg;
+
+namespace {
+
+// 2 layers, C 32, 4 heads (2 KV heads for Llama), vocab 50 padded to 64, 16 positions; a larger
+// init than Megatron's so that the logits are far from uniform.
+ModelConfig small_config(ModelFamily family) {
+  ModelConfig c = ModelConfig::defaults(family);
+  c.num_layers = 2;
+  c.hidden_size = 32;
+  c.num_heads = 4;
+  c.num_kv_heads = family == ModelFamily::llama ? 2 : 4;
+  c.ffn_hidden_size = family == ModelFamily::llama ? 48 : 128;
+  c.seq_length = 16;
+  c.vocab_size = 50;
+  c.make_vocab_size_divisible_by = 16;
+  c.pad_vocab();
+  c.init_std = 0.2;
+  if (family == ModelFamily::llama) c.rope_theta = 10000;
+  c.validate();
+  return c;
+}
+
+std::vector<float> init_params(const ModelConfig& c, uint64_t seed) {
+  std::vector<float> p(size_t(c.num_parameters()));
+  gpt_init_parameters(c, gpt_parameter_table(c), seed, p.data());
+  return p;
+}
+
+// Logits [T, vocab_size] of the full forward over TOKENS (the padded columns dropped).
+std::vector<float> full_logits(const ModelConfig& c, const std::vector<float>& params,
+                               const std::vector<int32_t>& tokens) {
+  GptModel<float> m(c);
+  std::copy(params.begin(), params.end(), m.params());
+  m.set_training(false);
+  const int T = int(tokens.size());
+  m.forward(tokens.data(), nullptr, 1, T);
+  std::vector<float> out(size_t(T) * c.vocab_size);
+  for (int t = 0; t < T; ++t)
+    std::copy_n(m.logits() + size_t(t) * c.padded_vocab_size, c.vocab_size, out.begin() + size_t(t) * c.vocab_size);
+  return out;
+}
+
+// max |a - b| over the row, relative to the row's largest |b|.
+double row_error(const float* a, const float* b, int V) {
+  double diff = 0, scale = 0;
+  for (int i = 0; i < V; ++i) {
+    diff = std::max(diff, double(std::abs(a[i] - b[i])));
+    scale = std::max(scale, double(std::abs(b[i])));
+  }
+  return diff / scale;
+}
+
+const char* family_name(ModelFamily f) { return f == ModelFamily::gpt2 ? "gpt2" : "llama"; }
+
+}  // namespace
+
+TEST_CASE("cpu ops: rope from a position and cached attention give the rows of the whole sequence's",
+          "[infer][kvcache]") {
+  const int T = 12, NH = 4, NKV = 2, HS = 8, first = 7, n = T - first;
+  std::vector<float> q(size_t(T) * NH * HS), k(size_t(T) * NKV * HS), v(k.size());
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal;
+  for (auto* a : {&q, &k, &v})
+    for (float& x : *a) x = normal(rng);
+
+  // Rows first.. of rope over the whole sequence are rope_forward_from over those rows alone.
+  std::vector<float> whole(k.size()), tail(k.begin() + first * NKV * HS, k.end());
+  cpu::rope_forward(whole.data(), k.data(), 1, T, NKV, HS, 10000.0f);
+  cpu::rope_forward_from(tail.data(), tail.data(), n, NKV, HS, first, 10000.0f);
+  CHECK(std::equal(tail.begin(), tail.end(), whole.begin() + first * NKV * HS));
+
+  // The last N queries against all T keys (the cache) are the last rows of the full attention.
+  std::vector<float> out(q.size()), att(size_t(NH) * T * T), cached(size_t(n) * NH * HS), scores(size_t(n) * T);
+  cpu::attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), 1, T, NH, NKV, HS);
+  cpu::attention_cached_forward(cached.data(), q.data() + first * NH * HS, k.data(), v.data(), n, first, NH, NKV, HS,
+                                scores.data());
+  CHECK(row_error(cached.data(), out.data() + first * NH * HS, int(cached.size())) < 1e-6);
+}
+
+TEST_CASE("inference model: KV-cache decoding equals full recomputation, slots interleaved", "[infer][kvcache]") {
+  for (const ModelFamily family : {ModelFamily::gpt2, ModelFamily::llama}) {
+    INFO(family_name(family));
+    const ModelConfig c = small_config(family);
+    const std::vector<float> params = init_params(c, 7);
+    const int V = int(c.vocab_size);
+    // Three sequences of 16 tokens; each slot is fed in chunks of its own sizes, so that one call
+    // mixes prompts and single decode tokens of different slots at different positions.
+    const std::vector<std::vector<int32_t>> seqs = {random_tokens(16, V, 1), random_tokens(16, V, 2),
+                                                    random_tokens(16, V, 3)};
+    const std::vector<std::vector<int>> chunks = {{5, 1, 1, 3, 1, 1, 1, 1, 1, 1},
+                                                  {1, 1, 7, 1, 1, 1, 1, 1, 1, 1},
+                                                  {16}};
+    std::vector<std::vector<float>> ref;
+    for (const auto& s : seqs) ref.push_back(full_logits(c, params, s));
+
+    CpuInferenceModel model(c, params, 3, 0);
+    CHECK(model.max_length() == 16);
+    std::vector<size_t> done(3, 0), step(3, 0);
+    std::vector<float> logits(3 * size_t(V));
+    int calls = 0;
+    for (;;) {
+      std::vector<AppendRequest> reqs;
+      std::vector<int> slots;
+      // Slot order rotates so that the packing order changes too.
+      for (int k = 0; k < 3; ++k) {
+        const int s = (k + calls) % 3;
+        if (step[s] == chunks[s].size()) continue;
+        const size_t n = size_t(chunks[s][step[s]]);
+        reqs.push_back({s, std::span<const int32_t>(seqs[s]).subspan(done[s], n)});
+        slots.push_back(s);
+      }
+      if (reqs.empty()) break;
+      model.append(reqs, logits.data());
+      ++calls;
+      for (size_t i = 0; i < reqs.size(); ++i) {
+        const int s = slots[i];
+        done[s] += reqs[i].tokens.size();
+        ++step[s];
+        CHECK(model.length(s) == int(done[s]));
+        INFO("slot " << s << " at position " << done[s] - 1);
+        CHECK(row_error(logits.data() + i * V, ref[s].data() + (done[s] - 1) * V, V) < 1e-5);
+      }
+    }
+    CHECK(calls == 10);
+
+    // A reset slot starts a new sequence: the same logits as from a fresh model.
+    model.reset(1);
+    CHECK(model.length(1) == 0);
+    const AppendRequest again{1, std::span<const int32_t>(seqs[2]).first(9)};
+    model.append({&again, 1}, logits.data());
+    CHECK(row_error(logits.data(), ref[2].data() + 8 * V, V) < 1e-5);
+  }
+}
+
+TEST_CASE("inference model: Llama decodes past its training length as a longer model computes", "[infer][kvcache]") {
+  ModelConfig c = small_config(ModelFamily::llama);
+  const std::vector<float> params = init_params(c, 11);
+  const int V = int(c.vocab_size);
+  const std::vector<int32_t> seq = random_tokens(24, V, 5);
+  ModelConfig longer = c;
+  longer.seq_length = 24;  // RoPE has no learned positions: the same parameters
+  const std::vector<float> ref = full_logits(longer, params, seq);
+
+  CpuInferenceModel model(c, params, 1, 24);
+  std::vector<float> logits(static_cast<size_t>(V));
+  const AppendRequest prompt{0, std::span<const int32_t>(seq).first(10)};
+  model.append({&prompt, 1}, logits.data());
+  CHECK(row_error(logits.data(), ref.data() + 9 * V, V) < 1e-5);
+  for (size_t t = 10; t < seq.size(); ++t) {
+    const AppendRequest one{0, std::span<const int32_t>(seq).subspan(t, 1)};
+    model.append({&one, 1}, logits.data());
+    INFO("position " << t);
+    CHECK(row_error(logits.data(), ref.data() + t * V, V) < 1e-5);
+  }
+}
+
+TEST_CASE("inference model: bad sizes and calls are refused before any work", "[infer][kvcache]") {
+  const ModelConfig gpt = small_config(ModelFamily::gpt2);
+  const std::vector<float> params = init_params(gpt, 1);
+  CHECK(input_error_of([&] { CpuInferenceModel(gpt, params, 1, 17); }) ==
+        "--max-length 17: this GPT-2 model has only 16 learned positions");
+  CHECK(input_error_of([&] { CpuInferenceModel(gpt, params, 0, 0); }) == "--batch 0: must be at least 1");
+  CHECK_THROWS_AS(CpuInferenceModel(gpt, std::vector<float>(10), 1, 0), InputError);
+
+  CpuInferenceModel model(gpt, params, 2, 8);
+  std::vector<float> logits(2 * size_t(gpt.vocab_size));
+  const std::vector<int32_t> five = {1, 2, 3, 4, 5}, bad = {1, 50};
+  const AppendRequest a{0, five}, b{0, five}, c{2, five}, d{1, bad};
+  const AppendRequest twice[] = {a, b};
+  CHECK(input_error_of([&] { model.append(twice, logits.data()); }) ==
+        "inference model: slot 0 appears twice in one append");
+  CHECK(input_error_of([&] { model.append({&c, 1}, logits.data()); }) == "inference model: slot 2 outside [0, 2)");
+  CHECK(input_error_of([&] { model.append({&d, 1}, logits.data()); }) ==
+        "inference model: token 50 outside the vocabulary [0, 50)");
+  model.append({&a, 1}, logits.data());
+  // A failed call leaves every slot as it was.
+  const AppendRequest both[] = {AppendRequest{1, five}, a};
+  CHECK(input_error_of([&] { model.append(both, logits.data()); }) ==
+        "inference model: slot 0 would hold 10 tokens, more than its 8");
+  CHECK(model.length(0) == 5);
+  CHECK(model.length(1) == 0);
+}
+
+TEST_CASE("inference model: the factory gives the CPU model and refuses what the build lacks", "[infer][kvcache]") {
+  CheckpointModel ck;
+  ck.config = small_config(ModelFamily::gpt2);
+  ck.params = init_params(ck.config, 3);
+  const auto model = make_inference_model(ck, "cpu", Precision::fp32, 2, 0);
+  CHECK(model->slots() == 2);
+  CHECK(model->max_length() == 16);
+  CHECK(input_error_of([&] { make_inference_model(ck, "cpu", Precision::bf16, 1, 0); }) ==
+        "--precision bf16: the CPU path computes in fp32 only; use --device cuda");
+  CHECK(input_error_of([&] { make_inference_model(ck, "tpu", Precision::fp32, 1, 0); }) ==
+        "--device 'tpu': expected cpu or cuda");
+#if !MEG_CUDA
+  CHECK(input_error_of([&] { make_inference_model(ck, "cuda", Precision::bf16, 1, 0); }) ==
+        "--device cuda: this build of meg has no CUDA support");
+#endif
+}
