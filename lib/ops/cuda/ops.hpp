@@ -250,4 +250,50 @@ void adamw_step(float* params, X* params_x, const float* grads, float* m, float*
 void sum_squares(double* out, const float* grad, size_t n, double* scratch, cudaStream_t stream);
 size_t sum_squares_scratch(size_t n);
 
+
+// ---- kernels/kv_cache.cu -----------------------------------------------------------------------
+//
+// The KV cache of the inference path: per layer, a K and a V array [slots, NKV, max_length, HS] of
+// X, a sequence (slot) keeping each kv head's keys in position order.
+
+// For each token row i of qkv [N, (NH + 2*NKV) * HS] (the fused projection, rows [q; k; v] as the
+// model's linear_qkv), the token at position positions[i] of slot slots[i]: rotates its q and k
+// heads in place by that position when ROPE_TABLE is given (rope_table(T, HS, theta) on the
+// device, T above every position), as rope_forward rotates position t, then writes its k and v
+// heads into k_cache and v_cache at (slot, position). Positions must be below max_length.
+template <typename X>
+void kv_cache_append(X* qkv, X* k_cache, X* v_cache, const int32_t* slots, const int32_t* positions,
+                     const float* rope_table, int N, int NH, int NKV, int HS, int max_length,
+                     cudaStream_t stream);
+
+// ---- kernels/cached_attention.cu ---------------------------------------------------------------
+
+// Attention of Q query rows against the cache, for the decode steps of the inference path (and
+// prompt tokens that follow cached ones). Query q is row rows[q] of qkv (as kv_cache_append takes
+// it, after that has run for the row); it attends, as query head h, to the keys and values
+// [0, positions[row]] of kv head h / (NH / NKV) of slot slots[row], scores scaled by 1/sqrt(HS),
+// and writes out[row] ([N, NH * HS] rows, as attention_forward's). SCRATCH holds
+// cached_attention_scratch(Q, NH, NKV, HS) floats (null when that is 0). Head sizes: those of
+// cached_attention_supports (any even one up to 64, multiples of 4 up to 128, of 8 up to 256).
+template <typename X>
+void cached_attention(X* out, const X* qkv, const X* k_cache, const X* v_cache, const int32_t* rows,
+                      const int32_t* slots, const int32_t* positions, int Q, int NH, int NKV, int HS,
+                      int max_length, float* scratch, cudaStream_t stream);
+bool cached_attention_supports(int HS);
+// The grid's key splits for Q queries (a function of Q and the device alone, so that a captured
+// decode step keeps its shape as the context grows), and the scratch they need.
+int cached_attention_splits(int Q, int NH, int NKV);
+size_t cached_attention_scratch(int Q, int NH, int NKV, int HS);
+
+// ---- kernels/logits.cu -------------------------------------------------------------------------
+
+// out[N, V] (fp32) = the real columns of logits [N, Vp].
+template <typename X>
+void logits_to_float(float* out, const X* logits, int N, int V, int Vp, cudaStream_t stream);
+
+// out[r] = the column of the largest of logits[r, 0..V) (the lowest one among equal maxima, as
+// torch.argmax; NaN never wins).
+template <typename X>
+void argmax_rows(int32_t* out, const X* logits, int N, int V, int Vp, cudaStream_t stream);
+
 }  // namespace meg::cuda

@@ -1,0 +1,352 @@
+// Attention of single query rows against a KV cache (kernels/kv_cache.cu), for X = fp32, bf16 or
+// fp16 with fp32 arithmetic: the decode step of the inference path, and any prompt tokens that
+// follow tokens already cached.
+//
+// Query q (of Q) is row rows[q] of the fused projection qkv [N, (NH + 2*NKV) * HS]; its token sits
+// at position p = positions[row] of slot slots[row], whose keys and values [0, p] are in the cache
+// (this batch's included: kv_cache_append runs first). With s = q.k / sqrt(HS),
+//   out[row, h] = sum_t p_t v_t,  p = softmax(s) over the keys t <= p of kv head h / (NH / NKV).
+// A query at position p sees exactly the keys up to p, so a prompt's tokens appended in one batch
+// are causal among themselves without a mask.
+//
+// Decoding reads the whole cache for one query, and at batch 1 there are few (query, head) pairs:
+// too few blocks to keep the memory busy. So the keys are split (flash-decoding): block (split,
+// head group, query) takes a contiguous share of the query's keys and keeps a partial result, the
+// running max m, sum l and unnormalised output o of an online softmax; a second kernel merges the
+// splits' partials. A query splits its keys into at most one share per kMinSplitKeys keys, so short
+// contexts run unsplit, and the grid's split count depends only on Q (cached_attention_splits): a
+// decode step's launches keep their shape as the context grows, which CUDA graphs need. Blocks
+// past a query's own split count return at once.
+//
+// Inside a block. A key row of HS elements is read by P lanes, each holding W consecutive elements
+// (16 bytes for bf16 with W = 8); P is HS / W rounded up to a power of two, lanes past the row
+// idle, so a warp reads 32 / P keys at once, kUnroll times over, before using any of them. The
+// P lanes of a key add their partial dot products with xor shuffles, which leave the same sum in
+// each of them; every lane then updates its own online softmax (m, l, and o for its W elements),
+// so the key groups never wait on each other. Grouped-query attention: a block takes G query heads
+// of one kv head (G the largest of 4, 2, 1 dividing NH / NKV), so every key and value read
+// serves G heads. At the end the key groups of a warp merge their partials with shuffles, the warps
+// theirs through shared memory, in a fixed order.
+//
+// Scores are kept in base-2 units (q is pre-scaled by log2(e) / sqrt(HS)), so each exponential is
+// one ex2 instruction.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "common.cuh"
+#include "ops/cuda/check.hpp"
+#include "ops/cuda/ops.hpp"
+
+namespace meg::cuda {
+
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * kWarp;
+constexpr int kUnroll = 2;         // keys per lane group loaded before the first is used
+constexpr int kMaxSplits = 64;     // the merge reads up to this many partials per (query, head)
+constexpr int kMinSplitKeys = 64;  // a split takes at least this many keys
+constexpr int kBlocksPerSM = 4;    // the grid the splits aim for: enough warps to hide latency
+
+// Query heads per block: the largest of 4, 2, 1 that divides the group NH / NKV. Not 8: the block
+// would hold 8 heads' q and o in registers (over 200 with W = 8, two blocks per multiprocessor),
+// while two blocks of 4 read the same keys mostly from L2.
+int heads_per_block(int group) {
+  for (int g : {4, 2})
+    if (group % g == 0) return g;
+  return 1;
+}
+
+// A split's partial result for one (query, head): m, l, then o[HS] (base-2 units, unnormalised).
+__host__ __device__ size_t partial_floats(int HS) { return size_t(HS) + 2; }
+
+// The splits query LEN keys use, within the grid's SPLITS.
+__device__ int query_splits(int len, int splits) {
+  return min(splits, ceil_div(len, kMinSplitKeys));
+}
+
+// Merges the partial (m2, l2, o2) into (m, l, o). Two empty partials (m = -inf) stay empty.
+template <int W>
+__device__ void merge(float& m, float& l, float (&o)[W], float m2, float l2, const float (&o2)[W]) {
+  const float mx = fmaxf(m, m2);
+  if (mx == -INFINITY) return;
+  const float a = fast_exp2(m - mx), b = fast_exp2(m2 - mx);
+  l = l * a + l2 * b;
+#pragma unroll
+  for (int w = 0; w < W; ++w) o[w] = o[w] * a + o2[w] * b;
+  m = mx;
+}
+
+// A launch's arrays and shapes, as cached_attention takes them.
+template <typename X>
+struct Args {
+  X* out;
+  float* partials;  // the scratch: [Q, NH, grid splits] partial results
+  const X *qkv, *k_cache, *v_cache;
+  const int32_t *rows, *slots, *positions;
+  int Q, NH, NKV, HS, max_length;
+};
+
+template <typename X, int W, int G>
+__global__ void __launch_bounds__(kThreads)
+    cached_attention_kernel(const Args<X> a, float scale_log2) {
+  using V = Vec<X, W>;
+  const int NH = a.NH, NKV = a.NKV, HS = a.HS;
+  const int q = blockIdx.z, split = blockIdx.x;
+  const int row = a.rows[q], len = a.positions[row] + 1;
+  const int splits = query_splits(len, gridDim.x);
+  if (split >= splits) return;  // the whole block: this query needs fewer splits
+  const int per_split = ceil_div(len, splits);
+  const int k_begin = split * per_split, k_end = min(len, k_begin + per_split);
+
+  // The lane's place: chunk c of the key row (elements [c W, c W + W)), key `sub` of the warp's.
+  const int chunks = HS / W;
+  int P = 1;
+  while (P < chunks) P *= 2;
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int c = lane % P, sub = lane / P, per_warp = kWarp / P;
+  const bool has_chunk = c < chunks;
+
+  // The block's query heads h0 .. h0 + G - 1, all of kv head g (G divides the group NH / NKV).
+  const int h0 = blockIdx.y * G, g = h0 / (NH / NKV);
+
+  float qv[G][W] = {};
+  const X* qrow = a.qkv + size_t(row) * (NH + 2 * NKV) * HS + size_t(h0) * HS + c * W;
+  if (has_chunk) {
+#pragma unroll
+    for (int j = 0; j < G; ++j) {
+      const V x = *reinterpret_cast<const V*>(qrow + j * HS);
+#pragma unroll
+      for (int w = 0; w < W; ++w) qv[j][w] = to_float(x.v[w]) * scale_log2;
+    }
+  }
+
+  float m[G], l[G], o[G][W];
+#pragma unroll
+  for (int j = 0; j < G; ++j) {
+    m[j] = -INFINITY;
+    l[j] = 0.0f;
+#pragma unroll
+    for (int w = 0; w < W; ++w) o[j][w] = 0.0f;
+  }
+
+  const size_t head_rows = (size_t(a.slots[row]) * NKV + g) * a.max_length;
+  const X* kp = a.k_cache + head_rows * HS + c * W;
+  const X* vp = a.v_cache + head_rows * HS + c * W;
+  // The loop condition depends on the warp only: every lane reaches the shuffles.
+  for (int base = k_begin + warp * per_warp * kUnroll; base < k_end;
+       base += kWarps * per_warp * kUnroll) {
+    V kx[kUnroll], vx[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int t = base + u * per_warp + sub;
+      if (t < k_end && has_chunk) {
+        kx[u] = *reinterpret_cast<const V*>(kp + size_t(t) * HS);
+        vx[u] = *reinterpret_cast<const V*>(vp + size_t(t) * HS);
+      } else {
+#pragma unroll
+        for (int w = 0; w < W; ++w) {
+          kx[u].v[w] = from_float<X>(0.0f);
+          vx[u].v[w] = from_float<X>(0.0f);
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const bool valid = base + u * per_warp + sub < k_end;
+#pragma unroll
+      for (int j = 0; j < G; ++j) {
+        float s = 0.0f;
+#pragma unroll
+        for (int w = 0; w < W; ++w) s += qv[j][w] * to_float(kx[u].v[w]);
+        for (int offset = P / 2; offset > 0; offset /= 2)
+          s += __shfl_xor_sync(0xffffffffu, s, offset);
+        if (valid) {
+          const float mx = fmaxf(m[j], s);
+          const float corr = fast_exp2(m[j] - mx);  // 0 for the first key, where m is -inf
+          const float p = fast_exp2(s - mx);
+          l[j] = l[j] * corr + p;
+#pragma unroll
+          for (int w = 0; w < W; ++w) o[j][w] = o[j][w] * corr + p * to_float(vx[u].v[w]);
+          m[j] = mx;
+        }
+      }
+    }
+  }
+
+  // The warp's key groups merge: xor offsets of P and more pair lanes holding the same chunk.
+  for (int offset = kWarp / 2; offset >= P; offset /= 2) {
+#pragma unroll
+    for (int j = 0; j < G; ++j) {
+      float o2[W];
+#pragma unroll
+      for (int w = 0; w < W; ++w) o2[w] = __shfl_xor_sync(0xffffffffu, o[j][w], offset);
+      const float m2 = __shfl_xor_sync(0xffffffffu, m[j], offset);
+      const float l2 = __shfl_xor_sync(0xffffffffu, l[j], offset);
+      merge<W>(m[j], l[j], o[j], m2, l2, o2);
+    }
+  }
+
+  // Then the warps, through shared memory: [warp][head j][m, l, o[HS]].
+  extern __shared__ float smem[];
+  const size_t rec = partial_floats(HS);
+  if (sub == 0 && has_chunk) {
+#pragma unroll
+    for (int j = 0; j < G; ++j) {
+      float* r = smem + (size_t(warp) * G + j) * rec;
+      if (c == 0) {
+        r[0] = m[j];
+        r[1] = l[j];
+      }
+#pragma unroll
+      for (int w = 0; w < W; ++w) r[2 + c * W + w] = o[j][w];
+    }
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < G * HS; e += kThreads) {
+    const int j = e / HS, d = e % HS, h = h0 + j;
+    float mx = -INFINITY;
+    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, smem[(size_t(w) * G + j) * rec]);
+    float sum = 0.0f, acc = 0.0f;
+    for (int w = 0; w < kWarps; ++w) {
+      const float* r = smem + (size_t(w) * G + j) * rec;
+      if (r[0] == -INFINITY) continue;  // a warp that saw no key
+      const float f = fast_exp2(r[0] - mx);
+      sum += r[1] * f;
+      acc += r[2 + d] * f;
+    }
+    if (splits == 1) {
+      a.out[(size_t(row) * NH + h) * HS + d] = from_float<X>(acc / sum);
+    } else {
+      float* p = a.partials + ((size_t(q) * NH + h) * gridDim.x + split) * rec;
+      if (d == 0) {
+        p[0] = mx;
+        p[1] = sum;
+      }
+      p[2 + d] = acc;
+    }
+  }
+}
+
+// Warp per (query, head): merges the query's split partials in split order into out.
+template <typename X>
+__global__ void cached_attention_merge_kernel(const Args<X> a, int grid_splits) {
+  const int NH = a.NH, HS = a.HS;
+  const long idx = long(blockIdx.x) * kWarps + threadIdx.x / kWarp;  // q * NH + h
+  const int lane = threadIdx.x % kWarp;
+  if (idx >= long(a.Q) * NH) return;
+  const int h = int(idx % NH), row = a.rows[idx / NH];
+  const int splits = query_splits(a.positions[row] + 1, grid_splits);
+  if (splits == 1) return;  // the attention kernel wrote this one itself
+  const size_t rec = partial_floats(HS);
+  const float* p = a.partials + size_t(idx) * grid_splits * rec;
+  float mx = -INFINITY;
+  for (int s = 0; s < splits; ++s) mx = fmaxf(mx, p[s * rec]);
+  float sum = 0.0f;
+  for (int s = 0; s < splits; ++s)
+    if (p[s * rec] != -INFINITY) sum += p[s * rec + 1] * fast_exp2(p[s * rec] - mx);
+  for (int d = lane; d < HS; d += kWarp) {
+    float acc = 0.0f;
+    for (int s = 0; s < splits; ++s)
+      if (p[s * rec] != -INFINITY) acc += p[s * rec + 2 + d] * fast_exp2(p[s * rec] - mx);
+    a.out[(size_t(row) * NH + h) * HS + d] = from_float<X>(acc / sum);
+  }
+}
+
+int multiprocessors() {
+  int device = 0, sms = 0;
+  MEG_CUDA_CHECK(cudaGetDevice(&device));
+  MEG_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return sms;
+}
+
+template <typename X, int W, int G>
+void launch(const Args<X>& a, cudaStream_t stream) {
+  const int splits = cached_attention_splits(a.Q, a.NH, a.NKV);
+  const float scale_log2 = float(kLog2e / std::sqrt(double(a.HS)));
+  const size_t smem = size_t(kWarps) * G * partial_floats(a.HS) * sizeof(float);
+  const dim3 grid(splits, a.NH / G, a.Q);
+  cached_attention_kernel<X, W, G><<<grid, kThreads, smem, stream>>>(a, scale_log2);
+  MEG_CUDA_CHECK(cudaGetLastError());
+  if (splits > 1) {
+    cached_attention_merge_kernel<X>
+        <<<unsigned(ceil_div(a.Q * a.NH, kWarps)), kThreads, 0, stream>>>(a, splits);
+    MEG_CUDA_CHECK(cudaGetLastError());
+  }
+}
+
+template <typename X, int W>
+void launch_heads(const Args<X>& a, cudaStream_t stream) {
+  switch (heads_per_block(a.NH / a.NKV)) {
+    case 4: return launch<X, W, 4>(a, stream);
+    case 2: return launch<X, W, 2>(a, stream);
+    default: return launch<X, W, 1>(a, stream);
+  }
+}
+
+// The elements a lane holds: the widest of 8, 4, 2 that divides HS and leaves at most 32 lanes
+// per key row; 0 when none does.
+int lane_elements(int HS) {
+  for (int w : {8, 4, 2})
+    if (HS % w == 0 && HS / w <= kWarp) return w;
+  return 0;
+}
+
+}  // namespace
+
+int cached_attention_splits(int Q, int NH, int NKV) {
+  const long blocks = long(Q) * NKV * (NH / NKV / heads_per_block(NH / NKV));
+  const long target = long(kBlocksPerSM) * multiprocessors();
+  if (blocks >= target) return 1;
+  return int(std::min<long>(kMaxSplits, (target + blocks - 1) / blocks));
+}
+
+size_t cached_attention_scratch(int Q, int NH, int NKV, int HS) {
+  const int splits = cached_attention_splits(Q, NH, NKV);
+  return splits > 1 ? size_t(Q) * NH * splits * partial_floats(HS) : 0;
+}
+
+template <typename X>
+void cached_attention(X* out, const X* qkv, const X* k_cache, const X* v_cache, const int32_t* rows,
+                      const int32_t* slots, const int32_t* positions, int Q, int NH, int NKV,
+                      int HS, int max_length, float* scratch, cudaStream_t stream) {
+  if (NH <= 0 || NKV <= 0 || NH % NKV != 0)
+    throw std::invalid_argument(
+        "cached_attention: query heads must be a multiple of key/value heads");
+  if (Q > 65535) throw std::invalid_argument("cached_attention: at most 65535 queries per launch");
+  if (Q <= 0) return;
+  const int w = lane_elements(HS);
+  if (w == 0)
+    throw std::invalid_argument("cached_attention: unsupported head size " + std::to_string(HS));
+  // Head rows start at multiples of HS elements: aligned arrays keep every lane's loads aligned.
+  for (const void* p : {static_cast<const void*>(qkv), static_cast<const void*>(k_cache),
+                        static_cast<const void*>(v_cache)})
+    if (!aligned(p, w * sizeof(X)))
+      throw std::invalid_argument("cached_attention: misaligned array");
+  const Args<X> a{out, scratch, qkv, k_cache, v_cache, rows, slots, positions, Q, NH, NKV, HS,
+                  max_length};
+  switch (w) {
+    case 8: return launch_heads<X, 8>(a, stream);
+    case 4: return launch_heads<X, 4>(a, stream);
+    default: return launch_heads<X, 2>(a, stream);
+  }
+}
+
+bool cached_attention_supports(int HS) { return lane_elements(HS) != 0; }
+
+#define MEG_INSTANTIATE(X)                                                                   \
+  template void cached_attention<X>(X*, const X*, const X*, const X*, const int32_t*,        \
+                                    const int32_t*, const int32_t*, int, int, int, int, int, \
+                                    float*, cudaStream_t);
+MEG_INSTANTIATE(float)
+MEG_INSTANTIATE(bf16)
+MEG_INSTANTIATE(fp16)
+#undef MEG_INSTANTIATE
+
+}  // namespace meg::cuda

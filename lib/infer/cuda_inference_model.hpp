@@ -1,0 +1,49 @@
+// The CUDA inference model (infer/inference_model.hpp) and the knobs its benchmark turns.
+//
+// How a call to append() runs:
+//   - The requests' tokens are laid out one after the other and cut into passes of at most
+//     pass_tokens rows (a request moves whole to the next pass when it fits there and not here, so
+//     a prompt is cut only when it is longer than a pass). Each pass is one forward of its rows.
+//   - A pass embeds its tokens at their own positions and runs the blocks (infer/cuda_transformer.hpp).
+//     In each block, kv_cache_append rotates q and k by the tokens' positions (Llama) and writes k
+//     and v to the cache; then a prompt of a fresh slot attends within itself through the flash
+//     attention of training (attention_forward over its rows, the fast path for long prompts; one
+//     launch for consecutive prompts of one length), and every other token (decode steps, prompt
+//     tokens after cached ones) attends to its slot's cache through cached_attention
+//     (flash-decoding, kernels/cached_attention.cu).
+//   - Only each request's last row goes through the final norm and the output layer; its logits are
+//     converted to fp32 on the device and copied to the caller's array once, at the end.
+// The host waits for the device once per append(), for the logits.
+//
+// A decode step (every request one token) is one pass whose launches depend only on the number of
+// requests, so it is captured into a CUDA graph the second time a request count is seen and
+// replayed after that: hundreds of launches (and cuBLASLt's host work) become one. The inputs the
+// graph reads (tokens, positions, slots) are copied to fixed device arrays before each replay.
+//
+// The KV cache: per layer K and V [slots, NKV, max_length, HS] of X, allocated in full up front.
+// Only for code built with CUDA (MEG_CUDA).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <memory>
+
+#include "infer/inference_model.hpp"
+
+namespace meg {
+
+struct CudaInferenceOptions {
+  bool cuda_graphs = true;  // capture decode steps (off: every step launched one kernel at a time)
+  int pass_tokens = 4096;   // rows of a forward pass, at least the slots (activation memory grows with it)
+};
+
+class CudaInferenceModel : public InferenceModel {
+ public:
+  virtual cudaStream_t stream() const = 0;  // where all its work is queued (for timing)
+};
+
+std::unique_ptr<CudaInferenceModel> make_cuda_inference_model(const CheckpointModel& checkpoint, Precision precision,
+                                                              int slots, int max_length,
+                                                              const CudaInferenceOptions& options);
+
+}  // namespace meg

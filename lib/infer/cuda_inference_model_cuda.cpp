@@ -1,0 +1,334 @@
+// The CUDA inference model: see infer/cuda_inference_model.hpp for how a call runs.
+#include "infer/cuda_inference_model.hpp"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <stdexcept>
+#include <vector>
+
+#include "core/error.hpp"
+#include "infer/cuda_transformer.hpp"
+#include "ops/cuda/check.hpp"
+#include "ops/cuda/ops.hpp"
+
+namespace meg {
+
+namespace {
+
+// MAX_LENGTH resolved (0: the model's seq_length) and checked with the other sizes, before any
+// weight is uploaded.
+int checked_max_length(const ModelConfig& config, int slots, int max_length, const CudaInferenceOptions& options) {
+  if (slots < 1) input_error("--batch {}: must be at least 1", slots);
+  if (max_length < 0) input_error("--max-length {}: must be positive", max_length);
+  if (options.pass_tokens < 1) throw std::invalid_argument("inference model: pass_tokens must be positive");
+  const int length = max_length > 0 ? max_length : int(config.seq_length);
+  if (config.learned_positions() && length > config.seq_length)
+    input_error("--max-length {}: this GPT-2 model has only {} learned positions", length, config.seq_length);
+  if (!cuda::cached_attention_supports(int(config.head_size())))
+    input_error("inference model: head size {} is not supported on the GPU", config.head_size());
+  return length;
+}
+
+template <typename X>
+class CudaInferenceModelImpl final : public CudaInferenceModel {
+ public:
+  CudaInferenceModelImpl(const CheckpointModel& checkpoint, int slots, int max_length,
+                         const CudaInferenceOptions& options);
+  ~CudaInferenceModelImpl() override;
+
+  const ModelConfig& config() const override { return net_.config(); }
+  int slots() const override { return slots_; }
+  int max_length() const override { return max_length_; }
+  int length(int slot) const override { return lengths_[size_t(checked_slot(slot))]; }
+  void reset(int slot) override { lengths_[size_t(checked_slot(slot))] = 0; }
+  void append(std::span<const AppendRequest> requests, float* logits) override;
+  cudaStream_t stream() const override { return net_.stream(); }
+
+ private:
+  // Tokens [first, first + count) of request REQUEST, at positions from POSITION on, in one pass;
+  // LAST when they end the request.
+  struct Piece {
+    int request, slot, first, count, position;
+    bool last;
+  };
+  // Fresh prompts of the same length in consecutive rows from ROW: one [count, length] batch of
+  // attention.
+  struct Prompts {
+    int row, length, count;
+  };
+  // What a pass's device work needs besides the integers staged for it: rows [tokens, positions,
+  // slots, then `cached` row numbers (cached_attention's queries), then `outputs` row numbers (the
+  // requests' last rows, whose logits go to output rows [first_output, first_output + outputs))].
+  struct Pass {
+    int N = 0, cached = 0, outputs = 0, first_output = 0;
+    std::vector<Prompts> prompts;
+    size_t staged() const { return 3 * size_t(N) + size_t(cached) + size_t(outputs); }
+  };
+
+  int checked_slot(int slot) const;
+  void check(std::span<const AppendRequest> requests) const;
+  std::vector<std::vector<Piece>> plan(std::span<const AppendRequest> requests) const;
+  Pass stage(const std::vector<Piece>& pieces, std::span<const AppendRequest> requests, int first_output,
+             int32_t* host) const;
+  void run(const Pass& pass);
+  cudaGraphExec_t capture(const Pass& pass);
+  void forward(const Pass& pass);
+  X* k_cache(size_t layer) const { return cache_.get() + 2 * layer * layer_elements_; }
+  X* v_cache(size_t layer) const { return cache_.get() + (2 * layer + 1) * layer_elements_; }
+
+  int slots_, max_length_, pass_rows_;
+  bool use_graphs_;
+  CudaTransformer<X> net_;  // before the arrays: they go back to its allocator
+  std::vector<int> lengths_;
+  size_t layer_elements_;  // of one layer's K (or V) cache
+  cuda::DeviceArray<X> cache_, x_, rows_, logits_;
+  cuda::DeviceArray<float> logits_f32_, lse_, scratch_;
+  cuda::DeviceArray<int32_t> ints_;
+  PinnedArray<int32_t> staging_;
+  std::map<int, cudaGraphExec_t> graphs_;  // decode steps by request count
+  std::set<int> seen_;                     // request counts of decode steps run once directly
+};
+
+template <typename X>
+CudaInferenceModelImpl<X>::CudaInferenceModelImpl(const CheckpointModel& checkpoint, int slots, int max_length,
+                                                  const CudaInferenceOptions& options)
+    : slots_(slots),
+      max_length_(checked_max_length(checkpoint.config, slots, max_length, options)),
+      pass_rows_(std::max(slots, options.pass_tokens)),
+      use_graphs_(options.cuda_graphs),
+      net_(checkpoint.config, checkpoint.params, pass_rows_, max_length_),
+      lengths_(size_t(slots), 0) {
+  const auto& d = net_.dims();
+  auto& alloc = net_.allocator();
+  layer_elements_ = size_t(slots) * d.NKV * size_t(max_length_) * d.HS;
+  cache_ = cuda::DeviceArray<X>(alloc, 2 * size_t(config().num_layers) * layer_elements_);
+  const size_t rows = size_t(pass_rows_);
+  x_ = cuda::DeviceArray<X>(alloc, rows * d.C);
+  rows_ = cuda::DeviceArray<X>(alloc, rows * d.C);
+  logits_ = cuda::DeviceArray<X>(alloc, size_t(slots) * d.Vp);
+  logits_f32_ = cuda::DeviceArray<float>(alloc, size_t(slots) * d.V);
+  lse_ = cuda::DeviceArray<float>(alloc, rows * d.NH);
+  // The splits, and with them the scratch, only fall as the queries grow.
+  size_t scratch = 0;
+  for (int q = 1; q <= pass_rows_ && cuda::cached_attention_splits(q, d.NH, d.NKV) > 1; ++q)
+    scratch = std::max(scratch, cuda::cached_attention_scratch(q, d.NH, d.NKV, d.HS));
+  scratch_ = cuda::DeviceArray<float>(alloc, scratch);
+  ints_ = cuda::DeviceArray<int32_t>(alloc, 4 * rows + size_t(slots));
+}
+
+template <typename X>
+CudaInferenceModelImpl<X>::~CudaInferenceModelImpl() {
+  cudaStreamSynchronize(stream());
+  for (auto& [n, exec] : graphs_) cudaGraphExecDestroy(exec);
+}
+
+template <typename X>
+int CudaInferenceModelImpl<X>::checked_slot(int slot) const {
+  if (slot < 0 || slot >= slots_) input_error("inference model: slot {} outside [0, {})", slot, slots_);
+  return slot;
+}
+
+template <typename X>
+void CudaInferenceModelImpl<X>::check(std::span<const AppendRequest> requests) const {
+  std::vector<char> used(size_t(slots_), 0);
+  const int V = int(config().vocab_size);
+  for (const AppendRequest& r : requests) {
+    const int slot = checked_slot(r.slot);
+    if (used[size_t(slot)]) input_error("inference model: slot {} appears twice in one append", slot);
+    used[size_t(slot)] = 1;
+    if (r.tokens.empty()) input_error("inference model: an append to slot {} has no tokens", slot);
+    const size_t total = size_t(lengths_[size_t(slot)]) + r.tokens.size();
+    if (total > size_t(max_length_))
+      input_error("inference model: slot {} would hold {} tokens, more than its {}", slot, total, max_length_);
+    for (const int32_t t : r.tokens)
+      if (t < 0 || t >= V) input_error("inference model: token {} outside the vocabulary [0, {})", t, V);
+  }
+}
+
+// The requests' tokens in order, cut into passes of at most pass_rows_ rows. A request that does not
+// fit in what is left of a pass but fits in a whole one starts the next pass, so that a prompt is cut
+// only when it is longer than a pass; each request then ends in one pass, in request order.
+template <typename X>
+std::vector<std::vector<typename CudaInferenceModelImpl<X>::Piece>> CudaInferenceModelImpl<X>::plan(
+    std::span<const AppendRequest> requests) const {
+  std::vector<std::vector<Piece>> passes(1);
+  int room = pass_rows_;
+  for (int i = 0; i < int(requests.size()); ++i) {
+    const int count = int(requests[size_t(i)].tokens.size()), slot = requests[size_t(i)].slot;
+    for (int first = 0; first < count;) {
+      const int left = count - first;
+      if (room == 0 || (left > room && left <= pass_rows_)) {
+        passes.emplace_back();
+        room = pass_rows_;
+      }
+      const int take = std::min(left, room);
+      passes.back().push_back({i, slot, first, take, lengths_[size_t(slot)] + first, first + take == count});
+      first += take;
+      room -= take;
+    }
+  }
+  return passes;
+}
+
+// Fills HOST with the pass's integers (Pass's layout) and says what its device work is. A prompt
+// starting an empty slot is a fresh prompt, attended within itself by the flash attention; every
+// other row (decode steps, tokens after cached ones, one-token prompts) goes through the cache.
+template <typename X>
+typename CudaInferenceModelImpl<X>::Pass CudaInferenceModelImpl<X>::stage(const std::vector<Piece>& pieces,
+                                                                          std::span<const AppendRequest> requests,
+                                                                          int first_output, int32_t* host) const {
+  Pass pass;
+  pass.first_output = first_output;
+  for (const Piece& p : pieces) pass.N += p.count;
+  int32_t *tokens = host, *positions = host + pass.N, *slots = positions + pass.N, *cached = slots + pass.N;
+  std::vector<int32_t> last;
+  int row = 0;
+  for (const Piece& p : pieces) {
+    const auto& r = requests[size_t(p.request)];
+    for (int t = 0; t < p.count; ++t) {
+      tokens[row + t] = r.tokens[size_t(p.first + t)];
+      positions[row + t] = p.position + t;
+      slots[row + t] = p.slot;
+    }
+    if (p.position == 0 && p.count > 1) {
+      Prompts* prev = pass.prompts.empty() ? nullptr : &pass.prompts.back();
+      if (prev && prev->length == p.count && prev->row + prev->length * prev->count == row)
+        ++prev->count;
+      else
+        pass.prompts.push_back({row, p.count, 1});
+    } else {
+      for (int t = 0; t < p.count; ++t) cached[pass.cached++] = row + t;
+    }
+    if (p.last) last.push_back(row + p.count - 1);
+    row += p.count;
+  }
+  std::copy(last.begin(), last.end(), cached + pass.cached);
+  pass.outputs = int(last.size());
+  return pass;
+}
+
+template <typename X>
+void CudaInferenceModelImpl<X>::append(std::span<const AppendRequest> requests, float* logits) {
+  check(requests);
+  if (requests.empty()) return;
+  const auto passes = plan(requests);
+  size_t tokens = 0;
+  for (const auto& r : requests) tokens += r.tokens.size();
+  // Every pass stages into its own part, so no copy still queued reads what a later pass writes.
+  // The last append() ended waiting for the device: nothing reads the old block.
+  staging_.grow(4 * tokens + requests.size());
+  int32_t* host = staging_.get();
+  int outputs = 0;
+  for (const auto& pieces : passes) {
+    const Pass pass = stage(pieces, requests, outputs, host);
+    MEG_CUDA_CHECK(cudaMemcpyAsync(ints_.get(), host, pass.staged() * sizeof(int32_t), cudaMemcpyHostToDevice,
+                                   stream()));
+    run(pass);
+    host += pass.staged();
+    outputs += pass.outputs;
+  }
+  const size_t V = size_t(net_.dims().V);
+  MEG_CUDA_CHECK(cudaMemcpyAsync(logits, logits_f32_.get(), size_t(outputs) * V * sizeof(float),
+                                 cudaMemcpyDeviceToHost, stream()));
+  MEG_CUDA_CHECK(cudaStreamSynchronize(stream()));
+  for (const auto& r : requests) lengths_[size_t(r.slot)] += int(r.tokens.size());
+}
+
+// A decode step (every row the last of its request, one token each, the logits written from output
+// row 0) runs from a CUDA graph after the first step of its size, which runs directly and leaves
+// cuBLASLt's plans made. Everything else about the step is in the device arrays the graph reads.
+template <typename X>
+void CudaInferenceModelImpl<X>::run(const Pass& pass) {
+  const bool decode = pass.prompts.empty() && pass.outputs == pass.N && pass.first_output == 0;
+  if (!use_graphs_ || !decode) return forward(pass);
+  auto it = graphs_.find(pass.N);
+  if (it == graphs_.end()) {
+    if (seen_.insert(pass.N).second) return forward(pass);
+    it = graphs_.emplace(pass.N, capture(pass)).first;
+  }
+  MEG_CUDA_CHECK(cudaGraphLaunch(it->second, stream()));
+}
+
+template <typename X>
+cudaGraphExec_t CudaInferenceModelImpl<X>::capture(const Pass& pass) {
+  // Thread-local: another thread's CUDA calls neither join the capture nor break it.
+  MEG_CUDA_CHECK(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeThreadLocal));
+  cudaGraph_t graph = nullptr;
+  try {
+    forward(pass);
+  } catch (...) {
+    cudaStreamEndCapture(stream(), &graph);
+    if (graph) cudaGraphDestroy(graph);
+    throw;
+  }
+  MEG_CUDA_CHECK(cudaStreamEndCapture(stream(), &graph));
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t err = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  MEG_CUDA_CHECK(err);
+  return exec;
+}
+
+// The device work of a pass, on the integers staged in ints_ (Pass's layout).
+template <typename X>
+void CudaInferenceModelImpl<X>::forward(const Pass& pass) {
+  const auto& d = net_.dims();
+  const cudaStream_t s = stream();
+  const int N = pass.N;
+  const int32_t* tokens = ints_.get();
+  const int32_t *positions = tokens + N, *slots = positions + N, *cached = slots + N, *last = cached + pass.cached;
+  X* x = x_.get();
+
+  cuda::embedding_forward<X>(x, tokens, net_.wte(), nullptr, 1, N, d.C, 0, d.Vp, s);
+  if (net_.wpe()) {
+    // The positions' rows are a lookup of their own (positions index wpe as tokens index wte).
+    cuda::embedding_forward<X>(rows_.get(), positions, net_.wpe(), nullptr, 1, N, d.C, 0, int(config().seq_length),
+                               s);
+    cuda::add(x, x, rows_.get(), size_t(N) * d.C, s);
+  }
+  net_.blocks(x, N, [&](size_t l, X* qkv, X* out) {
+    cuda::kv_cache_append(qkv, k_cache(l), v_cache(l), slots, positions, net_.rope_table(), N, d.NH, d.NKV, d.HS,
+                          max_length_, s);
+    for (const Prompts& p : pass.prompts)
+      cuda::attention_forward(out + size_t(p.row) * d.CQ, lse_.get(), qkv + size_t(p.row) * d.QKV, p.count, p.length,
+                              d.NH, d.NKV, d.HS, s);
+    cuda::cached_attention(out, qkv, k_cache(l), v_cache(l), cached, slots, positions, pass.cached, d.NH, d.NKV,
+                           d.HS, max_length_, scratch_.get(), s);
+  });
+  if (pass.outputs == 0) return;  // the middle of a prompt longer than a pass
+  const X* h = x;
+  if (pass.outputs != N) {  // the requests' last rows, gathered (a lookup of x's rows by row number)
+    cuda::embedding_forward<X>(rows_.get(), last, x, nullptr, 1, pass.outputs, d.C, 0, N, s);
+    h = rows_.get();
+  }
+  net_.logits(logits_.get(), h, pass.outputs);
+  cuda::logits_to_float(logits_f32_.get() + size_t(pass.first_output) * d.V, logits_.get(), pass.outputs, d.V, d.Vp,
+                        s);
+}
+
+}  // namespace
+
+std::unique_ptr<CudaInferenceModel> make_cuda_inference_model(const CheckpointModel& checkpoint, Precision precision,
+                                                              int slots, int max_length,
+                                                              const CudaInferenceOptions& options) {
+  switch (precision) {
+    case Precision::fp32:
+      return std::make_unique<CudaInferenceModelImpl<float>>(checkpoint, slots, max_length, options);
+    case Precision::bf16:
+      return std::make_unique<CudaInferenceModelImpl<__nv_bfloat16>>(checkpoint, slots, max_length, options);
+    case Precision::fp16:
+      return std::make_unique<CudaInferenceModelImpl<__half>>(checkpoint, slots, max_length, options);
+  }
+  throw std::invalid_argument("make_cuda_inference_model: unknown precision");
+}
+
+std::unique_ptr<InferenceModel> make_cuda_inference_model(const CheckpointModel& checkpoint, Precision precision,
+                                                          int slots, int max_length) {
+  return make_cuda_inference_model(checkpoint, precision, slots, max_length, CudaInferenceOptions{});
+}
+
+}  // namespace meg

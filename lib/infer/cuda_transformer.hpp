@@ -1,0 +1,114 @@
+// The transformer of the GPU inference paths (infer/cuda_inference_model.hpp, eval's CUDA scorer):
+// a checkpoint's weights converted once to the activation type X, and the forward of the blocks
+// and of the output layer over N rows of the residual stream, the attention left to the caller
+// (against a KV cache, or within whole sequences).
+//
+// The block is the training model's (model/gpt.hpp, model/gpt_cuda.hpp) with the same ops, less
+// what only training needs: no dropout, no activations kept for a backward (one set of buffers
+// serves every layer in turn), no tensor or pipeline parallelism.
+//
+// Everything is queued on the transformer's own stream, and the callers queue their work there too
+// (stream()): the host never waits inside a forward, and a whole forward can be captured into a
+// CUDA graph, since nothing here allocates or synchronises after construction.
+// Only for code built with CUDA (MEG_CUDA).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <functional>
+#include <vector>
+
+#include "model/config.hpp"
+#include "model/gpt.hpp"
+#include "ops/cuda/device_memory.hpp"
+#include "ops/cuda/gemm.hpp"
+
+namespace meg {
+
+// A CUDA stream of its own, destroyed with its owner (after everything else: declare it first).
+class CudaStream {
+ public:
+  CudaStream();
+  ~CudaStream();
+  CudaStream(const CudaStream&) = delete;
+  CudaStream& operator=(const CudaStream&) = delete;
+  cudaStream_t get() const { return stream_; }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+};
+
+// Pinned (page-locked) host memory for the transfers of a step, grown on demand. Growing frees the
+// old block, so call grow() only when no copy out of or into it is queued.
+template <typename T>
+class PinnedArray {
+ public:
+  PinnedArray() = default;
+  ~PinnedArray();
+  PinnedArray(const PinnedArray&) = delete;
+  PinnedArray& operator=(const PinnedArray&) = delete;
+  void grow(size_t n);  // at least N elements, contents lost when it grows
+  T* get() const { return p_; }
+
+ private:
+  T* p_ = nullptr;
+  size_t n_ = 0;
+};
+
+template <typename X>
+class CudaTransformer {
+ public:
+  // The shapes the ops take: C hidden, NH/NKV heads, HS head size, CQ = NH * HS, QKV the fused
+  // projection's width, Fh the MLP's hidden width and FC its first product's (2 Fh for SwiGLU),
+  // V the real and Vp the padded vocabulary.
+  struct Dims {
+    int C, NH, NKV, HS, CQ, QKV, Fh, FC, V, Vp;
+  };
+
+  // Validates CONFIG, uploads PARAMS (config.num_parameters() fp32 values in gpt_parameter_table
+  // order; InputError on another length) rounded to X, and allocates the buffers of a
+  // forward of up to MAX_ROWS rows. POSITIONS: the positions the RoPE table covers (Llama).
+  CudaTransformer(const ModelConfig& config, const std::vector<float>& params, int max_rows, int positions);
+  ~CudaTransformer();  // waits for the stream
+  CudaTransformer(const CudaTransformer&) = delete;
+  CudaTransformer& operator=(const CudaTransformer&) = delete;
+
+  const ModelConfig& config() const { return config_; }
+  const Dims& dims() const { return dims_; }
+  cudaStream_t stream() const { return stream_.get(); }
+  cuda::DeviceAllocator& allocator() { return alloc_; }
+  int max_rows() const { return max_rows_; }
+
+  const X* wte() const { return px(offsets_.wte); }
+  const X* wpe() const { return px(offsets_.wpe); }          // null without learned positions
+  const float* rope_table() const { return rope_table_.get(); }  // null without RoPE
+
+  // The attention of block LAYER over the rows of blocks(): from qkv [N, QKV] (the fused
+  // projection, which it may rotate in place) to out [N, CQ].
+  using Attention = std::function<void(size_t layer, X* qkv, X* out)>;
+
+  // Runs every block on the residual stream x [N, C] (N <= max_rows()), in place.
+  void blocks(X* x, int N, const Attention& attention);
+
+  // out [N, Vp] = final_norm(x) @ Wout^T, for N <= max_rows() rows x [N, C].
+  void logits(X* out, const X* x, int N);
+
+ private:
+  X* px(size_t offset) const { return offset == kAbsentTensor ? nullptr : weights_.get() + offset; }
+  void norm(X* out, const X* inp, size_t w, size_t b, int N);
+
+  ModelConfig config_;
+  Dims dims_;
+  int max_rows_;
+  CudaStream stream_;  // first in, last out: the members below queue work on it
+  cuda::DeviceAllocator alloc_;
+  cuda::Gemm gemm_;
+  GptOffsets offsets_;
+  cuda::DeviceArray<X> weights_;
+  cuda::DeviceArray<float> rope_table_;
+  // One layer's activations, reused by every layer.
+  cuda::DeviceArray<X> ln_, qkv_, atty_, branch_, fc1_, act_;
+};
+
+}  // namespace meg

@@ -1,0 +1,152 @@
+#include "infer/cuda_transformer.hpp"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <stdexcept>
+#include <type_traits>
+
+#include "core/error.hpp"
+#include "ops/cuda/check.hpp"
+#include "ops/cuda/ops.hpp"
+
+namespace meg {
+
+CudaStream::CudaStream() { MEG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)); }
+
+CudaStream::~CudaStream() { cudaStreamDestroy(stream_); }
+
+template <typename T>
+PinnedArray<T>::~PinnedArray() {
+  cudaFreeHost(p_);
+}
+
+template <typename T>
+void PinnedArray<T>::grow(size_t n) {
+  if (n <= n_) return;
+  MEG_CUDA_CHECK(cudaFreeHost(p_));
+  p_ = nullptr;
+  n_ = 0;
+  MEG_CUDA_CHECK(cudaMallocHost(&p_, n * sizeof(T)));
+  n_ = n;
+}
+
+template class PinnedArray<int32_t>;
+template class PinnedArray<float>;
+
+namespace {
+
+template <typename X>
+typename CudaTransformer<X>::Dims dims_of(const ModelConfig& c) {
+  typename CudaTransformer<X>::Dims d;
+  d.C = int(c.hidden_size);
+  d.NH = int(c.num_heads);
+  d.NKV = int(c.num_kv_heads);
+  d.HS = int(c.head_size());
+  d.CQ = d.NH * d.HS;
+  d.QKV = d.CQ + 2 * d.NKV * d.HS;
+  d.Fh = int(c.ffn_hidden_size);
+  d.FC = (c.activation == Activation::swiglu ? 2 : 1) * d.Fh;
+  d.V = int(c.vocab_size);
+  d.Vp = int(c.padded_vocab_size);
+  return d;
+}
+
+}  // namespace
+
+template <typename X>
+CudaTransformer<X>::CudaTransformer(const ModelConfig& config, const std::vector<float>& params, int max_rows,
+                                    int positions)
+    : config_(config), dims_(dims_of<X>(config)), max_rows_(max_rows), gemm_(stream_.get()) {
+  config_.validate();
+  if (params.size() != size_t(config_.num_parameters()))
+    input_error("model: {} parameters given, the model has {}", params.size(), config_.num_parameters());
+  offsets_ = gpt_offsets(config_, gpt_parameter_table(config_));
+  const cudaStream_t s = stream_.get();
+
+  // The weights, through a bounded fp32 staging array when X is narrower: loading never holds a
+  // whole fp32 copy on the device.
+  const size_t n = params.size();
+  weights_ = cuda::DeviceArray<X>(alloc_, n);
+  if constexpr (std::is_same_v<X, float>) {
+    MEG_CUDA_CHECK(cudaMemcpyAsync(weights_.get(), params.data(), n * sizeof(float), cudaMemcpyHostToDevice, s));
+  } else {
+    constexpr size_t kChunk = size_t(16) << 20;
+    cuda::DeviceArray<float> staging(alloc_, std::min(kChunk, n));
+    for (size_t at = 0; at < n; at += kChunk) {
+      const size_t m = std::min(kChunk, n - at);
+      MEG_CUDA_CHECK(cudaMemcpyAsync(staging.get(), params.data() + at, m * sizeof(float), cudaMemcpyHostToDevice, s));
+      cuda::cast_from_float(weights_.get() + at, staging.get(), m, s);
+    }
+    MEG_CUDA_CHECK(cudaStreamSynchronize(s));  // before the staging array goes back to the cache
+  }
+  if (config_.uses_rope()) {
+    const auto table = cuda::rope_table(positions, dims_.HS, config_.rope_theta);
+    rope_table_ = cuda::DeviceArray<float>(alloc_, table.size());
+    MEG_CUDA_CHECK(cudaMemcpyAsync(rope_table_.get(), table.data(), table.size() * sizeof(float),
+                                   cudaMemcpyHostToDevice, s));
+  }
+  const size_t N = size_t(max_rows);
+  ln_ = cuda::DeviceArray<X>(alloc_, N * dims_.C);
+  qkv_ = cuda::DeviceArray<X>(alloc_, N * dims_.QKV);
+  atty_ = cuda::DeviceArray<X>(alloc_, N * dims_.CQ);
+  branch_ = cuda::DeviceArray<X>(alloc_, N * dims_.C);
+  fc1_ = cuda::DeviceArray<X>(alloc_, N * dims_.FC);
+  act_ = cuda::DeviceArray<X>(alloc_, N * dims_.Fh);
+  MEG_CUDA_CHECK(cudaStreamSynchronize(s));  // the host's params and table may go once we return
+}
+
+template <typename X>
+CudaTransformer<X>::~CudaTransformer() {
+  cudaStreamSynchronize(stream_.get());
+}
+
+template <typename X>
+void CudaTransformer<X>::norm(X* out, const X* inp, size_t w, size_t b, int N) {
+  const float eps = float(config_.norm_eps);
+  if (config_.norm == NormKind::layernorm)
+    cuda::layernorm_forward(out, nullptr, nullptr, inp, px(w), px(b), N, dims_.C, eps, stream());
+  else
+    cuda::rmsnorm_forward(out, nullptr, inp, px(w), N, dims_.C, eps, stream());
+}
+
+template <typename X>
+void CudaTransformer<X>::blocks(X* x, int N, const Attention& attention) {
+  if (N > max_rows_) throw std::invalid_argument("CudaTransformer: more rows than allocated");
+  const auto [C, NH, NKV, HS, CQ, QKV, Fh, FC, V, Vp] = dims_;
+  const size_t NC = size_t(N) * C;
+  for (size_t l = 0; l < offsets_.layers.size(); ++l) {
+    const GptOffsets::Layer& w = offsets_.layers[l];
+    // Attention: x = x + proj(attention(qkv(norm1(x)))).
+    norm(ln_.get(), x, w.ln1_w, w.ln1_b, N);
+    gemm_.linear_forward(qkv_.get(), ln_.get(), px(w.qkv_w), px(w.qkv_b), N, C, QKV);
+    attention(l, qkv_.get(), atty_.get());
+    gemm_.linear_forward(branch_.get(), atty_.get(), px(w.proj_w), px(w.proj_b), N, CQ, C);
+    cuda::add(x, x, branch_.get(), NC, stream());
+    // MLP: x = x + fc2(act(fc1(norm2(x)))), GELU in fc1's epilogue where cuBLASLt has it.
+    norm(ln_.get(), x, w.ln2_w, w.ln2_b, N);
+    if (config_.activation == Activation::swiglu) {
+      gemm_.linear_forward(fc1_.get(), ln_.get(), px(w.fc1_w), px(w.fc1_b), N, C, FC);
+      cuda::swiglu_forward(act_.get(), fc1_.get(), N, Fh, stream());
+    } else if (!gemm_.linear_gelu_forward(act_.get(), fc1_.get(), ln_.get(), px(w.fc1_w), px(w.fc1_b), N, C, FC)) {
+      gemm_.linear_forward(fc1_.get(), ln_.get(), px(w.fc1_w), px(w.fc1_b), N, C, FC);
+      cuda::gelu_forward(act_.get(), fc1_.get(), size_t(N) * Fh, stream());
+    }
+    gemm_.linear_forward(branch_.get(), act_.get(), px(w.fc2_w), px(w.fc2_b), N, Fh, C);
+    cuda::add(x, x, branch_.get(), NC, stream());
+  }
+}
+
+template <typename X>
+void CudaTransformer<X>::logits(X* out, const X* x, int N) {
+  if (N > max_rows_) throw std::invalid_argument("CudaTransformer: more rows than allocated");
+  norm(ln_.get(), x, offsets_.lnf_w, offsets_.lnf_b, N);
+  gemm_.linear_forward(out, ln_.get(), px(offsets_.out_w), static_cast<const X*>(nullptr), N, dims_.C, dims_.Vp);
+}
+
+template class CudaTransformer<float>;
+template class CudaTransformer<__nv_bfloat16>;
+template class CudaTransformer<__half>;
+
+}  // namespace meg

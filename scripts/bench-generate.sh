@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Generation throughput of the CUDA inference model (make bench on a CUDA machine): prefill and
+# decode tokens/s at batch 1 and 32 for GPT-2 124M, GPT-2 1.56B and Llama 1B in bf16, against the
+# bandwidth limit of a decode step and the compute limit of prefill (tests/bench/cuda/bench_generate.cpp
+# says how they are counted), then batch-1 decode without CUDA graphs, for what the graphs save.
+# Markdown tables on stdout; copies under OUT_DIR (default .bench/generate).
+#   scripts/bench-generate.sh BUILD_DIR [bench_generate options]
+set -euo pipefail
+build=${1:-build}
+shift || true
+out=${OUT_DIR:-.bench/generate}
+mkdir -p "$out"
+bench=$build/tests/bench_generate
+
+echo "## Generation throughput (bf16, one GPU)"
+"$bench" "$@" | tee "$out/generate.md"
+echo; echo "## Without CUDA graphs"
+"$bench" --no-graphs "$@" gpt2-124m | tee "$out/generate-no-graphs.md"

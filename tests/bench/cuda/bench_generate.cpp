@@ -1,0 +1,184 @@
+// Generation throughput of the CUDA inference model (meg-generate's path) on one GPU, random
+// weights, bf16 by default: GPT-2 124M, GPT-2 1.56B and Llama 1B (presets of model/config.hpp).
+//   prefill: prompts of --prompt tokens appended to empty slots, one prompt (batch 1) or 32 in one
+//            call (batch 32); tokens/s = prompt tokens per second;
+//   decode:  steps of one new token for each of 1 or 32 slots holding about --prompt tokens;
+//            tokens/s = new tokens per second.
+// The limits: a decode step must read every weight once and each slot's cached keys and values
+// once, so (weight bytes + KV bytes) / 3.35e12 B/s (H100 SXM's HBM3, shared/device-image.md) bounds
+// its time; weight bytes leave out the embedding tables the step only looks rows up in (the
+// position table, and the token table when the output layer is untied). Prefill is bounded by its
+// FLOPs, the forward's third of the repository's 6 N + 12 L d T per token, at 800 TFLOP/s (the bf16
+// rate an 8192^3 cuBLAS product reaches on these cards). Ratio = measured / limit; the bar for
+// batch-1 decode is 0.6.
+//
+// Each figure is the median of the timed calls after untimed warm-up calls, timed with CUDA events
+// on the model's stream around append(). append() returns once the logits are on the host, so the
+// time is the caller's: the device's work, the host's between launches (little, with the decode
+// step replayed from a CUDA graph) and the copy of the fp32 logits out.
+//
+// Usage: bench_generate [--precision bf16|fp16|fp32] [--prompt N] [--steps N] [--warmup N]
+//                       [--no-graphs] [MODEL ...]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/precision.hpp"
+#include "infer/cuda_inference_model.hpp"
+#include "model/gpt.hpp"
+#include "ops/cuda/check.hpp"
+
+namespace {
+
+using meg::AppendRequest;
+
+constexpr double kBandwidth = 3.35e12;  // B/s
+constexpr double kMatmulRate = 800e12;  // FLOP/s
+constexpr int kBatches[] = {1, 32};
+constexpr int kSlots = 32;  // the largest batch
+constexpr int kPrefillRuns = 10, kPrefillWarmup = 2;
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Milliseconds of each call of F, timed with events on STREAM.
+std::vector<double> time_calls(cudaStream_t stream, int warmup, int runs, const std::function<void()>& f) {
+  cudaEvent_t start, stop;
+  MEG_CUDA_CHECK(cudaEventCreate(&start));
+  MEG_CUDA_CHECK(cudaEventCreate(&stop));
+  for (int i = 0; i < warmup; ++i) f();
+  std::vector<double> ms;
+  for (int i = 0; i < runs; ++i) {
+    MEG_CUDA_CHECK(cudaEventRecord(start, stream));
+    f();
+    MEG_CUDA_CHECK(cudaEventRecord(stop, stream));
+    MEG_CUDA_CHECK(cudaEventSynchronize(stop));
+    float t = 0;
+    MEG_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
+    ms.push_back(t);
+  }
+  MEG_CUDA_CHECK(cudaEventDestroy(start));
+  MEG_CUDA_CHECK(cudaEventDestroy(stop));
+  return ms;
+}
+
+struct Options {
+  meg::Precision precision = meg::Precision::bf16;
+  int prompt = 512, steps = 64, warmup = 8;
+  meg::CudaInferenceOptions model;
+};
+
+void print_row(const std::string& model, const char* phase, int batch, int context, double ms, double tokens,
+               double limit_tokens_per_s, const char* limit) {
+  const double tokens_per_s = tokens / (ms * 1e-3);
+  std::printf("| %s | %s | %d | %d | %.3f | %.0f | %.0f | %s | %.2f |\n", model.c_str(), phase, batch, context, ms,
+              tokens_per_s, limit_tokens_per_s, limit, tokens_per_s / limit_tokens_per_s);
+  std::fflush(stdout);
+}
+
+void bench(const std::string& name, const Options& o) {
+  meg::CheckpointModel ck;
+  ck.config = meg::ModelConfig::preset(name);
+  const meg::ModelConfig& c = ck.config;
+  ck.params.resize(size_t(c.num_parameters()));
+  meg::gpt_init_parameters(c, meg::gpt_parameter_table(c), 1, ck.params.data());
+  const int max_length = o.prompt + o.warmup + o.steps;
+  auto model = meg::make_cuda_inference_model(ck, o.precision, kSlots, max_length, o.model);
+  const cudaStream_t stream = model->stream();
+  std::vector<float>().swap(ck.params);  // the model has its own copy: the host's 4 bytes a weight go
+
+  const int V = int(c.vocab_size);
+  const size_t x_bytes = o.precision == meg::Precision::fp32 ? 4 : 2;
+  const double C = double(c.hidden_size);
+  const double lookup_only = (c.learned_positions() ? double(c.seq_length) * C : 0) +
+                             (c.tie_embeddings ? 0 : double(c.padded_vocab_size) * C);
+  const double weight_bytes = (double(c.num_parameters()) - lookup_only) * double(x_bytes);
+  const double kv_bytes_per_token =
+      2.0 * double(c.num_layers) * double(c.num_kv_heads) * double(c.head_size()) * double(x_bytes);
+
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> tok(0, V - 1);
+  std::vector<std::vector<int32_t>> prompts(size_t(kSlots), std::vector<int32_t>(size_t(o.prompt)));
+  for (auto& p : prompts)
+    for (auto& t : p) t = tok(rng);
+  std::vector<float> logits(size_t(kSlots) * V);
+
+  // Empties the first B slots and appends their prompts in one call.
+  const auto prefill = [&](int B) {
+    std::vector<AppendRequest> reqs;
+    for (int s = 0; s < B; ++s) {
+      model->reset(s);
+      reqs.push_back({s, prompts[size_t(s)]});
+    }
+    model->append(reqs, logits.data());
+  };
+
+  const double prefill_flops_per_token = double(c.flops_per_token(o.prompt)) / 3;
+  for (const int B : kBatches) {
+    const double ms = median(time_calls(stream, kPrefillWarmup, kPrefillRuns, [&] { prefill(B); }));
+    print_row(name, "prefill", B, o.prompt, ms, double(B) * o.prompt,
+              kMatmulRate / prefill_flops_per_token, "compute");
+  }
+  for (const int B : kBatches) {
+    prefill(B);
+    std::vector<int32_t> next(static_cast<size_t>(B));
+    std::vector<AppendRequest> reqs;
+    for (int s = 0; s < B; ++s) reqs.push_back({s, std::span<const int32_t>(&next[size_t(s)], 1)});
+    const double ms = median(time_calls(stream, o.warmup, o.steps, [&] {
+      for (auto& t : next) t = tok(rng);
+      model->append(reqs, logits.data());
+    }));
+    const int context = o.prompt + o.warmup + o.steps / 2;  // the median step's
+    const double step_bytes = weight_bytes + double(B) * context * kv_bytes_per_token;
+    print_row(name, "decode", B, context, ms, B, B / (step_bytes / kBandwidth), "bandwidth");
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  std::vector<std::string> models;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--precision" && i + 1 < argc) o.precision = meg::parse_precision(argv[++i]);
+    else if (a == "--prompt" && i + 1 < argc) o.prompt = std::atoi(argv[++i]);
+    else if (a == "--steps" && i + 1 < argc) o.steps = std::atoi(argv[++i]);
+    else if (a == "--warmup" && i + 1 < argc) o.warmup = std::atoi(argv[++i]);
+    else if (a == "--no-graphs") o.model.cuda_graphs = false;
+    else if (a.rfind("--", 0) != 0) models.push_back(a);
+    else {
+      std::fprintf(stderr, "usage: bench_generate [--precision P] [--prompt N] [--steps N] [--warmup N] [--no-graphs] "
+                           "[MODEL ...]\n");
+      return 2;
+    }
+  }
+  if (o.prompt < 1 || o.steps < 1 || o.warmup < 0) {
+    std::fprintf(stderr, "bench_generate: --prompt and --steps must be positive\n");
+    return 2;
+  }
+  if (models.empty()) models = {"gpt2-124m", "gpt2-1.5b", "llama-1b"};
+
+  cudaDeviceProp prop;
+  MEG_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("%s, %s, CUDA graphs %s; median of %d prefill calls and %d decode steps\n\n", prop.name,
+              meg::precision_name(o.precision), o.model.cuda_graphs ? "on" : "off", kPrefillRuns, o.steps);
+  std::printf("| model | phase | batch | context | ms/call | tokens/s | limit tokens/s | limit | ratio |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|\n");
+  for (const auto& m : models) {
+    try {
+      bench(m, o);
+    } catch (const std::exception& e) {
+      std::printf("| %s | failed: %s |\n", m.c_str(), e.what());
+    }
+  }
+  return 0;
+}

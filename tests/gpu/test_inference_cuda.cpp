@@ -1,0 +1,314 @@
+// The CUDA inference paths against the CPU model's full recomputation (GptModel<double>, evaluation
+// mode), for GPT-2 and Llama (grouped-query attention), in fp32, bf16 and fp16:
+//   - the inference model: logits after prompts, decode steps, prompts appended after cached
+//     tokens, one-token prompts and slot resets, several slots interleaved in one call at different
+//     lengths, equal the full forward's at each request's last position. The schedule runs decode
+//     steps of the same size several times, so that the CUDA graph path (captured at the second,
+//     replayed after) is checked too, and contexts past 64 keys, so that the key splits of the
+//     cached attention and their merge are; once more with passes of 16 rows, which cut a long
+//     prompt into pieces that attend through the cache;
+//   - the scorer: log p(target) and the greedy flag of every scored position of a padded batch,
+//     against a log-softmax in double over the reference's logits; unscored positions untouched.
+//
+// Bounds. Per logits row, max |gpu - cpu| over the real vocabulary relative to the row's largest
+// |cpu|: fp32 computes the same function in another order (1e-4 leaves a wide margin over fp32
+// rounding, ~1e-6, while any wrong index or missing term is of order 1); bf16 and fp16 round every
+// activation and weight (unit roundoff 2^-8 and 2^-11) through ~10 ops per block and store the
+// logits in X: 5e-2 and 2e-2. Greedy choices must agree wherever the reference's two best
+// logits differ by more than the error bound, and, in bf16/fp16, in at least 80% of the rows (the
+// larger initialisation keeps most rows far from ties).
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <random>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "core/error.hpp"
+#include "eval/scorer.hpp"
+#include "infer/cuda_inference_model.hpp"
+#include "infer/inference_model.hpp"
+#include "model/gpt.hpp"
+#include "test_util.hpp"
+
+namespace {
+
+using namespace meg;
+
+// 2 layers, vocabulary 300 (padded to 384), a larger init than Megatron's so that the logits are
+// far from uniform: 0.2 at C = 32, scaled as 1/sqrt(C) so that every size sees products of about
+// the same spread (a sharper softmax would turn bf16's rounding into large changes).
+ModelConfig test_config(ModelFamily family, int hidden, int heads, int kv_heads, int seq_length) {
+  ModelConfig c = ModelConfig::defaults(family);
+  c.num_layers = 2;
+  c.hidden_size = hidden;
+  c.num_heads = heads;
+  c.num_kv_heads = kv_heads;
+  c.ffn_hidden_size = family == ModelFamily::llama ? 3 * hidden : 4 * hidden;
+  c.seq_length = seq_length;
+  c.vocab_size = 300;
+  c.pad_vocab();
+  c.init_std = 0.2 * std::sqrt(32.0 / hidden);
+  if (family == ModelFamily::llama) c.rope_theta = 10000;
+  c.validate();
+  return c;
+}
+
+// Megatron's initialisation plus noise: its zero biases and unit norm weights would hide a bias or
+// a norm weight applied in the wrong place.
+CheckpointModel random_checkpoint(const ModelConfig& c, uint64_t seed) {
+  CheckpointModel ck;
+  ck.config = c;
+  ck.params.resize(size_t(c.num_parameters()));
+  gpt_init_parameters(c, gpt_parameter_table(c), seed, ck.params.data());
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  std::uniform_real_distribution<float> jitter(-0.05f, 0.05f);
+  for (float& p : ck.params) p += jitter(rng);
+  return ck;
+}
+
+// Logits [T, Vp] of the CPU model's forward over TOKENS, in double.
+std::vector<double> reference_logits(const CheckpointModel& ck, const std::vector<int32_t>& tokens) {
+  GptModel<double> m(ck.config);
+  std::copy(ck.params.begin(), ck.params.end(), m.params());
+  m.set_training(false);
+  const int T = int(tokens.size());
+  m.forward(tokens.data(), nullptr, 1, T);
+  return {m.logits(), m.logits() + size_t(T) * ck.config.padded_vocab_size};
+}
+
+int argmax(const double* row, int V) { return int(std::max_element(row, row + V) - row); }
+
+// The two best of a row differ by more than GAP.
+bool clear_winner(const double* row, int V, double gap) {
+  std::vector<double> r(row, row + V);
+  std::partial_sort(r.begin(), r.begin() + 2, r.end(), std::greater<>());
+  return r[0] - r[1] > gap;
+}
+
+// Checks one row of logits against the reference; counts rows and greedy agreements.
+struct RowChecker {
+  double tol;
+  int rows = 0, agree = 0;
+
+  void check(const float* got, const double* want, int V) {
+    double err = 0, scale = 0;
+    for (int j = 0; j < V; ++j) {
+      err = std::max(err, std::abs(double(got[j]) - want[j]));  // NaN fails below
+      scale = std::max(scale, std::abs(want[j]));
+    }
+    INFO("relative error " << err / scale);
+    CHECK(err <= tol * scale);
+    const int g = int(std::max_element(got, got + V) - got), w = argmax(want, V);
+    if (clear_winner(want, V, 2 * tol * scale)) CHECK(g == w);
+    ++rows;
+    agree += g == w;
+  }
+};
+
+// One slot's sequence: its tokens, the reference logits over all of them, and how many are cached.
+struct Sequence {
+  std::vector<int32_t> tokens;
+  std::vector<double> ref;
+  size_t done = 0;
+};
+
+// Runs the schedule of the file's comment on a model of CK with 3 slots.
+void check_inference(const CheckpointModel& ck, Precision precision, double tol,
+                     const CudaInferenceOptions& options = {}) {
+  const ModelConfig& c = ck.config;
+  const int V = int(c.vocab_size), Vp = int(c.padded_vocab_size);
+  auto model = make_cuda_inference_model(ck, precision, 3, int(c.seq_length), options);
+  REQUIRE(model->max_length() == int(c.seq_length));
+  std::vector<Sequence> seqs(3);
+  uint32_t seed = 1;
+  const auto start = [&](int slot, size_t n) {
+    seqs[size_t(slot)] = {random_tokens(n, V, seed++), {}, 0};
+    seqs[size_t(slot)].ref = reference_logits(ck, seqs[size_t(slot)].tokens);
+  };
+  start(0, 200);
+  start(1, 48);
+  start(2, 64);
+
+  RowChecker rows{tol};
+  std::vector<float> logits(3 * size_t(V));
+  // One append of (slot, tokens) requests, checked request by request.
+  const auto run = [&](const std::vector<std::pair<int, int>>& calls) {
+    std::vector<AppendRequest> reqs;
+    for (const auto& [slot, n] : calls) {
+      const Sequence& s = seqs[size_t(slot)];
+      reqs.push_back({slot, std::span<const int32_t>(s.tokens).subspan(s.done, size_t(n))});
+    }
+    std::fill(logits.begin(), logits.end(), NAN);
+    model->append(reqs, logits.data());
+    for (size_t i = 0; i < calls.size(); ++i) {
+      Sequence& s = seqs[size_t(calls[i].first)];
+      s.done += size_t(calls[i].second);
+      CHECK(model->length(calls[i].first) == int(s.done));
+      INFO("slot " << calls[i].first << ", position " << s.done - 1);
+      rows.check(logits.data() + i * size_t(V), s.ref.data() + (s.done - 1) * size_t(Vp), V);
+    }
+  };
+
+  run({{0, 150}, {2, 7}});                                    // fresh prompts
+  for (int k = 0; k < 3; ++k) run({{0, 1}, {2, 1}});          // decode: direct, captured, replayed
+  run({{1, 5}, {0, 1}, {2, 1}});                              // a prompt among decode steps
+  run({{2, 1}, {1, 4}});                                      // a prompt after cached tokens
+  for (int k = 0; k < 5; ++k) run({{0, 1}, {1, 1}, {2, 1}});  // 3 slots at different lengths
+  for (int k = 0; k < 3; ++k) run({{2, 1}});                  // batch 1
+  model->reset(0);
+  CHECK(model->length(0) == 0);
+  start(0, 40);
+  run({{1, 1}, {0, 9}, {2, 1}});                              // a reset slot's new prompt
+  for (int k = 0; k < 4; ++k) run({{0, 1}, {1, 1}, {2, 1}});
+  model->reset(1);
+  start(1, 8);
+  run({{1, 1}});                                              // a one-token prompt
+  run({{1, 3}, {0, 1}});
+
+  if (precision != Precision::fp32) {
+    INFO("greedy agreement " << rows.agree << " of " << rows.rows);
+    CHECK(rows.agree >= 0.8 * rows.rows);
+  }
+}
+
+// Scores a padded batch (rows of 40, 25 and 33 tokens in a 3 x 40 batch, some positions unscored,
+// a third of the targets the reference's greedy token), then one full row of T tokens.
+void check_scorer(const CheckpointModel& ck, Precision precision, double tol, int T_full) {
+  const ModelConfig& c = ck.config;
+  const int V = int(c.vocab_size), Vp = int(c.padded_vocab_size);
+  auto scorer = make_cuda_scorer(ck, precision, 4);
+  CHECK(scorer->max_batch() == 4);
+  CHECK(scorer->max_length() == int(c.seq_length));
+
+  const auto score = [&](int B, int T, const std::vector<int>& lengths) {
+    std::mt19937 rng(static_cast<uint32_t>(B * 1000 + T));
+    std::uniform_int_distribution<int> tok(0, V - 1);
+    std::vector<int32_t> tokens(size_t(B) * T, 3), targets(size_t(B) * T, -1);
+    std::vector<std::vector<double>> refs;
+    for (int b = 0; b < B; ++b) {
+      std::vector<int32_t> row(static_cast<size_t>(lengths[size_t(b)]));
+      for (auto& t : row) t = tok(rng);
+      std::copy(row.begin(), row.end(), tokens.begin() + size_t(b) * T);
+      refs.push_back(reference_logits(ck, row));
+      for (int t = 0; t < lengths[size_t(b)]; ++t) {
+        if (t % 11 == 5) continue;  // unscored inside the row too
+        const double* ref = refs.back().data() + size_t(t) * Vp;
+        targets[size_t(b) * T + t] = t % 3 == 0 ? argmax(ref, V) : tok(rng);
+      }
+    }
+    const TokenScore untouched{42.0, true};
+    std::vector<TokenScore> out(size_t(B) * T, untouched);
+    scorer->score(tokens.data(), targets.data(), B, T, out.data());
+
+    int scored = 0, greedy = 0;
+    for (int b = 0; b < B; ++b)
+      for (int t = 0; t < T; ++t) {
+        const size_t i = size_t(b) * T + t;
+        INFO("row " << b << ", position " << t);
+        if (targets[i] == -1) {
+          CHECK((out[i].logprob == 42.0 && out[i].greedy));
+          continue;
+        }
+        const double* ref = refs[size_t(b)].data() + size_t(t) * Vp;
+        const double mx = *std::max_element(ref, ref + V);
+        double sum = 0;
+        for (int j = 0; j < V; ++j) sum += std::exp(ref[j] - mx);
+        const double want = ref[targets[i]] - mx - std::log(sum);
+        CHECK(std::abs(out[i].logprob - want) <= tol * std::max(1.0, std::abs(want)));
+        const bool want_greedy = argmax(ref, V) == targets[i];
+        double scale = 0;
+        for (int j = 0; j < V; ++j) scale = std::max(scale, std::abs(ref[j]));
+        if (clear_winner(ref, V, 2 * tol * scale)) CHECK(out[i].greedy == want_greedy);
+        ++scored;
+        greedy += out[i].greedy == want_greedy;
+      }
+    if (precision != Precision::fp32) CHECK(greedy >= 0.8 * scored);
+  };
+  score(3, 40, {40, 25, 33});
+  score(1, T_full, {T_full});
+
+  const std::vector<int32_t> tokens(10, 1), bad_targets(10, V);
+  std::vector<TokenScore> out(10);
+  CHECK_THROWS_AS(scorer->score(tokens.data(), tokens.data(), 5, 2, out.data()), InputError);
+  CHECK_THROWS_AS(scorer->score(tokens.data(), bad_targets.data(), 1, 10, out.data()), InputError);
+}
+
+}  // namespace
+
+TEST_CASE("CUDA inference model equals the CPU model's full forward in fp32", "[gpu][infer]") {
+  SECTION("gpt2, head size 16") {
+    check_inference(random_checkpoint(test_config(ModelFamily::gpt2, 64, 4, 4, 256), 1), Precision::fp32, 1e-4);
+  }
+  SECTION("gpt2, head size 64") {
+    check_inference(random_checkpoint(test_config(ModelFamily::gpt2, 128, 2, 2, 256), 2), Precision::fp32, 1e-4);
+  }
+  SECTION("llama, 2 query heads per kv head, head size 16") {
+    check_inference(random_checkpoint(test_config(ModelFamily::llama, 64, 4, 2, 256), 3), Precision::fp32, 1e-4);
+  }
+  SECTION("llama, 4 query heads per kv head, head size 32") {
+    check_inference(random_checkpoint(test_config(ModelFamily::llama, 128, 4, 1, 256), 4), Precision::fp32, 1e-4);
+  }
+  SECTION("llama, tied embeddings, passes of 16 rows, no graphs") {
+    ModelConfig c = test_config(ModelFamily::llama, 64, 4, 2, 256);
+    c.tie_embeddings = true;
+    check_inference(random_checkpoint(c, 5), Precision::fp32, 1e-4, {.cuda_graphs = false, .pass_tokens = 16});
+  }
+  SECTION("gpt2, passes of 16 rows") {
+    check_inference(random_checkpoint(test_config(ModelFamily::gpt2, 64, 4, 4, 256), 6), Precision::fp32, 1e-4,
+                    {.cuda_graphs = true, .pass_tokens = 16});
+  }
+}
+
+TEST_CASE("CUDA inference model in bf16 and fp16 tracks the CPU model", "[gpu][infer]") {
+  SECTION("gpt2 bf16, head size 64") {
+    check_inference(random_checkpoint(test_config(ModelFamily::gpt2, 128, 2, 2, 256), 7), Precision::bf16, 5e-2);
+  }
+  SECTION("llama bf16, head size 64") {
+    check_inference(random_checkpoint(test_config(ModelFamily::llama, 256, 4, 2, 256), 8), Precision::bf16, 5e-2);
+  }
+  SECTION("llama fp16, head size 64") {
+    check_inference(random_checkpoint(test_config(ModelFamily::llama, 256, 4, 2, 256), 9), Precision::fp16, 2e-2);
+  }
+}
+
+TEST_CASE("CUDA inference model refuses bad sizes and calls before any work", "[gpu][infer]") {
+  const CheckpointModel ck = random_checkpoint(test_config(ModelFamily::gpt2, 64, 4, 4, 16), 1);
+  CHECK(input_error_of([&] { make_cuda_inference_model(ck, Precision::bf16, 1, 17); }) ==
+        "--max-length 17: this GPT-2 model has only 16 learned positions");
+  CHECK(input_error_of([&] { make_cuda_inference_model(ck, Precision::bf16, 0, 0); }) ==
+        "--batch 0: must be at least 1");
+  auto model = make_cuda_inference_model(ck, Precision::fp32, 2, 8);
+  std::vector<float> logits(2 * size_t(ck.config.vocab_size));
+  const std::vector<int32_t> five = {1, 2, 3, 4, 5}, bad = {1, 300};
+  const AppendRequest a{0, five}, c{2, five}, d{1, bad};
+  const AppendRequest twice[] = {a, a};
+  CHECK(input_error_of([&] { model->append(twice, logits.data()); }) ==
+        "inference model: slot 0 appears twice in one append");
+  CHECK(input_error_of([&] { model->append({&c, 1}, logits.data()); }) == "inference model: slot 2 outside [0, 2)");
+  CHECK(input_error_of([&] { model->append({&d, 1}, logits.data()); }) ==
+        "inference model: token 300 outside the vocabulary [0, 300)");
+  model->append({&a, 1}, logits.data());
+  const AppendRequest both[] = {AppendRequest{1, five}, a};
+  CHECK(input_error_of([&] { model->append(both, logits.data()); }) ==
+        "inference model: slot 0 would hold 10 tokens, more than its 8");
+  CHECK(model->length(0) == 5);
+  CHECK(model->length(1) == 0);
+}
+
+TEST_CASE("CUDA scorer equals the CPU model's log-softmax", "[gpu][infer]") {
+  SECTION("gpt2 fp32, head size 16") {
+    check_scorer(random_checkpoint(test_config(ModelFamily::gpt2, 64, 4, 4, 64), 11), Precision::fp32, 1e-4, 64);
+  }
+  SECTION("llama fp32, grouped-query, head size 16") {
+    check_scorer(random_checkpoint(test_config(ModelFamily::llama, 64, 4, 2, 64), 12), Precision::fp32, 1e-4, 64);
+  }
+  SECTION("gpt2 bf16, head size 64") {
+    check_scorer(random_checkpoint(test_config(ModelFamily::gpt2, 128, 2, 2, 128), 13), Precision::bf16, 5e-2, 128);
+  }
+  SECTION("llama bf16, head size 64") {
+    check_scorer(random_checkpoint(test_config(ModelFamily::llama, 256, 4, 2, 128), 14), Precision::bf16, 5e-2, 128);
+  }
+}
