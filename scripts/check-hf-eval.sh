@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# meg-eval's log-likelihoods against PyTorch transformers: trains a small GPT-2 (GPT-2 tokenizer)
+# and a small Llama (SentencePiece) briefly with meg-pretrain, exports each with
+# `meg-ckpt-convert --to hf` (tokenizer included), scores the test tasks with meg-eval (--json,
+# --per-example) on each device, then scripts/check-hf-eval.py recomputes every request's
+# log-likelihood with AutoModelForCausalLM in fp32 and requires them within 1e-4, and the text
+# requests' tokens to be the reference tokenizer's as lm-evaluation-harness encodes them.
+# Needs python3 with torch and transformers (and sentencepiece); no network.
+#   bash scripts/check-hf-eval.sh BUILD_DIR [DEVICES]     DEVICES: default "cuda cpu" with a GPU, else "cpu"
+set -euo pipefail
+build=$(cd "${1:?usage: scripts/check-hf-eval.sh BUILD_DIR [DEVICES]}" && pwd)
+bin=$build/bin
+if [ $# -ge 2 ]; then devices=$2; elif nvidia-smi >/dev/null 2>&1; then devices="cuda cpu"; else devices=cpu; fi
+for tool in meg-blend meg-pretrain meg-ckpt-convert meg-eval; do
+  [ -x "$bin/$tool" ] || { echo "check-hf-eval: $bin/$tool is missing (build the tools first)" >&2; exit 1; }
+done
+python3 -c "import torch, transformers" 2>/dev/null ||
+  { echo "check-hf-eval: python3 lacks torch or transformers" >&2; exit 1; }
+here=$(cd "$(dirname "$0")" && pwd)
+data=$here/../tests/data
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+cd "$out"
+
+# NAME PRESET DATASET TOKENIZER [MERGES]: a model trained for a few steps (its predictions no
+# longer uniform), exported with its tokenizer, and scored on every task on every device.
+evaluate_model() {
+  local name=$1 preset=$2 dataset=$3 tokenizer=$4 merges=${5:-}
+  local tok=(--tokenizer "$tokenizer")
+  [ -n "$merges" ] && tok+=(--merges "$merges")
+  mkdir -p "$name/runs"
+  "$bin/meg-blend" -q --seq-length 64 --samples 4000 -o "$name/run.blend" 1 "$dataset"
+  "$bin/meg-pretrain" -q --model "$preset" --data "$name/run.blend" "${tok[@]}" --micro-batch 8 --global-batch 16 \
+    --lr 3e-3 --warmup-iters 10 --iters 200 --save "$name/ckpt"
+  "$bin/meg-ckpt-convert" -q --load "$name/ckpt" --to hf "${tok[@]}" --save "$name/hf"
+  local tasks=("lambada lambada" "hellaswag multiple-choice" "arc multiple-choice" "piqa multiple-choice"
+               "openbookqa multiple-choice" "choices multiple-choice" "text perplexity" "wikitext perplexity")
+  for device in $devices; do
+    for t in "${tasks[@]}"; do
+      set -- $t
+      "$bin/meg-eval" -q --device "$device" --load "$name/ckpt" --task "$data/eval/$1.jsonl" --task-type "$2" \
+        --batch 4 --json --per-example "$name/runs/$1-$device.per.jsonl" > "$name/runs/$1-$device.json"
+    done
+    # Few-shot prompts longer than the model's 64 tokens: contexts cut from the left.
+    "$bin/meg-eval" -q --device "$device" --load "$name/ckpt" --task "$data/eval/arc.jsonl" --task-type multiple-choice \
+      --num-fewshot 3 --json --per-example "$name/runs/arc3-$device.per.jsonl" > "$name/runs/arc3-$device.json"
+    # The training data itself, an indexed dataset.
+    "$bin/meg-eval" -q --device "$device" --load "$name/ckpt" --task "${dataset}" --task-type perplexity --limit 30 \
+      --json --per-example "$name/runs/indexed-$device.per.jsonl" > "$name/runs/indexed-$device.json"
+  done
+}
+
+evaluate_model gpt2 tiny "$data/megatron/fortunes_gpt2" "$data/gpt2/vocab.json" "$data/gpt2/merges.txt"
+evaluate_model llama tiny-llama "$data/megatron/fortunes_spm" "$data/megatron/fortunes_spm.model"
+python3 "$here/check-hf-eval.py" "$out"
