@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <limits>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -27,12 +28,24 @@ GenerationRequest make_request(std::string_view text, const PromptSettings& sett
                                int max_length, const std::string& where) {
   size_t bad = 0;
   if (!valid_utf8(text, &bad)) input_error("{}: the prompt is not valid UTF-8 (byte {})", where, bad);
+  std::vector<int32_t> ids;
+  tokenizer.encode(text, ids);
+  if (ids.empty()) ids.push_back(tokenizer.eod_id());  // the start of a new document
+  return make_request(std::move(ids), settings, tokenizer, max_length, where);
+}
+
+GenerationRequest make_request(std::vector<int32_t> ids, const PromptSettings& settings, const Tokenizer& tokenizer,
+                               int max_length, const std::string& where) {
+  if (ids.empty()) input_error("{}: the prompt has no tokens", where);
+  for (const int32_t id : ids)
+    if (id < 0 || id >= tokenizer.vocab_size())
+      input_error("{}: prompt token {} is outside the tokenizer's vocabulary [0, {})", where, id,
+                  tokenizer.vocab_size());
+  if (ids.size() > size_t(max_length))
+    input_error("{}: the prompt is {} tokens, more than the {} a sequence holds (--max-length)", where, ids.size(),
+                max_length);
   GenerationRequest r;
-  tokenizer.encode(text, r.prompt);
-  if (r.prompt.empty()) r.prompt.push_back(tokenizer.eod_id());  // the start of a new document
-  if (r.prompt.size() > size_t(max_length))
-    input_error("{}: the prompt is {} tokens, more than the {} a sequence holds (--max-length)", where,
-                r.prompt.size(), max_length);
+  r.prompt = std::move(ids);
   r.max_tokens = settings.max_tokens;
   r.sampling = settings.sampling;
   r.stop = settings.stop;
@@ -41,9 +54,11 @@ GenerationRequest make_request(std::string_view text, const PromptSettings& sett
 
 namespace {
 
-// One JSONL line's prompt and settings (the defaults replaced by its own keys).
+// One JSONL line's prompt, as text or as token ids, and settings (the defaults replaced by its
+// own keys).
 struct PromptLine {
   std::string prompt;
+  std::optional<std::vector<int32_t>> ids;
   PromptSettings settings;
 };
 
@@ -66,13 +81,17 @@ PromptLine parse_prompt_line(std::string_view line, const PromptSettings& defaul
       input_error("{}: \"{}\" must be an integer of at least {}", where, key, lo);
     return int(v.get<uint64_t>());
   };
-  PromptLine p{{}, defaults};
+  PromptLine p{{}, {}, defaults};
   bool has_prompt = false;
   for (const auto& [key, v] : j.items()) {
     if (key == "prompt") {
       if (!v.is_string()) input_error("{}: \"prompt\" must be a string", where);
       p.prompt = v.get<std::string>();
       has_prompt = true;
+    } else if (key == "prompt_ids") {
+      if (!v.is_array()) input_error("{}: \"prompt_ids\" must be a list of token ids", where);
+      p.ids.emplace();
+      for (const auto& id : v) p.ids->push_back(integer(key, id, 0));
     } else if (key == "max_tokens") {
       p.settings.max_tokens = integer(key, v, 1);
     } else if (key == "temperature") {
@@ -93,12 +112,12 @@ PromptLine parse_prompt_line(std::string_view line, const PromptSettings& defaul
         p.settings.stop.push_back(s.get<std::string>());
       }
     } else {
-      input_error("{}: unknown key \"{}\" (known: prompt, max_tokens, temperature, top_k, top_p, "
+      input_error("{}: unknown key \"{}\" (known: prompt, prompt_ids, max_tokens, temperature, top_k, top_p, "
                   "repetition_penalty, seed, stop)",
                   where, key);
     }
   }
-  if (!has_prompt) input_error("{}: no \"prompt\"", where);
+  if (has_prompt == p.ids.has_value()) input_error("{}: give either \"prompt\" or \"prompt_ids\"", where);
   p.settings.validate(where);
   return p;
 }
@@ -130,7 +149,12 @@ PromptFile read_prompt_file(const std::string& path, const PromptSettings& setti
     if (blank(text)) continue;
     const std::string where = fmt::format("{}:{}", name, line);
     PromptLine p = parse_prompt_line(text, settings, where);
-    file.requests.push_back(make_request(p.prompt, p.settings, tokenizer, max_length, where));
+    if (p.ids) {
+      file.requests.push_back(make_request(std::move(*p.ids), p.settings, tokenizer, max_length, where));
+      p.prompt = tokenizer.decode(file.requests.back().prompt);
+    } else {
+      file.requests.push_back(make_request(p.prompt, p.settings, tokenizer, max_length, where));
+    }
     file.texts.push_back(std::move(p.prompt));
   }
   return file;

@@ -35,6 +35,9 @@ struct PromptSettings {
 // The request for TEXT under SETTINGS, for sequences of MAX_LENGTH tokens; WHERE names it in errors.
 GenerationRequest make_request(std::string_view text, const PromptSettings& settings, const Tokenizer& tokenizer,
                                int max_length, const std::string& where);
+// The request for the token ids IDS (each in the tokenizer's vocabulary; at least one).
+GenerationRequest make_request(std::vector<int32_t> ids, const PromptSettings& settings, const Tokenizer& tokenizer,
+                               int max_length, const std::string& where);
 
 struct PromptFile {
   std::vector<std::string> texts;  // each prompt's text, in file order

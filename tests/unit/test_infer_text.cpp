@@ -152,6 +152,22 @@ TEST_CASE("prompts: JSONL lines with their own settings; an empty prompt starts 
   CHECK(f.requests[2].stop == std::vector<std::string>{"z"});
 }
 
+TEST_CASE("prompts: token ids instead of text", "[infer][text]") {
+  TempDir dir;
+  const auto tok = spm();
+  std::vector<int32_t> ids;
+  tok->encode("hello world", ids);
+  const std::string path = dir.path("ids.jsonl");
+  std::string line = "{\"prompt_ids\": [";
+  for (size_t i = 0; i < ids.size(); ++i) line += (i ? ", " : "") + std::to_string(ids[i]);
+  write_file(path, line + "], \"max_tokens\": 2}\n");
+  const PromptFile f = read_prompt_file(path, {}, *tok, 64);
+  REQUIRE(f.requests.size() == 1);
+  CHECK(f.requests[0].prompt == ids);
+  CHECK(f.requests[0].max_tokens == 2);
+  CHECK(f.texts[0] == tok->decode(ids));
+}
+
 TEST_CASE("prompts: a bad line is named by file and line", "[infer][text]") {
   TempDir dir;
   const auto tok = spm();
@@ -162,7 +178,12 @@ TEST_CASE("prompts: a bad line is named by file and line", "[infer][text]") {
   };
   CHECK(error_of("{\"prompt\": \"x\"") == path + ":2: not valid JSON (column 15)");
   CHECK(error_of("[1]") == path + ":2: expected a JSON object with a \"prompt\"");
-  CHECK(error_of("{\"max_tokens\": 3}") == path + ":2: no \"prompt\"");
+  CHECK(error_of("{\"max_tokens\": 3}") == path + ":2: give either \"prompt\" or \"prompt_ids\"");
+  CHECK(error_of("{\"prompt\": \"x\", \"prompt_ids\": [1]}") == path + ":2: give either \"prompt\" or \"prompt_ids\"");
+  CHECK(error_of("{\"prompt_ids\": 3}") == path + ":2: \"prompt_ids\" must be a list of token ids");
+  CHECK(error_of("{\"prompt_ids\": [1, -2]}") == path + ":2: \"prompt_ids\" must be an integer of at least 0");
+  CHECK(error_of("{\"prompt_ids\": []}") == path + ":2: the prompt has no tokens");
+  CHECK(error_of("{\"prompt_ids\": [1, 100000]}").starts_with(path + ":2: prompt token 100000 is outside"));
   CHECK(error_of("{\"prompt\": 1}") == path + ":2: \"prompt\" must be a string");
   CHECK(error_of("{\"prompt\": \"x\", \"temprature\": 1}").starts_with(path + ":2: unknown key \"temprature\""));
   CHECK(error_of("{\"prompt\": \"x\", \"max_tokens\": 0}") ==
