@@ -53,7 +53,8 @@ void JsonlOutput::done(size_t id, Completion c) {
   j["completion_ids"] = std::move(c.ids);
   j["finish_reason"] = finish_reason_name(c.finish);
   prompts_.erase(id);
-  lines_[id] = j.dump() + "\n";
+  // A prompt given as token ids may decode to bytes that are not UTF-8 (part of a character).
+  lines_[id] = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   for (auto it = lines_.find(head_); it != lines_.end(); it = lines_.find(head_)) {
     write_line_(it->second);
     lines_.erase(it);

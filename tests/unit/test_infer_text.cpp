@@ -123,6 +123,15 @@ TEST_CASE("outputs: JSON lines in prompt order with every field", "[infer][text]
   CHECK(j["finish_reason"] == "stop");
 }
 
+TEST_CASE("outputs: a prompt that is not UTF-8 is written with replacement characters", "[infer][text]") {
+  std::vector<std::string> lines;
+  JsonlOutput o([&](std::string_view line) { lines.emplace_back(line); });
+  o.prompt(0, "a\xe2\x82");  // the first two bytes of a three-byte character, as token ids may decode
+  o.done(0, {"b", {1}, FinishReason::length});
+  REQUIRE(lines.size() == 1);
+  CHECK(nlohmann::json::parse(lines[0])["prompt"] == "a\xef\xbf\xbd");
+}
+
 TEST_CASE("prompts: JSONL lines with their own settings; an empty prompt starts a document", "[infer][text]") {
   TempDir dir;
   const auto tok = spm();
