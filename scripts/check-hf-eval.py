@@ -51,11 +51,13 @@ class Encoder:
             sp = sentencepiece.SentencePieceProcessor(model_file=spm_file)
             self.encode, self.eot, self.name = sp.encode, sp.eos_id(), "sentencepiece"
         elif os.path.exists(os.path.join(hf_dir, "vocab.json")):
-            from transformers import GPT2TokenizerFast
-            tok = GPT2TokenizerFast(vocab_file=os.path.join(hf_dir, "vocab.json"),
-                                    merges_file=os.path.join(hf_dir, "merges.txt"))
+            # As users load it (the tokenizer classes' own constructors changed across versions).
+            from transformers import AutoTokenizer
+            tok = AutoTokenizer.from_pretrained(hf_dir, local_files_only=True)
             self.encode = lambda s: tok.encode(s, add_special_tokens=False)
-            self.eot, self.name = tok.eos_token_id, "GPT2TokenizerFast"
+            self.eot, self.name = tok.eos_token_id, type(tok).__name__
+            if not self.encode("Hello world"):
+                sys.exit(f"check-hf-eval: {self.name} from {hf_dir} encodes 'Hello world' to nothing")
 
     def request(self, context, continuation):
         if context == "":
@@ -98,7 +100,11 @@ def check_run(model, encoder, result_path):
             greedy_bad += 1
         if "context" in r and encoder.name:
             text_requests += 1
-            if list(encoder.request(r["context"], r["continuation"])) != [r["context_tokens"], r["continuation_tokens"]]:
+            want = list(encoder.request(r["context"], r["continuation"]))
+            if want != [r["context_tokens"], r["continuation_tokens"]]:
+                if token_bad == 0:
+                    print(f"    first token difference: {r['context']!r} + {r['continuation']!r}: meg "
+                          f"{[r['context_tokens'], r['continuation_tokens']]}, {encoder.name} {want}")
                 token_bad += 1
     ok = worst < TOLERANCE and greedy_bad == 0 and token_bad == 0 and len(requests) == result["requests"]
     tokens = f", tokens as {encoder.name}: {text_requests - token_bad}/{text_requests}" if text_requests else ""
