@@ -3,6 +3,8 @@
 #include <fstream>
 #include <sstream>
 
+#include <fmt/format.h>
+
 #include "core/error.hpp"
 
 namespace meg {
@@ -17,6 +19,19 @@ nlohmann::json read_json_file(const std::string& path) {
   } catch (const nlohmann::json::parse_error& e) {
     input_error("{}: not valid JSON: {}", path, e.what());
   }
+}
+
+std::string parse_json_record(std::string_view raw, const std::string& where, nlohmann::json& out) {
+  try {
+    out = nlohmann::json::parse(raw);
+  } catch (const nlohmann::json::parse_error& e) {
+    // nlohmann's message starts with "[json.exception.parse_error.101] parse error at line 1, column N: "
+    std::string why = e.what();
+    if (const auto colon = why.find(": "); colon != std::string::npos) why = why.substr(colon + 2);
+    return fmt::format("{}: malformed JSON at column {}: {}", where, e.byte, why);
+  }
+  if (!out.is_object()) return fmt::format("{}: expected a JSON object, found {}", where, out.type_name());
+  return {};
 }
 
 }  // namespace meg

@@ -1,7 +1,8 @@
-// Reading a whole JSON file, with the one-line errors of core/error.hpp.
+// Reading a whole JSON file, and one JSONL record, with the one-line errors of core/error.hpp.
 #pragma once
 
 #include <string>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -10,5 +11,10 @@ namespace meg {
 // The JSON document in PATH: SystemError when it cannot be read, InputError naming PATH when it is
 // not valid JSON.
 nlohmann::json read_json_file(const std::string& path);
+
+// Parses RAW, one record of a JSONL file named WHERE ("file:line"), into OUT, which must be an
+// object. Returns "" when it is, else the one-line problem: "WHERE: malformed JSON at column N:
+// WHY" or "WHERE: expected a JSON object, found TYPE" (for callers that report it their own way).
+std::string parse_json_record(std::string_view raw, const std::string& where, nlohmann::json& out);
 
 }  // namespace meg

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "core/json_file.hpp"
 #include "data/tokenizer.hpp"
 
 namespace meg {
@@ -110,19 +111,8 @@ RecordProblem extract_document(const RecordBatch& batch, size_t i, const Documen
     return RecordProblem::kEmpty;
   }
   nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(raw);
-  } catch (const nlohmann::json::parse_error& e) {
-    // nlohmann's message starts with "[json.exception.parse_error.101] parse error at line 1, column N: "
-    std::string why = e.what();
-    if (const auto colon = why.find(": "); colon != std::string::npos) why = why.substr(colon + 2);
-    message = fmt::format("{}: malformed JSON at column {}: {}", where(), e.byte, why);
-    return RecordProblem::kBad;
-  }
-  if (!j.is_object()) {
-    message = fmt::format("{}: expected a JSON object, found {}", where(), j.type_name());
-    return RecordProblem::kBad;
-  }
+  message = parse_json_record(raw, where(), j);
+  if (!message.empty()) return RecordProblem::kBad;
   const auto it = j.find(format.json_key);
   if (it == j.end()) {
     message = fmt::format("{}: no \"{}\" key (choose the key with --json-key)", where(), format.json_key);

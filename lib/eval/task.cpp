@@ -4,6 +4,7 @@
 #include <string_view>
 
 #include "core/error.hpp"
+#include "core/json_file.hpp"
 #include "data/document_reader.hpp"
 #include "data/indexed_dataset.hpp"
 #include "eval/doc_format.hpp"
@@ -13,15 +14,7 @@ namespace {
 
 nlohmann::json parse_object(std::string_view raw, const std::string& where) {
   nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(raw);
-  } catch (const nlohmann::json::parse_error& e) {
-    // nlohmann's message starts with "[json.exception.parse_error.101] parse error at line 1, column N: "
-    std::string why = e.what();
-    if (const auto colon = why.find(": "); colon != std::string::npos) why = why.substr(colon + 2);
-    input_error("{}: malformed JSON at column {}: {}", where, e.byte, why);
-  }
-  if (!j.is_object()) input_error("{}: expected a JSON object, found {}", where, j.type_name());
+  if (const std::string problem = parse_json_record(raw, where, j); !problem.empty()) input_error("{}", problem);
   return j;
 }
 
