@@ -21,6 +21,7 @@
 #include "ops/cpu/dropout_mask.hpp"
 #include "ops/cuda/check.hpp"
 #include "ops/cuda/ops.hpp"
+#include "event_timer.hpp"
 
 namespace {
 
@@ -60,22 +61,7 @@ void fill_random(X* dst, size_t n, uint32_t seed) {
 
 // Median milliseconds of one call of F.
 double median_ms(const std::function<void()>& f) {
-  cudaEvent_t start, stop;
-  MEG_CUDA_CHECK(cudaEventCreate(&start));
-  MEG_CUDA_CHECK(cudaEventCreate(&stop));
-  for (int i = 0; i < kWarmup; ++i) f();
-  std::vector<float> ms(kRuns);
-  for (auto& m : ms) {
-    MEG_CUDA_CHECK(cudaEventRecord(start));
-    f();
-    MEG_CUDA_CHECK(cudaEventRecord(stop));
-    MEG_CUDA_CHECK(cudaEventSynchronize(stop));
-    MEG_CUDA_CHECK(cudaEventElapsedTime(&m, start, stop));
-  }
-  MEG_CUDA_CHECK(cudaEventDestroy(start));
-  MEG_CUDA_CHECK(cudaEventDestroy(stop));
-  std::nth_element(ms.begin(), ms.begin() + kRuns / 2, ms.end());
-  return ms[kRuns / 2];
+  return meg::bench::median(meg::bench::time_calls(nullptr, kWarmup, kRuns, f));
 }
 
 template <typename X>

@@ -33,6 +33,7 @@
 #include "infer/cuda_inference_model.hpp"
 #include "model/gpt.hpp"
 #include "ops/cuda/check.hpp"
+#include "event_timer.hpp"
 
 namespace {
 
@@ -43,32 +44,6 @@ constexpr double kMatmulRate = 800e12;  // FLOP/s
 constexpr int kBatches[] = {1, 32};
 constexpr int kSlots = 32;  // the largest batch
 constexpr int kPrefillRuns = 10, kPrefillWarmup = 2;
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-// Milliseconds of each call of F, timed with events on STREAM.
-std::vector<double> time_calls(cudaStream_t stream, int warmup, int runs, const std::function<void()>& f) {
-  cudaEvent_t start, stop;
-  MEG_CUDA_CHECK(cudaEventCreate(&start));
-  MEG_CUDA_CHECK(cudaEventCreate(&stop));
-  for (int i = 0; i < warmup; ++i) f();
-  std::vector<double> ms;
-  for (int i = 0; i < runs; ++i) {
-    MEG_CUDA_CHECK(cudaEventRecord(start, stream));
-    f();
-    MEG_CUDA_CHECK(cudaEventRecord(stop, stream));
-    MEG_CUDA_CHECK(cudaEventSynchronize(stop));
-    float t = 0;
-    MEG_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
-    ms.push_back(t);
-  }
-  MEG_CUDA_CHECK(cudaEventDestroy(start));
-  MEG_CUDA_CHECK(cudaEventDestroy(stop));
-  return ms;
-}
 
 struct Options {
   meg::Precision precision = meg::Precision::bf16;
@@ -123,7 +98,7 @@ void bench(const std::string& name, const Options& o) {
 
   const double prefill_flops_per_token = double(c.flops_per_token(o.prompt)) / 3;
   for (const int B : kBatches) {
-    const double ms = median(time_calls(stream, kPrefillWarmup, kPrefillRuns, [&] { prefill(B); }));
+    const double ms = meg::bench::median(meg::bench::time_calls(stream, kPrefillWarmup, kPrefillRuns, [&] { prefill(B); }));
     print_row(name, "prefill", B, o.prompt, ms, double(B) * o.prompt,
               kMatmulRate / prefill_flops_per_token, "compute");
   }
@@ -132,7 +107,7 @@ void bench(const std::string& name, const Options& o) {
     std::vector<int32_t> next(static_cast<size_t>(B));
     std::vector<AppendRequest> reqs;
     for (int s = 0; s < B; ++s) reqs.push_back({s, std::span<const int32_t>(&next[size_t(s)], 1)});
-    const double ms = median(time_calls(stream, o.warmup, o.steps, [&] {
+    const double ms = meg::bench::median(meg::bench::time_calls(stream, o.warmup, o.steps, [&] {
       for (auto& t : next) t = tok(rng);
       model->append(reqs, logits.data());
     }));

@@ -26,6 +26,7 @@
 
 #include "ops/cuda/check.hpp"
 #include "ops/cuda/ops.hpp"
+#include "event_timer.hpp"
 
 namespace {
 
@@ -70,25 +71,9 @@ class Buffer {
 
 // Median milliseconds of RUNS runs of FN, each after an L2 flush, after kWarmup runs.
 double time_ms(const std::function<void()>& fn, int runs, void* flush) {
-  cudaEvent_t start, stop;
-  MEG_CUDA_CHECK(cudaEventCreate(&start));
-  MEG_CUDA_CHECK(cudaEventCreate(&stop));
-  for (int i = 0; i < kWarmup; ++i) fn();
-  std::vector<double> ms;
-  for (int i = 0; i < runs; ++i) {
-    MEG_CUDA_CHECK(cudaMemsetAsync(flush, i & 0xFF, kFlushBytes));
-    MEG_CUDA_CHECK(cudaEventRecord(start));
-    fn();
-    MEG_CUDA_CHECK(cudaEventRecord(stop));
-    MEG_CUDA_CHECK(cudaEventSynchronize(stop));
-    float t = 0;
-    MEG_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
-    ms.push_back(t);
-  }
-  MEG_CUDA_CHECK(cudaEventDestroy(start));
-  MEG_CUDA_CHECK(cudaEventDestroy(stop));
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
+  int i = 0;
+  return meg::bench::median(meg::bench::time_calls(nullptr, kWarmup, runs, fn,
+                                         [&] { MEG_CUDA_CHECK(cudaMemsetAsync(flush, i++ & 0xFF, kFlushBytes)); }));
 }
 
 struct Shape {
