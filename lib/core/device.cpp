@@ -1,5 +1,7 @@
 #include "core/device.hpp"
 
+#include "core/error.hpp"
+
 #ifdef MEG_CUDA
 #include <cuda_runtime.h>
 #endif
@@ -33,5 +35,12 @@ std::vector<DeviceInfo> cuda_devices() {
 }
 
 std::string default_device() { return cuda_devices().empty() ? "cpu" : "cuda"; }
+
+std::vector<DeviceInfo> require_cuda_devices() {
+  if (!built_with_cuda()) input_error("--device cuda: this build of meg has no CUDA support; use --device cpu");
+  auto devices = cuda_devices();
+  if (devices.empty()) input_error("--device cuda: no CUDA device is visible; use --device cpu");
+  return devices;
+}
 
 }  // namespace meg

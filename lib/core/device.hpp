@@ -21,5 +21,8 @@ bool built_with_cuda();
 std::vector<DeviceInfo> cuda_devices();
 // "cuda" when a GPU is present, else "cpu": the default of --device.
 std::string default_device();
+// The visible devices for --device cuda; InputError saying so when there are none (or no CUDA in
+// this build).
+std::vector<DeviceInfo> require_cuda_devices();
 
 }  // namespace meg

@@ -1,5 +1,6 @@
 #include "eval/scorer.hpp"
 
+#include "core/device.hpp"
 #include "core/error.hpp"
 #include "eval/cpu_scorer.hpp"
 
@@ -13,10 +14,9 @@ std::unique_ptr<Scorer> make_scorer(const CheckpointModel& checkpoint, const std
     return std::make_unique<CpuScorer>(checkpoint, max_batch);
   }
   if (device == "cuda") {
+    require_cuda_devices();
 #if MEG_CUDA
     return make_cuda_scorer(checkpoint, precision, max_batch);
-#else
-    input_error("--device cuda: this build of meg has no CUDA support; use --device cpu");
 #endif
   }
   input_error("--device '{}': expected cpu or cuda", device);

@@ -1,6 +1,7 @@
 // make_inference_model: the CPU model, or the CUDA one in a CUDA build.
 #include "infer/inference_model.hpp"
 
+#include "core/device.hpp"
 #include "core/error.hpp"
 #include "infer/cpu_inference_model.hpp"
 
@@ -14,10 +15,9 @@ std::unique_ptr<InferenceModel> make_inference_model(const CheckpointModel& chec
     return std::make_unique<CpuInferenceModel>(checkpoint.config, checkpoint.params, slots, max_length);
   }
   if (device != "cuda") input_error("--device '{}': expected cpu or cuda", device);
+  require_cuda_devices();
 #if MEG_CUDA
   return make_cuda_inference_model(checkpoint, precision, slots, max_length);
-#else
-  input_error("--device cuda: this build of meg has no CUDA support");
 #endif
 }
 

@@ -477,8 +477,7 @@ std::unique_ptr<TrainBackend> make_cuda_backend(const ModelConfig& config, const
                                                 Precision precision, const std::string& recompute,
                                                 const ParallelGroups& parallel) {
   const Recompute r = parse_recompute(recompute);
-  const auto devices = cuda_devices();
-  if (devices.empty()) input_error("--device cuda: no CUDA device is visible; use --device cpu");
+  const auto devices = require_cuda_devices();
   // One GPU per process: the ranks of a node take its GPUs in turn.
   if (World::initialized()) MEG_CUDA_CHECK(cudaSetDevice(World::get().local_rank() % int(devices.size())));
   switch (precision) {
