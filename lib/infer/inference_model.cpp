@@ -14,11 +14,13 @@ std::unique_ptr<InferenceModel> make_inference_model(const CheckpointModel& chec
       input_error("--precision {}: the CPU path computes in fp32 only; use --device cuda", precision_name(precision));
     return std::make_unique<CpuInferenceModel>(checkpoint.config, checkpoint.params, slots, max_length);
   }
-  if (device != "cuda") input_error("--device '{}': expected cpu or cuda", device);
-  require_cuda_devices();
+  if (device == "cuda") {
+    require_cuda_devices();
 #if MEG_CUDA
-  return make_cuda_inference_model(checkpoint, precision, slots, max_length);
+    return make_cuda_inference_model(checkpoint, precision, slots, max_length);
 #endif
+  }
+  input_error("--device '{}': expected cpu or cuda", device);
 }
 
 }  // namespace meg
