@@ -1,9 +1,11 @@
 // meg-generate: text from a trained model, with a KV cache and continuous batching; prompts from
-// the command line, a JSONL file or stdin, answers streamed as text or written as JSON lines.
+// the command line, a JSONL file or stdin, answers streamed as text or written as JSON lines; one
+// process, or the model split over tensor-parallel ranks under mpirun.
 #include <string>
 
 #include "core/cli.hpp"
 #include "infer/generate_tool.hpp"
+#include "parallel/comm.hpp"
 
 int main(int argc, char** argv) {
   CLI::App app{"Generate text with a trained model: --prompt TEXT, --prompts FILE.jsonl, or one prompt per line of "
@@ -46,10 +48,20 @@ int main(int argc, char** argv) {
                  "cannot go beyond it)");
   app.add_option("--device", o.device, "cpu or cuda (default: cuda when a GPU is present)");
   app.add_option("--precision", o.precision, "cuda: bf16 (default), fp16 or fp32; the CPU computes in fp32");
+  app.add_option("--tp", o.tp,
+                 "Tensor-parallel size: split the model over this many processes (mpirun -np N, one GPU each)")
+      ->capture_default_str();
   meg::cli::add_common_options(app, "meg-generate --load ckpt --prompt 'Once upon a time' --max-tokens 50\n"
                                     "  meg-generate --load ckpt --prompts questions.jsonl --temperature 0.8 "
                                     "--top-p 0.95 -o answers.jsonl\n"
-                                    "  cut -f2 titles.tsv | meg-generate --load ckpt --stop $'\\n' > texts.txt");
+                                    "  cut -f2 titles.tsv | meg-generate --load ckpt --stop $'\\n' > texts.txt\n"
+                                    "  mpirun -np 2 meg-generate --tp 2 --load big-ckpt --prompts questions.jsonl "
+                                    "-o answers.jsonl");
 
-  return meg::cli::run_tool(app, argc, argv, [&] { return meg::run_generate(o); });
+  return meg::cli::run_tool(
+      app, argc, argv, [&] { return meg::run_generate(o); },
+      // One rank failing ends the job: the others would wait for it in a collective forever.
+      [](int status) {
+        if (meg::World::initialized() && meg::World::get().distributed()) meg::World::get().abort(status);
+      });
 }

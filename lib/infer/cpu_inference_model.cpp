@@ -5,7 +5,9 @@
 #include <cstring>
 
 #include "core/error.hpp"
+#include "model/tensor_parallel.hpp"
 #include "ops/cpu/ops.hpp"
+#include "parallel/comm.hpp"
 
 namespace meg {
 
@@ -17,34 +19,41 @@ void grow(std::vector<float>& v, size_t n) {
 
 }  // namespace
 
-CpuInferenceModel::CpuInferenceModel(const ModelConfig& config, std::vector<float> params, int slots, int max_length)
-    : config_(config), params_(std::move(params)) {
-  config_.validate();
-  if (params_.size() != size_t(config_.num_parameters()))
-    input_error("inference model: {} parameters given, the model has {}", params_.size(), config_.num_parameters());
+CpuInferenceModel::CpuInferenceModel(const ModelConfig& config, std::vector<float> params, int slots, int max_length,
+                                     Comm* tp)
+    : tp_(tp != nullptr && tp->size() > 1 ? tp : nullptr) {
+  if (tp_) {
+    tp_size_ = tp_->size();
+    tp_rank_ = tp_->rank();
+  }
+  config_ = tensor_parallel_config(config, params.size(), tp_size_);
+  params_ = tp_ ? tensor_parallel_shard(config, params, config_, tp_size_, tp_rank_) : std::move(params);
   if (slots < 1) input_error("--batch {}: must be at least 1", slots);
   if (max_length < 0) input_error("--max-length {}: must be positive", max_length);
   if (max_length == 0) max_length = static_cast<int>(config_.seq_length);
   if (config_.learned_positions() && max_length > config_.seq_length)
     input_error("--max-length {}: this GPT-2 model has only {} learned positions", max_length, config_.seq_length);
-  w_ = gpt_offsets(config_, gpt_parameter_table(config_));
+  w_ = gpt_offsets(config_, gpt_parameter_table(config_, tp_size_));
   slots_ = slots;
   max_length_ = max_length;
   C_ = static_cast<int>(config_.hidden_size);
-  NH_ = static_cast<int>(config_.num_heads);
-  NKV_ = static_cast<int>(config_.num_kv_heads);
+  NH_ = static_cast<int>(config_.num_heads) / tp_size_;
+  NKV_ = static_cast<int>(config_.num_kv_heads) / tp_size_;
   HS_ = static_cast<int>(config_.head_size());
+  CQ_ = NH_ * HS_;
   KV_ = NKV_ * HS_;
-  QKV_ = C_ + 2 * KV_;
-  FF_ = static_cast<int>(config_.ffn_hidden_size);
+  QKV_ = CQ_ + 2 * KV_;
+  FF_ = static_cast<int>(config_.ffn_hidden_size) / tp_size_;
   FC_ = (config_.activation == Activation::swiglu ? 2 : 1) * FF_;
   V_ = static_cast<int>(config_.vocab_size);
-  Vp_ = static_cast<int>(config_.padded_vocab_size);
+  Vp_ = static_cast<int>(config_.padded_vocab_size) / tp_size_;
+  V0_ = Vp_ * tp_rank_;
   lengths_.assign(size_t(slots_), 0);
   const size_t cache = size_t(config_.num_layers) * size_t(slots_) * size_t(max_length_) * size_t(KV_);
   k_cache_.assign(cache, 0.0f);
   v_cache_.assign(cache, 0.0f);
   logits_.resize(size_t(slots_) * size_t(Vp_));
+  if (tp_) gathered_.resize(size_t(tp_size_) * logits_.size());
 }
 
 int CpuInferenceModel::length(int slot) const {
@@ -78,7 +87,8 @@ void CpuInferenceModel::check(std::span<const AppendRequest> requests) const {
 
 void CpuInferenceModel::reserve(int N, size_t scores) {
   const size_t n = size_t(N);
-  for (auto* v : {&x_, &ln_, &q_, &atty_, &branch_, &last_}) grow(*v, n * C_);
+  for (auto* v : {&x_, &ln_, &branch_, &last_}) grow(*v, n * C_);
+  for (auto* v : {&q_, &atty_}) grow(*v, n * CQ_);
   grow(qkv_, n * QKV_);
   grow(fc1_, n * FC_);
   grow(act_, n * FF_);
@@ -105,21 +115,71 @@ void CpuInferenceModel::attend(size_t l, std::span<const AppendRequest> requests
     const int first = lengths_[size_t(r.slot)];
     float* k = cache(k_cache_, l, r.slot);
     float* v = cache(v_cache_, l, r.slot);
-    float* q = q_.data() + row * C_;
+    float* q = q_.data() + row * CQ_;
     for (int i = 0; i < n; ++i) {
       const float* qkv = qkv_.data() + (row + size_t(i)) * QKV_;
-      std::memcpy(q + size_t(i) * C_, qkv, size_t(C_) * sizeof(float));
-      std::memcpy(k + size_t(first + i) * KV_, qkv + C_, size_t(KV_) * sizeof(float));
-      std::memcpy(v + size_t(first + i) * KV_, qkv + C_ + KV_, size_t(KV_) * sizeof(float));
+      std::memcpy(q + size_t(i) * CQ_, qkv, size_t(CQ_) * sizeof(float));
+      std::memcpy(k + size_t(first + i) * KV_, qkv + CQ_, size_t(KV_) * sizeof(float));
+      std::memcpy(v + size_t(first + i) * KV_, qkv + CQ_ + KV_, size_t(KV_) * sizeof(float));
     }
     if (config_.uses_rope()) {
       cpu::rope_forward_from(q, q, n, NH_, HS_, first, theta);
       float* new_keys = k + size_t(first) * KV_;
       cpu::rope_forward_from(new_keys, new_keys, n, NKV_, HS_, first, theta);
     }
-    cpu::attention_cached_forward(atty_.data() + row * C_, q, k, v, n, first, NH_, NKV_, HS_, scores_.data());
+    cpu::attention_cached_forward(atty_.data() + row * CQ_, q, k, v, n, first, NH_, NKV_, HS_, scores_.data());
     row += size_t(n);
   }
+}
+
+// Vocabulary-parallel: this rank's rows of the lookup (all of them without a group), zeros for
+// the tokens of other ranks, summed over the group; then the (replicated) position embedding.
+void CpuInferenceModel::embed(std::span<const AppendRequest> requests, int N) {
+  const float* wte = param(w_.wte);
+  const float* wpe = param(w_.wpe);
+  std::fill_n(x_.data(), size_t(N) * C_, 0.0f);
+  size_t row = 0;
+  for (const AppendRequest& r : requests)
+    for (const int32_t t : r.tokens) {
+      if (t >= V0_ && t < V0_ + Vp_) std::copy_n(wte + size_t(t - V0_) * C_, C_, x_.data() + row * C_);
+      ++row;
+    }
+  sum_over_tp(x_.data(), size_t(N) * C_);
+  if (!wpe) return;
+  row = 0;
+  for (const AppendRequest& r : requests)
+    for (size_t i = 0; i < r.tokens.size(); ++i, ++row) {
+      const float* pos = wpe + (size_t(lengths_[size_t(r.slot)]) + i) * C_;
+      float* x = x_.data() + row * C_;
+      for (int c = 0; c < C_; ++c) x[c] += pos[c];
+    }
+}
+
+// Each rank's input columns times its weight columns is a part of the output; rank 0's part
+// carries the (replicated) bias, so that the sum adds it once.
+void CpuInferenceModel::row_parallel(float* out, const float* inp, size_t w, size_t b, int N, int in) {
+  cpu::linear_forward(out, inp, param(w), tp_rank_ == 0 ? param(b) : nullptr, N, in, C_);
+  sum_over_tp(out, size_t(N) * C_);
+}
+
+// Each rank's vocabulary shard of the logits, gathered: rank r's columns [r * Vp, (r + 1) * Vp)
+// of row i are row r * R + i of the gathered array. Only the real vocabulary's columns go out.
+void CpuInferenceModel::output(float* logits, int R) {
+  cpu::linear_forward(logits_.data(), ln_.data(), param(w_.out_w), nullptr, R, C_, Vp_);
+  const float* all = logits_.data();
+  if (tp_) {
+    tp_->all_gather(gathered_.data(), logits_.data(), size_t(R) * Vp_);
+    all = gathered_.data();
+  }
+  for (int r = 0; r < tp_size_; ++r) {
+    const int first = r * Vp_, columns = std::clamp(V_ - first, 0, Vp_);
+    for (int i = 0; i < R; ++i)
+      std::copy_n(all + (size_t(r) * R + size_t(i)) * Vp_, columns, logits + size_t(i) * V_ + first);
+  }
+}
+
+void CpuInferenceModel::sum_over_tp(float* data, size_t n) {
+  if (tp_) tp_->all_reduce_sum(data, n);
 }
 
 void CpuInferenceModel::append(std::span<const AppendRequest> requests, float* logits) {
@@ -135,22 +195,13 @@ void CpuInferenceModel::append(std::span<const AppendRequest> requests, float* l
   reserve(N, scores);
   const size_t NC = size_t(N) * C_;
 
-  // The embedding of each request's tokens at its own positions.
-  size_t row = 0;
-  for (const AppendRequest& r : requests) {
-    const float* wpe = param(w_.wpe);
-    if (wpe) wpe += size_t(lengths_[size_t(r.slot)]) * C_;
-    const int n = static_cast<int>(r.tokens.size());
-    cpu::embedding_forward(x_.data() + row * C_, r.tokens.data(), param(w_.wte), wpe, 1, n, C_, V_);
-    row += size_t(n);
-  }
-
+  embed(requests, N);
   for (size_t l = 0; l < w_.layers.size(); ++l) {
     const GptOffsets::Layer& w = w_.layers[l];
     norm(ln_.data(), x_.data(), w.ln1_w, w.ln1_b, N);
     cpu::linear_forward(qkv_.data(), ln_.data(), param(w.qkv_w), param(w.qkv_b), N, C_, QKV_);
     attend(l, requests);
-    cpu::linear_forward(branch_.data(), atty_.data(), param(w.proj_w), param(w.proj_b), N, C_, C_);
+    row_parallel(branch_.data(), atty_.data(), w.proj_w, w.proj_b, N, CQ_);
     for (size_t i = 0; i < NC; ++i) x_[i] += branch_[i];
     norm(ln_.data(), x_.data(), w.ln2_w, w.ln2_b, N);
     cpu::linear_forward(fc1_.data(), ln_.data(), param(w.fc1_w), param(w.fc1_b), N, C_, FC_);
@@ -158,21 +209,19 @@ void CpuInferenceModel::append(std::span<const AppendRequest> requests, float* l
       cpu::swiglu_forward(act_.data(), fc1_.data(), N, FF_);
     else
       cpu::gelu_forward(act_.data(), fc1_.data(), size_t(N) * FF_);
-    cpu::linear_forward(branch_.data(), act_.data(), param(w.fc2_w), param(w.fc2_b), N, FF_, C_);
+    row_parallel(branch_.data(), act_.data(), w.fc2_w, w.fc2_b, N, FF_);
     for (size_t i = 0; i < NC; ++i) x_[i] += branch_[i];
   }
 
   // The output layer on each request's last row only.
   const int R = static_cast<int>(requests.size());
-  row = 0;
+  size_t row = 0;
   for (int i = 0; i < R; ++i) {
     row += requests[size_t(i)].tokens.size();
     std::memcpy(last_.data() + size_t(i) * C_, x_.data() + (row - 1) * C_, size_t(C_) * sizeof(float));
   }
   norm(ln_.data(), last_.data(), w_.lnf_w, w_.lnf_b, R);
-  cpu::linear_forward(logits_.data(), ln_.data(), param(w_.out_w), nullptr, R, C_, Vp_);
-  for (int i = 0; i < R; ++i)
-    std::memcpy(logits + size_t(i) * V_, logits_.data() + size_t(i) * Vp_, size_t(V_) * sizeof(float));
+  output(logits, R);
 
   for (const AppendRequest& r : requests) lengths_[size_t(r.slot)] += static_cast<int>(r.tokens.size());
 }

@@ -13,6 +13,13 @@
 // request by request, against the request's own slot. The logits are those of each request's last
 // row only. The result equals GptModel<float>'s forward over the whole sequence to float rounding
 // (tests/unit/test_infer_model.cpp).
+//
+// Tensor parallelism (a group of T > 1 ranks): a rank holds its shard of the weights and caches
+// the keys and values of its NKV/T key/value heads. The embedding is vocabulary-parallel (each
+// rank looks up the tokens of its rows, zeros for the others, summed over the group), the
+// row-parallel outputs (attention projection, second MLP layer) are summed over the group with
+// rank 0 adding the bias, and each rank's vocabulary shard of the logits is gathered, so every
+// rank has them all (tests/mpi/test_infer_tp.cpp).
 #pragma once
 
 #include <cstdint>
@@ -26,9 +33,11 @@ namespace meg {
 
 class CpuInferenceModel final : public InferenceModel {
  public:
-  // CONFIG (validated here) with PARAMS laid out as gpt_parameter_table(config); SLOTS sequences
-  // of MAX_LENGTH tokens (0: seq_length). InputError on a bad size.
-  CpuInferenceModel(const ModelConfig& config, std::vector<float> params, int slots, int max_length);
+  // CONFIG (validated here) with PARAMS laid out as gpt_parameter_table(config): the whole model,
+  // of which a member of TP (when given) keeps its shard; SLOTS sequences of MAX_LENGTH tokens
+  // (0: seq_length). InputError on a bad size.
+  CpuInferenceModel(const ModelConfig& config, std::vector<float> params, int slots, int max_length,
+                    Comm* tp = nullptr);
 
   const ModelConfig& config() const override { return config_; }
   int slots() const override { return slots_; }
@@ -48,19 +57,30 @@ class CpuInferenceModel final : public InferenceModel {
   void attend(size_t l, std::span<const AppendRequest> requests);
   // Grows every scratch array to hold N rows and a score matrix of SCORES values.
   void reserve(int N, size_t scores);
+  // The embedding of the requests' tokens at their positions into x_.
+  void embed(std::span<const AppendRequest> requests, int N);
+  // OUT [N, C] = INP [N, IN] @ W^T + B: a row-parallel layer, its parts summed over the group.
+  void row_parallel(float* out, const float* inp, size_t w, size_t b, int N, int in);
+  // LOGITS [R, V] from the final norm of the R rows in ln_.
+  void output(float* logits, int R);
+  void sum_over_tp(float* data, size_t n);
 
-  ModelConfig config_;
+  ModelConfig config_;  // with TP, its vocabulary padded for the group
+  Comm* tp_ = nullptr;  // null for the whole model
+  int tp_size_ = 1, tp_rank_ = 0;
   std::vector<float> params_;
   GptOffsets w_;
   int slots_ = 0, max_length_ = 0;
-  int C_ = 0, NH_ = 0, NKV_ = 0, HS_ = 0, KV_ = 0, QKV_ = 0, FF_ = 0, FC_ = 0, V_ = 0, Vp_ = 0;
+  // This rank's sizes: NH, NKV query and key/value heads, CQ = NH * HS, FF the MLP's hidden width
+  // and FC its first product's, Vp the vocabulary rows from V0 on; C and the real V are the model's.
+  int C_ = 0, NH_ = 0, NKV_ = 0, HS_ = 0, CQ_ = 0, KV_ = 0, QKV_ = 0, FF_ = 0, FC_ = 0, V_ = 0, Vp_ = 0, V0_ = 0;
   std::vector<int> lengths_;
   std::vector<float> k_cache_, v_cache_;
 
   // Scratch of one append, grown as needed: the residual stream, its norm, and the products of
-  // one block over N packed rows; scores_ holds one head's attention scores.
-  std::vector<int32_t> tokens_;
-  std::vector<float> x_, ln_, qkv_, q_, atty_, branch_, fc1_, act_, scores_, last_, logits_;
+  // one block over N packed rows; scores_ holds one head's attention scores; gathered_ every
+  // rank's logits.
+  std::vector<float> x_, ln_, qkv_, q_, atty_, branch_, fc1_, act_, scores_, last_, logits_, gathered_;
 };
 
 }  // namespace meg

@@ -21,6 +21,13 @@
 // graph reads (tokens, positions, slots) are copied to fixed device arrays before each replay.
 //
 // The KV cache: per layer K and V [slots, NKV, max_length, HS] of X, allocated in full up front.
+//
+// Tensor parallelism (a group of T > 1 processes, one GPU each, through NCCL): each member holds
+// its shard of the weights and the cache of its NKV/T key/value heads; the embedding and the
+// row-parallel layers are summed over the group, and the members' vocabulary shards of the logits
+// gathered (in fp32), so that every member has the same logits. The collectives are part of the
+// captured decode graphs (NCCL supports capture since 2.9); they run once directly first, as
+// every decode size does, so their connections are made before a capture.
 // Only for code built with CUDA (MEG_CUDA).
 #pragma once
 
@@ -42,8 +49,11 @@ class CudaInferenceModel : public InferenceModel {
   virtual cudaStream_t stream() const = 0;  // where all its work is queued (for timing)
 };
 
+// The model on this process's GPU (under an MPI launcher, the node's GPUs taken by local rank in
+// turn), split over the members of TP when given (collective over them).
 std::unique_ptr<CudaInferenceModel> make_cuda_inference_model(const CheckpointModel& checkpoint, Precision precision,
                                                               int slots, int max_length,
-                                                              const CudaInferenceOptions& options);
+                                                              const CudaInferenceOptions& options,
+                                                              Comm* tp = nullptr);
 
 }  // namespace meg

@@ -6,14 +6,17 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <set>
 #include <stdexcept>
 #include <vector>
 
+#include "core/device.hpp"
 #include "core/error.hpp"
 #include "infer/cuda_transformer.hpp"
 #include "ops/cuda/check.hpp"
 #include "ops/cuda/ops.hpp"
+#include "parallel/nccl_comm.hpp"
 
 namespace meg {
 
@@ -37,7 +40,7 @@ template <typename X>
 class CudaInferenceModelImpl final : public CudaInferenceModel {
  public:
   CudaInferenceModelImpl(const CheckpointModel& checkpoint, int slots, int max_length,
-                         const CudaInferenceOptions& options);
+                         const CudaInferenceOptions& options, Comm* tp);
   ~CudaInferenceModelImpl() override;
 
   const ModelConfig& config() const override { return net_.config(); }
@@ -77,16 +80,20 @@ class CudaInferenceModelImpl final : public CudaInferenceModel {
   void run(const Pass& pass);
   cudaGraphExec_t capture(const Pass& pass);
   void forward(const Pass& pass);
+  void gather_logits(float* out, int R);
   X* k_cache(size_t layer) const { return cache_.get() + 2 * layer * layer_elements_; }
   X* v_cache(size_t layer) const { return cache_.get() + (2 * layer + 1) * layer_elements_; }
 
   int slots_, max_length_, pass_rows_;
   bool use_graphs_;
-  CudaTransformer<X> net_;  // before the arrays: they go back to its allocator
+  std::unique_ptr<NcclComm> tp_;  // the tensor-parallel group (null: the whole model); outlives net_
+  CudaTransformer<X> net_;        // before the arrays: they go back to its allocator
   std::vector<int> lengths_;
   size_t layer_elements_;  // of one layer's K (or V) cache
   cuda::DeviceArray<X> cache_, x_, rows_, logits_;
-  cuda::DeviceArray<float> logits_f32_, lse_, scratch_;
+  // logits_f32_ [slots, V]: the logits the caller gets; with tensor parallelism, shard_f32_ this
+  // member's [slots, Vp] and gathered_ every member's.
+  cuda::DeviceArray<float> logits_f32_, shard_f32_, gathered_, lse_, scratch_;
   cuda::DeviceArray<int32_t> ints_;
   PinnedArray<int32_t> staging_;
   std::map<int, cudaGraphExec_t> graphs_;  // decode steps by request count
@@ -95,12 +102,13 @@ class CudaInferenceModelImpl final : public CudaInferenceModel {
 
 template <typename X>
 CudaInferenceModelImpl<X>::CudaInferenceModelImpl(const CheckpointModel& checkpoint, int slots, int max_length,
-                                                  const CudaInferenceOptions& options)
+                                                  const CudaInferenceOptions& options, Comm* tp)
     : slots_(slots),
       max_length_(checked_max_length(checkpoint.config, slots, max_length, options)),
       pass_rows_(std::max(slots, options.pass_tokens)),
       use_graphs_(options.cuda_graphs),
-      net_(checkpoint.config, checkpoint.params, pass_rows_, max_length_),
+      tp_(tp != nullptr && tp->size() > 1 ? std::make_unique<NcclComm>(*tp) : nullptr),
+      net_(checkpoint.config, checkpoint.params, pass_rows_, max_length_, tp_.get()),
       lengths_(size_t(slots), 0) {
   const auto& d = net_.dims();
   auto& alloc = net_.allocator();
@@ -111,6 +119,10 @@ CudaInferenceModelImpl<X>::CudaInferenceModelImpl(const CheckpointModel& checkpo
   rows_ = cuda::DeviceArray<X>(alloc, rows * d.C);
   logits_ = cuda::DeviceArray<X>(alloc, size_t(slots) * d.Vp);
   logits_f32_ = cuda::DeviceArray<float>(alloc, size_t(slots) * d.V);
+  if (tp_) {
+    shard_f32_ = cuda::DeviceArray<float>(alloc, size_t(slots) * d.Vp);
+    gathered_ = cuda::DeviceArray<float>(alloc, size_t(tp_->size()) * slots * d.Vp);
+  }
   lse_ = cuda::DeviceArray<float>(alloc, rows * d.NH);
   // The splits, and with them the scratch, only fall as the queries grow.
   size_t scratch = 0;
@@ -232,6 +244,8 @@ void CudaInferenceModelImpl<X>::append(std::span<const AppendRequest> requests, 
     outputs += pass.outputs;
   }
   const size_t V = size_t(net_.dims().V);
+  // A failed or stopped peer shows here, as an error, rather than as a copy waiting forever.
+  if (tp_) tp_->wait(stream());
   MEG_CUDA_CHECK(cudaMemcpyAsync(logits, logits_f32_.get(), size_t(outputs) * V * sizeof(float),
                                  cudaMemcpyDeviceToHost, stream()));
   MEG_CUDA_CHECK(cudaStreamSynchronize(stream()));
@@ -283,7 +297,10 @@ void CudaInferenceModelImpl<X>::forward(const Pass& pass) {
   const int32_t *positions = tokens + N, *slots = positions + N, *cached = slots + N, *last = cached + pass.cached;
   X* x = x_.get();
 
-  cuda::embedding_forward<X>(x, tokens, net_.wte(), nullptr, 1, N, d.C, 0, d.Vp, s);
+  // Vocabulary-parallel: each member looks up the tokens of its rows (zeros for the others), the
+  // sum over the group is the whole lookup; then the (replicated) position embedding.
+  cuda::embedding_forward<X>(x, tokens, net_.wte(), nullptr, 1, N, d.C, d.V0, d.Vp, s);
+  if (tp_) tp_->all_reduce_sum(x, size_t(N) * d.C, s);
   if (net_.wpe()) {
     // The positions' rows are a lookup of their own (positions index wpe as tokens index wte).
     cuda::embedding_forward<X>(rows_.get(), positions, net_.wpe(), nullptr, 1, N, d.C, 0, int(config().seq_length),
@@ -306,29 +323,54 @@ void CudaInferenceModelImpl<X>::forward(const Pass& pass) {
     h = rows_.get();
   }
   net_.logits(logits_.get(), h, pass.outputs);
-  cuda::logits_to_float(logits_f32_.get() + size_t(pass.first_output) * d.V, logits_.get(), pass.outputs, d.V, d.Vp,
-                        s);
+  float* out = logits_f32_.get() + size_t(pass.first_output) * d.V;
+  if (tp_)
+    gather_logits(out, pass.outputs);
+  else
+    cuda::logits_to_float(out, logits_.get(), pass.outputs, d.V, d.Vp, s);
+}
+
+// Every member's vocabulary shard of the logits of R rows in fp32, gathered ([member][R][Vp]), and
+// each member's real columns copied to where they go: member m's are columns [m * Vp, (m + 1) * Vp)
+// of OUT [R, V].
+template <typename X>
+void CudaInferenceModelImpl<X>::gather_logits(float* out, int R) {
+  const auto& d = net_.dims();
+  const cudaStream_t s = stream();
+  const size_t shard = size_t(R) * d.Vp;
+  cuda::logits_to_float(shard_f32_.get(), logits_.get(), R, d.Vp, d.Vp, s);
+  tp_->all_gather(gathered_.get(), shard_f32_.get(), shard, s);
+  for (int m = 0; m < tp_->size(); ++m) {
+    const int first = m * d.Vp, columns = std::clamp(d.V - first, 0, d.Vp);
+    if (columns == 0) continue;
+    MEG_CUDA_CHECK(cudaMemcpy2DAsync(out + first, size_t(d.V) * sizeof(float), gathered_.get() + size_t(m) * shard,
+                                     size_t(d.Vp) * sizeof(float), size_t(columns) * sizeof(float), size_t(R),
+                                     cudaMemcpyDeviceToDevice, s));
+  }
 }
 
 }  // namespace
 
 std::unique_ptr<CudaInferenceModel> make_cuda_inference_model(const CheckpointModel& checkpoint, Precision precision,
                                                               int slots, int max_length,
-                                                              const CudaInferenceOptions& options) {
+                                                              const CudaInferenceOptions& options, Comm* tp) {
+  const auto devices = require_cuda_devices();
+  // One GPU per process: the ranks of a node take its GPUs in turn (as training's do).
+  if (World::initialized()) MEG_CUDA_CHECK(cudaSetDevice(World::get().local_rank() % int(devices.size())));
   switch (precision) {
     case Precision::fp32:
-      return std::make_unique<CudaInferenceModelImpl<float>>(checkpoint, slots, max_length, options);
+      return std::make_unique<CudaInferenceModelImpl<float>>(checkpoint, slots, max_length, options, tp);
     case Precision::bf16:
-      return std::make_unique<CudaInferenceModelImpl<__nv_bfloat16>>(checkpoint, slots, max_length, options);
+      return std::make_unique<CudaInferenceModelImpl<__nv_bfloat16>>(checkpoint, slots, max_length, options, tp);
     case Precision::fp16:
-      return std::make_unique<CudaInferenceModelImpl<__half>>(checkpoint, slots, max_length, options);
+      return std::make_unique<CudaInferenceModelImpl<__half>>(checkpoint, slots, max_length, options, tp);
   }
   throw std::invalid_argument("make_cuda_inference_model: unknown precision");
 }
 
 std::unique_ptr<InferenceModel> make_cuda_inference_model(const CheckpointModel& checkpoint, Precision precision,
-                                                          int slots, int max_length) {
-  return make_cuda_inference_model(checkpoint, precision, slots, max_length, CudaInferenceOptions{});
+                                                          int slots, int max_length, Comm* tp) {
+  return make_cuda_inference_model(checkpoint, precision, slots, max_length, CudaInferenceOptions{}, tp);
 }
 
 }  // namespace meg

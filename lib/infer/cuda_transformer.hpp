@@ -5,7 +5,12 @@
 //
 // The block is the training model's (model/gpt.hpp, model/gpt_cuda.hpp) with the same ops, less
 // what only training needs: no dropout, no activations kept for a backward (one set of buffers
-// serves every layer in turn), no tensor or pipeline parallelism.
+// serves every layer in turn), no pipeline or sequence parallelism.
+//
+// Tensor parallelism, as training's: over a group of T > 1 ranks (an NcclComm, one GPU each), a
+// member holds its shard of the weights (its heads, MLP columns and vocabulary rows), and the
+// blocks sum the row-parallel layers' parts over the group (in X, as training does), rank 0's part
+// carrying the bias. The caller sums the embedding and gathers the logits (vocabulary-parallel).
 //
 // Everything is queued on the transformer's own stream, and the callers queue their work there too
 // (stream()): the host never waits inside a forward, and a whole forward can be captured into a
@@ -25,6 +30,8 @@
 #include "ops/cuda/gemm.hpp"
 
 namespace meg {
+
+class NcclComm;
 
 // A CUDA stream of its own, destroyed with its owner (after everything else: declare it first).
 class CudaStream {
@@ -59,17 +66,22 @@ class PinnedArray {
 template <typename X>
 class CudaTransformer {
  public:
-  // The shapes the ops take: C hidden, NH/NKV heads, HS head size, CQ = NH * HS, QKV the fused
-  // projection's width, Fh the MLP's hidden width and FC its first product's (2 Fh for SwiGLU),
-  // V the real and Vp the padded vocabulary.
+  // The shapes the ops take, a member's with tensor parallelism: C hidden, NH/NKV heads, HS head
+  // size, CQ = NH * HS, QKV the fused projection's width, Fh the MLP's hidden width and FC its
+  // first product's (2 Fh for SwiGLU), V the real vocabulary, Vp the padded vocabulary's rows held,
+  // from row V0 on.
   struct Dims {
-    int C, NH, NKV, HS, CQ, QKV, Fh, FC, V, Vp;
+    int C, NH, NKV, HS, CQ, QKV, Fh, FC, V, Vp, V0;
   };
 
   // Validates CONFIG, uploads PARAMS (config.num_parameters() fp32 values in gpt_parameter_table
   // order; InputError on another length) rounded to X, and allocates the buffers of a
   // forward of up to MAX_ROWS rows. POSITIONS: the positions the RoPE table covers (Llama).
-  CudaTransformer(const ModelConfig& config, const std::vector<float>& params, int max_rows, int positions);
+  // TP: the tensor-parallel group (null, or a group of one: the whole model), collective over it;
+  // this member uploads its shard (infer/inference_model.hpp), and config() is the group's (its
+  // vocabulary padded for it).
+  CudaTransformer(const ModelConfig& config, const std::vector<float>& params, int max_rows, int positions,
+                  NcclComm* tp = nullptr);
   ~CudaTransformer();  // waits for the stream
   CudaTransformer(const CudaTransformer&) = delete;
   CudaTransformer& operator=(const CudaTransformer&) = delete;
@@ -91,13 +103,17 @@ class CudaTransformer {
   // Runs every block on the residual stream x [N, C] (N <= max_rows()), in place.
   void blocks(X* x, int N, const Attention& attention);
 
-  // out [N, Vp] = final_norm(x) @ Wout^T, for N <= max_rows() rows x [N, C].
+  // out [N, Vp] = final_norm(x) @ Wout^T, for N <= max_rows() rows x [N, C]: with tensor
+  // parallelism, the columns of this member's vocabulary rows.
   void logits(X* out, const X* x, int N);
 
  private:
   X* px(size_t offset) const { return offset == kAbsentTensor ? nullptr : weights_.get() + offset; }
   void norm(X* out, const X* inp, size_t w, size_t b, int N);
+  // OUT [N, C] = INP [N, IN] @ W^T + B: a row-parallel layer, its parts summed over the group.
+  void row_parallel(X* out, const X* inp, size_t w, size_t b, int N, int in);
 
+  NcclComm* tp_;  // null for the whole model
   ModelConfig config_;
   Dims dims_;
   int max_rows_;

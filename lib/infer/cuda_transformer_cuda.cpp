@@ -8,8 +8,11 @@
 #include <type_traits>
 
 #include "core/error.hpp"
+#include "infer/inference_model.hpp"
+#include "model/tensor_parallel.hpp"
 #include "ops/cuda/check.hpp"
 #include "ops/cuda/ops.hpp"
+#include "parallel/nccl_comm.hpp"
 
 namespace meg {
 
@@ -37,19 +40,24 @@ template class PinnedArray<float>;
 
 namespace {
 
+// The members of the tensor-parallel group TP (null: one, the whole model).
+int size_of(const NcclComm* tp) { return tp ? tp->size() : 1; }
+
 template <typename X>
-typename CudaTransformer<X>::Dims dims_of(const ModelConfig& c) {
+typename CudaTransformer<X>::Dims dims_of(const ModelConfig& c, const NcclComm* group) {
+  const int tp = size_of(group);
   typename CudaTransformer<X>::Dims d;
   d.C = int(c.hidden_size);
-  d.NH = int(c.num_heads);
-  d.NKV = int(c.num_kv_heads);
+  d.NH = int(c.num_heads) / tp;
+  d.NKV = int(c.num_kv_heads) / tp;
   d.HS = int(c.head_size());
   d.CQ = d.NH * d.HS;
   d.QKV = d.CQ + 2 * d.NKV * d.HS;
-  d.Fh = int(c.ffn_hidden_size);
+  d.Fh = int(c.ffn_hidden_size) / tp;
   d.FC = (c.activation == Activation::swiglu ? 2 : 1) * d.Fh;
   d.V = int(c.vocab_size);
-  d.Vp = int(c.padded_vocab_size);
+  d.Vp = int(c.padded_vocab_size) / tp;
+  d.V0 = group ? d.Vp * group->rank() : 0;
   return d;
 }
 
@@ -57,26 +65,30 @@ typename CudaTransformer<X>::Dims dims_of(const ModelConfig& c) {
 
 template <typename X>
 CudaTransformer<X>::CudaTransformer(const ModelConfig& config, const std::vector<float>& params, int max_rows,
-                                    int positions)
-    : config_(config), dims_(dims_of<X>(config)), max_rows_(max_rows), gemm_(stream_.get()) {
-  config_.validate();
-  if (params.size() != size_t(config_.num_parameters()))
-    input_error("model: {} parameters given, the model has {}", params.size(), config_.num_parameters());
-  offsets_ = gpt_offsets(config_, gpt_parameter_table(config_));
+                                    int positions, NcclComm* tp)
+    : tp_(tp != nullptr && tp->size() > 1 ? tp : nullptr),
+      config_(tensor_parallel_config(config, params.size(), size_of(tp_))),
+      dims_(dims_of<X>(config_, tp_)),
+      max_rows_(max_rows),
+      gemm_(stream_.get()) {
+  offsets_ = gpt_offsets(config_, gpt_parameter_table(config_, size_of(tp_)));
   const cudaStream_t s = stream_.get();
+  std::vector<float> shard;
+  if (tp_) shard = tensor_parallel_shard(config, params, config_, tp_->size(), tp_->rank());
+  const std::vector<float>& local = tp_ ? shard : params;
 
   // The weights, through a bounded fp32 staging array when X is narrower: loading never holds a
   // whole fp32 copy on the device.
-  const size_t n = params.size();
+  const size_t n = local.size();
   weights_ = cuda::DeviceArray<X>(alloc_, n);
   if constexpr (std::is_same_v<X, float>) {
-    MEG_CUDA_CHECK(cudaMemcpyAsync(weights_.get(), params.data(), n * sizeof(float), cudaMemcpyHostToDevice, s));
+    MEG_CUDA_CHECK(cudaMemcpyAsync(weights_.get(), local.data(), n * sizeof(float), cudaMemcpyHostToDevice, s));
   } else {
     constexpr size_t kChunk = size_t(16) << 20;
     cuda::DeviceArray<float> staging(alloc_, std::min(kChunk, n));
     for (size_t at = 0; at < n; at += kChunk) {
       const size_t m = std::min(kChunk, n - at);
-      MEG_CUDA_CHECK(cudaMemcpyAsync(staging.get(), params.data() + at, m * sizeof(float), cudaMemcpyHostToDevice, s));
+      MEG_CUDA_CHECK(cudaMemcpyAsync(staging.get(), local.data() + at, m * sizeof(float), cudaMemcpyHostToDevice, s));
       cuda::cast_from_float(weights_.get() + at, staging.get(), m, s);
     }
     MEG_CUDA_CHECK(cudaStreamSynchronize(s));  // before the staging array goes back to the cache
@@ -114,7 +126,7 @@ void CudaTransformer<X>::norm(X* out, const X* inp, size_t w, size_t b, int N) {
 template <typename X>
 void CudaTransformer<X>::blocks(X* x, int N, const Attention& attention) {
   if (N > max_rows_) throw std::invalid_argument("CudaTransformer: more rows than allocated");
-  const auto [C, NH, NKV, HS, CQ, QKV, Fh, FC, V, Vp] = dims_;
+  const auto [C, NH, NKV, HS, CQ, QKV, Fh, FC, V, Vp, V0] = dims_;
   const size_t NC = size_t(N) * C;
   for (size_t l = 0; l < offsets_.layers.size(); ++l) {
     const GptOffsets::Layer& w = offsets_.layers[l];
@@ -122,7 +134,7 @@ void CudaTransformer<X>::blocks(X* x, int N, const Attention& attention) {
     norm(ln_.get(), x, w.ln1_w, w.ln1_b, N);
     gemm_.linear_forward(qkv_.get(), ln_.get(), px(w.qkv_w), px(w.qkv_b), N, C, QKV);
     attention(l, qkv_.get(), atty_.get());
-    gemm_.linear_forward(branch_.get(), atty_.get(), px(w.proj_w), px(w.proj_b), N, CQ, C);
+    row_parallel(branch_.get(), atty_.get(), w.proj_w, w.proj_b, N, CQ);
     cuda::add(x, x, branch_.get(), NC, stream());
     // MLP: x = x + fc2(act(fc1(norm2(x)))), GELU in fc1's epilogue where cuBLASLt has it.
     norm(ln_.get(), x, w.ln2_w, w.ln2_b, N);
@@ -133,9 +145,18 @@ void CudaTransformer<X>::blocks(X* x, int N, const Attention& attention) {
       gemm_.linear_forward(fc1_.get(), ln_.get(), px(w.fc1_w), px(w.fc1_b), N, C, FC);
       cuda::gelu_forward(act_.get(), fc1_.get(), size_t(N) * Fh, stream());
     }
-    gemm_.linear_forward(branch_.get(), act_.get(), px(w.fc2_w), px(w.fc2_b), N, Fh, C);
+    row_parallel(branch_.get(), act_.get(), w.fc2_w, w.fc2_b, N, Fh);
     cuda::add(x, x, branch_.get(), NC, stream());
   }
+}
+
+// Each member's input columns times its weight columns is a part of the output; rank 0's part
+// carries the (replicated) bias, so that the sum adds it once.
+template <typename X>
+void CudaTransformer<X>::row_parallel(X* out, const X* inp, size_t w, size_t b, int N, int in) {
+  const X* bias = !tp_ || tp_->rank() == 0 ? px(b) : nullptr;
+  gemm_.linear_forward(out, inp, px(w), bias, N, in, dims_.C);
+  if (tp_) tp_->all_reduce_sum(out, size_t(N) * dims_.C, stream());
 }
 
 template <typename X>

@@ -13,6 +13,7 @@
 #include "infer/checkpoint_model.hpp"
 #include "infer/inference_model.hpp"
 #include "infer/outputs.hpp"
+#include "parallel/comm.hpp"
 
 namespace meg {
 
@@ -51,23 +52,32 @@ void resolve(GenerateOptions& o) {
   o.settings.validate("command line");
 }
 
-}  // namespace
-
-int run_generate(GenerateOptions o) {
-  resolve(o);
-  std::unique_ptr<InferenceModel> model;
-  std::unique_ptr<Tokenizer> tokenizer;
-  {
-    const CheckpointModel checkpoint = load_checkpoint_model(o.load);  // its host copy is freed below
-    tokenizer = load_model_tokenizer(checkpoint, o.tokenizer, o.merges);
-    model = make_inference_model(checkpoint, o.device, parse_precision(o.precision), *o.batch, o.max_length);
-    const ModelConfig& c = checkpoint.config;
-    log::info("{}: {} {} x {} ({:.1f} M parameters), {}; {} {}, {} sequence(s) of {} tokens", checkpoint.path,
-              to_string(c.family), c.num_layers, c.hidden_size, c.num_parameters() / 1e6, tokenizer->describe(),
-              o.device, o.device == "cuda" ? o.precision : "fp32", model->slots(), model->max_length());
+// The job's tensor-parallel group: meg-generate runs one, of all the job's processes (replicas of
+// the model generating for different prompts are not implemented). Ranks other than 0 report
+// only their errors.
+Comm& tensor_parallel_group(int tp) {
+  World& world = World::init();
+  if (tp < 1) input_error("--tp {}: must be at least 1", tp);
+  if (tp != world.size())
+    input_error("--tp {}: meg-generate runs one process per tensor-parallel rank (mpirun -np {}), this job has {}",
+                tp, tp, world.size());
+  ParallelLayout layout;
+  layout.tp = tp;
+  world.set_layout(layout);
+  if (world.rank() != 0) {
+    log::set_errors_only(true);
+    log::set_program(fmt::format("{} (rank {})", log::program(), world.rank()));
   }
-  Generator generator(*model, *tokenizer);
-  const int max_length = model->max_length();
+  return world.group(ParallelDim::tp);
+}
+
+// Rank 0's part: reads the prompts, hands the requests to every rank of TP, writes the results.
+GenerationStats answer(const GenerateOptions& o, Generator& generator, const Tokenizer& tokenizer, int max_length,
+                       Comm& tp) {
+  const auto run = [&](RequestSource& source, CompletionSink& sink) {
+    SharedRequestSource shared(&source, tp);
+    return generator.run(shared, sink);
+  };
 
   // Where the results go: JSON lines into --output (renamed into place when all is written) or
   // onto stdout, or text onto stdout.
@@ -84,30 +94,65 @@ int run_generate(GenerateOptions o) {
   else
     out = std::make_unique<TextOutput>(write_stdout, o.echo);
 
-  const auto start = std::chrono::steady_clock::now();
   GenerationStats stats;
   if (!o.prompts.empty()) {
-    PromptFile prompts = read_prompt_file(o.prompts, o.settings, *tokenizer, max_length);
+    PromptFile prompts = read_prompt_file(o.prompts, o.settings, tokenizer, max_length);
     for (size_t i = 0; i < prompts.texts.size(); ++i) out->prompt(i, prompts.texts[i]);
     Progress progress("answered", prompts.requests.size(), "prompts");
     CountingSink counting(*out, progress);
     ListSource source(std::move(prompts.requests));
-    stats = generator.run(source, counting);
+    stats = run(source, counting);
     progress.finish();
   } else if (o.prompt) {
     std::vector<GenerationRequest> one;
-    one.push_back(make_request(*o.prompt, o.settings, *tokenizer, max_length, "--prompt"));
+    one.push_back(make_request(*o.prompt, o.settings, tokenizer, max_length, "--prompt"));
     out->prompt(0, *o.prompt);
     ListSource source(std::move(one));
-    stats = generator.run(source, *out);
+    stats = run(source, *out);
   } else {
-    StdinPromptSource source(o.settings, *tokenizer, max_length,
+    StdinPromptSource source(o.settings, tokenizer, max_length,
                              [&out](size_t id, const std::string& text) { out->prompt(id, text); });
-    stats = generator.run(source, *out);
+    stats = run(source, *out);
+    // The other ranks are done; this error ends the job (meg-generate's failure handler).
     if (source.error()) throw InputError(*source.error());
   }
   if (file) file->commit();
+  return stats;
+}
 
+// The other ranks' part: the same generation over the requests rank 0 hands out, whose results
+// rank 0 writes.
+GenerationStats follow(Generator& generator, Comm& tp) {
+  struct Discard final : CompletionSink {
+    void text(size_t, std::string_view) override {}
+    void done(size_t, Completion) override {}
+  } discard;
+  SharedRequestSource source(nullptr, tp);
+  return generator.run(source, discard);
+}
+
+}  // namespace
+
+int run_generate(GenerateOptions o) {
+  resolve(o);
+  Comm& tp = tensor_parallel_group(o.tp);
+  std::unique_ptr<InferenceModel> model;
+  std::unique_ptr<Tokenizer> tokenizer;
+  {
+    const CheckpointModel checkpoint = load_checkpoint_model(o.load);  // its host copy is freed below
+    tokenizer = load_model_tokenizer(checkpoint, o.tokenizer, o.merges);
+    model = make_inference_model(checkpoint, o.device, parse_precision(o.precision), *o.batch, o.max_length, &tp);
+    const ModelConfig& c = checkpoint.config;
+    log::info("{}: {} {} x {} ({:.1f} M parameters), {}; {} {}, {} sequence(s) of {} tokens{}", checkpoint.path,
+              to_string(c.family), c.num_layers, c.hidden_size, c.num_parameters() / 1e6, tokenizer->describe(),
+              o.device, o.device == "cuda" ? o.precision : "fp32", model->slots(), model->max_length(),
+              o.tp > 1 ? fmt::format(", split over {} tensor-parallel ranks", o.tp) : "");
+  }
+  Generator generator(*model, *tokenizer);
+
+  const auto start = std::chrono::steady_clock::now();
+  const GenerationStats stats =
+      tp.rank() == 0 ? answer(o, generator, *tokenizer, model->max_length(), tp) : follow(generator, tp);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   log::info("{} prompt(s), {} prompt tokens, {} tokens generated in {:.2f} s, {:.1f} tokens/s", stats.requests,
             stats.prompt_tokens, stats.generated_tokens, seconds, stats.generated_tokens / seconds);

@@ -20,11 +20,14 @@ struct GenerateOptions {
   int max_length = 0;                 // tokens a sequence holds; 0: the model's seq_length
   std::string device;                 // "" : cuda when a GPU is present, else cpu
   std::string precision;              // "" : bf16 on cuda, fp32 on cpu
+  int tp = 1;                         // tensor-parallel ranks: the job's processes (mpirun -np TP)
   bool echo = false;                  // text output: each prompt before its completion
   bool json = false;                  // --prompt and stdin: JSON lines instead of text
 };
 
-// Runs meg-generate; InputError on bad options or input. Returns the exit status.
+// Runs meg-generate, on every process of the job (under mpirun, each a tensor-parallel rank;
+// rank 0 reads the prompts and writes the results); InputError on bad options or input. Returns
+// the exit status.
 int run_generate(GenerateOptions options);
 
 }  // namespace meg

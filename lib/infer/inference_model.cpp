@@ -1,23 +1,56 @@
-// make_inference_model: the CPU model, or the CUDA one in a CUDA build.
+// A model's tensor-parallel shards, and make_inference_model: the CPU model, or the CUDA one in a CUDA build.
 #include "infer/inference_model.hpp"
+
+#include <algorithm>
 
 #include "core/device.hpp"
 #include "core/error.hpp"
 #include "infer/cpu_inference_model.hpp"
+#include "model/tensor_parallel.hpp"
 
 namespace meg {
 
+ModelConfig tensor_parallel_config(const ModelConfig& config, size_t parameters, int tp) {
+  ModelConfig c = config;
+  c.validate();
+  if (parameters != size_t(c.num_parameters()))
+    input_error("model: {} parameters given, the model has {}", parameters, c.num_parameters());
+  if (tp > 1) c.pad_vocab(tp);
+  check_tensor_parallel(c, tp);
+  return c;
+}
+
+std::vector<float> tensor_parallel_shard(const ModelConfig& config, std::span<const float> params,
+                                         const ModelConfig& sharded, int tp, int rank) {
+  const std::vector<ParamTensor> from = gpt_parameter_table(config), to = gpt_parameter_table(sharded);
+  const std::vector<ParamTensor> local = gpt_parameter_table(sharded, tp);
+  std::vector<float> shard(table_size(local));
+  // The tables differ only in the vocabulary's rows, which are contiguous: a tensor's elements past
+  // the source's are the zero rows of a larger padding.
+  for (size_t i = 0; i < to.size(); ++i) {
+    const float* src = params.data() + from[i].offset;
+    float* dst = shard.data() + local[i].offset;
+    const size_t have = from[i].numel;
+    for_each_shard_run(sharded, to[i], tp, rank, [&](size_t fi, size_t li, size_t n) {
+      const size_t k = fi < have ? std::min(n, have - fi) : 0;
+      std::copy_n(src + fi, k, dst + li);
+      std::fill_n(dst + li + k, n - k, 0.0f);
+    });
+  }
+  return shard;
+}
+
 std::unique_ptr<InferenceModel> make_inference_model(const CheckpointModel& checkpoint, const std::string& device,
-                                                     Precision precision, int slots, int max_length) {
+                                                     Precision precision, int slots, int max_length, Comm* tp) {
   if (device == "cpu") {
     if (precision != Precision::fp32)
       input_error("--precision {}: the CPU path computes in fp32 only; use --device cuda", precision_name(precision));
-    return std::make_unique<CpuInferenceModel>(checkpoint.config, checkpoint.params, slots, max_length);
+    return std::make_unique<CpuInferenceModel>(checkpoint.config, checkpoint.params, slots, max_length, tp);
   }
   if (device == "cuda") {
     require_cuda_devices();
 #if MEG_CUDA
-    return make_cuda_inference_model(checkpoint, precision, slots, max_length);
+    return make_cuda_inference_model(checkpoint, precision, slots, max_length, tp);
 #endif
   }
   input_error("--device '{}': expected cpu or cuda", device);

@@ -9,12 +9,18 @@
 //
 // Implementations: the CPU one (infer/cpu_inference_model.hpp, fp32, the reference) and the CUDA
 // one (CUDA builds only), which agree on greedy output.
+//
+// Either may split the model over the ranks of a tensor-parallel group, as Megatron's inference
+// does (model/tensor_parallel.hpp): each rank holds its shard of the weights and the KV cache of
+// its key/value heads, and every rank gets the same logits, bit for bit, so that every rank can
+// run the same generator and sample the same tokens. Every rank makes the same calls.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "core/precision.hpp"
 #include "infer/checkpoint_model.hpp"
@@ -45,14 +51,31 @@ class InferenceModel {
   virtual void append(std::span<const AppendRequest> requests, float* logits) = 0;
 };
 
+class Comm;
+
+// CONFIG as the members of a group of TP tensor-parallel ranks run it: validated, with PARAMETERS
+// (the length of the whole model's array) checked against it, and for TP above 1 its vocabulary
+// padded for TP as training pads it. InputError on an invalid model, another length, or a model
+// that does not split over TP ranks (heads, key/value heads, MLP width).
+ModelConfig tensor_parallel_config(const ModelConfig& config, size_t parameters, int tp);
+
+// Rank RANK's shard, laid out as gpt_parameter_table(sharded, tp), of PARAMS: the whole model of
+// CONFIG (gpt_parameter_table(config)'s layout), SHARDED being tensor_parallel_config(config, ...,
+// tp). The vocabulary rows are cut or zero-extended to SHARDED's padding (rows past vocab_size are
+// never read).
+std::vector<float> tensor_parallel_shard(const ModelConfig& config, std::span<const float> params,
+                                         const ModelConfig& sharded, int tp, int rank);
+
 // The model of CHECKPOINT on DEVICE ("cpu" or "cuda"; PRECISION is the CUDA path's, the CPU
-// computes in fp32) with SLOTS slots of MAX_LENGTH tokens (0: the model's seq_length).
+// computes in fp32) with SLOTS slots of MAX_LENGTH tokens (0: the model's seq_length), split over
+// the members of TP when given (collective over them; null or a group of one: the whole model).
 std::unique_ptr<InferenceModel> make_inference_model(const CheckpointModel& checkpoint, const std::string& device,
-                                                     Precision precision, int slots, int max_length);
+                                                     Precision precision, int slots, int max_length,
+                                                     Comm* tp = nullptr);
 
 #if MEG_CUDA
 std::unique_ptr<InferenceModel> make_cuda_inference_model(const CheckpointModel& checkpoint, Precision precision,
-                                                          int slots, int max_length);
+                                                          int slots, int max_length, Comm* tp = nullptr);
 #endif
 
 }  // namespace meg

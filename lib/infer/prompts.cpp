@@ -1,4 +1,5 @@
-// Prompts from the command line, a JSONL file or stdin, into generation requests.
+// Prompts from the command line, a JSONL file or stdin, into generation requests; requests shared
+// over a group.
 #include "infer/prompts.hpp"
 
 #include <poll.h>
@@ -12,6 +13,7 @@
 
 #include "core/byte_stream.hpp"
 #include "core/error.hpp"
+#include "parallel/comm.hpp"
 
 namespace meg {
 
@@ -212,6 +214,50 @@ bool StdinPromptSource::fill(bool wait) {
   else
     buffer_.append(chunk, size_t(n));
   return true;
+}
+
+namespace {
+
+nlohmann::json request_to_json(const GenerationRequest& r) {
+  const SamplingParams& s = r.sampling;
+  return {{"prompt", r.prompt},          {"max_tokens", r.max_tokens},
+          {"temperature", s.temperature}, {"top_k", s.top_k},
+          {"top_p", s.top_p},             {"repetition_penalty", s.repetition_penalty},
+          {"seed", s.seed},               {"stop", r.stop}};
+}
+
+GenerationRequest request_from_json(const nlohmann::json& j) {
+  GenerationRequest r;
+  r.prompt = j.at("prompt").get<std::vector<int32_t>>();
+  r.max_tokens = j.at("max_tokens").get<int>();
+  r.sampling.temperature = j.at("temperature").get<double>();
+  r.sampling.top_k = j.at("top_k").get<int>();
+  r.sampling.top_p = j.at("top_p").get<double>();
+  r.sampling.repetition_penalty = j.at("repetition_penalty").get<double>();
+  r.sampling.seed = j.at("seed").get<uint64_t>();
+  r.stop = j.at("stop").get<std::vector<std::string>>();
+  return r;
+}
+
+}  // namespace
+
+SharedRequestSource::SharedRequestSource(RequestSource* source, Comm& group) : source_(source), group_(group) {}
+
+// Member 0 sends the request's size (0: none) and then the request, in CBOR, whose numbers are
+// exact (a double keeps every bit).
+std::optional<GenerationRequest> SharedRequestSource::next(bool wait) {
+  if (group_.size() == 1) return source_->next(wait);
+  std::vector<uint8_t> bytes;
+  if (group_.rank() == 0) {
+    const std::optional<GenerationRequest> r = source_->next(wait);
+    if (r) bytes = nlohmann::json::to_cbor(request_to_json(*r));
+  }
+  uint64_t size = bytes.size();
+  group_.broadcast(&size, sizeof size, 0);
+  if (size == 0) return std::nullopt;
+  bytes.resize(size);
+  group_.broadcast(bytes.data(), size, 0);
+  return request_from_json(nlohmann::json::from_cbor(bytes));
 }
 
 }  // namespace meg

@@ -1,5 +1,6 @@
 // Prompts into generation requests: one text (--prompt), a JSONL file of prompts with their own
-// settings (--prompts), or the lines of stdin as they arrive.
+// settings (--prompts), or the lines of stdin as they arrive; and those requests shared by the
+// ranks of a tensor-parallel group, of which only rank 0 reads the prompts.
 //
 // A prompt is tokenized as is; an empty prompt is the end-of-document token alone, the start of
 // a new document (unconditional generation). A prompt longer than a sequence's length, text that
@@ -22,6 +23,8 @@
 #include "infer/generator.hpp"
 
 namespace meg {
+
+class Comm;
 
 // A prompt's settings when it gives none of its own: the command line's.
 struct PromptSettings {
@@ -74,6 +77,22 @@ class StdinPromptSource final : public RequestSource {
   uint64_t line_ = 0;
   size_t id_ = 0;
   std::optional<std::string> error_;
+};
+
+// The requests of SOURCE, which only member 0 of GROUP reads, handed out to every member in the
+// same order (each member decodes the same bytes, member 0 too): members that run the same
+// generator over them make the same model calls. Each next() is collective over the group, which
+// waits for member 0's source.
+class SharedRequestSource final : public RequestSource {
+ public:
+  // SOURCE: member 0's (ignored on the others, null there).
+  SharedRequestSource(RequestSource* source, Comm& group);
+
+  std::optional<GenerationRequest> next(bool wait) override;
+
+ private:
+  RequestSource* source_;
+  Comm& group_;
 };
 
 }  // namespace meg

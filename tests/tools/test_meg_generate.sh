@@ -3,7 +3,8 @@
 # first words, greedily, with --prompt, from stdin (streamed in turn, also with many slots and
 # input that arrives slowly) and from JSONL (every field, per-line settings, results in input
 # order); sampling with a seed repeats itself and does not depend on --batch; checkpoints resharded
-# or trained under mpirun give the same answers; bad input is refused with one line.
+# or trained under mpirun give the same answers; the model split over tensor-parallel ranks under
+# mpirun gives one process's answers, from every kind of input; bad input is refused with one line.
 source "$(dirname "$0")/lib.sh"
 SPM=$MEG_TEST_DATA/megatron/fortunes_spm.model
 
@@ -136,7 +137,35 @@ $GEN --load llama_mpi < prompts.txt > answers_mpi.txt
 $GEN --load llama < prompts.txt > answers_llama.txt
 same_file answers_llama.txt answers_mpi.txt
 
-# (6) Bad input: one line, exit 1.
+# A line too long for a sequence (80 byte tokens, 64 positions), after one that is not.
+long=$(printf 'x%.0s' $(seq 80))
+printf 'The cat sat\n%s\nRed apples\n' "$long" > long.txt
+
+# (6) Tensor parallelism: the model split over 2 ranks under mpirun (rank 0 reads the prompts and
+# writes the results) gives one process's greedy answers, from --prompt, stdin and JSONL, with
+# sampling too, the vocabulary padding grown for the group or already fitting it (llama_mpi).
+out=$(mpi 2 $GEN --tp 2 --load gpt --prompt "Emoji 😀")
+[ "$out" = " and 日本語 façade split bytes." ] || fail "gpt --tp 2: 'Emoji 😀' gave '$out'"
+mpi 2 $GEN --tp 2 --load gpt --batch 4 < prompts.txt > answers_tp.txt
+same_file expected.txt answers_tp.txt
+mpi 2 $GEN --tp 2 --load llama --prompts prompts.jsonl --batch 3 -o results_tp.jsonl
+same_file results.jsonl results_tp.jsonl
+mpi 2 $SAMPLE --tp 2 --seed 7 > s7_tp.jsonl
+same_file s7a.jsonl s7_tp.jsonl
+mpi 2 $GEN --tp 2 --load llama_mpi < prompts.txt > answers_mpi_tp.txt
+same_file answers_llama.txt answers_mpi_tp.txt
+# A bad line on stdin ends the job after the answers before it; a model that does not split over
+# the ranks, or a --tp that is not the job's size, is refused.
+expect_fail_mpi 1 "^meg-generate: stdin:2: the prompt is 80 tokens" -- mpi 2 $GEN --tp 2 --load gpt --batch 2 < long.txt
+[ "$(cat "$WORK/.out")" = "${CAT#The cat sat}" ] || fail "--tp 2: answers before the bad line: $(cat "$WORK/.out")"
+expect_fail_mpi 1 "--tp 4: the model's key/value heads \(2\) do not divide over 4 ranks" -- \
+  mpi 4 $GEN --tp 4 --load llama --prompt hi
+expect_fail_mpi 1 "--tp 1: meg-generate runs one process per tensor-parallel rank \(mpirun -np 1\), this job has 2" -- \
+  mpi 2 $GEN --load gpt --prompt hi
+expect_fail 1 "^meg-generate: --tp 2: meg-generate runs one process per tensor-parallel rank \(mpirun -np 2\), this job has 1$" -- \
+  $GEN --load gpt --prompt hi --tp 2
+
+# (7) Bad input: one line, exit 1.
 expect_fail 1 "--load is required" -- meg-generate --prompt hi
 expect_fail 1 "nothere: no such checkpoint directory" -- $GEN --load nothere --prompt hi
 printf '{"prompt": "The cat"}\n{"prompt": "x", "top_p": 2}\n' > bad.jsonl
@@ -145,11 +174,9 @@ printf '{"prompt": "The cat"}\n{"prompt": "x"\n' > bad.jsonl
 expect_fail 1 "bad.jsonl:2: not valid JSON" -- $GEN --load gpt --prompts bad.jsonl
 expect_fail 1 "bad.jsonl:2: not valid JSON" -- $GEN --load gpt --prompts bad.jsonl -o out.jsonl
 no_file out.jsonl
-long=$(printf 'x%.0s' $(seq 80))
 expect_fail 1 "^meg-generate: --prompt: the prompt is 80 tokens, more than the 64 a sequence holds" -- \
   $GEN --load gpt --prompt "$long"
 # From stdin the answers before the bad line still come out.
-printf 'The cat sat\n%s\nRed apples\n' "$long" > long.txt
 expect_fail 1 "^meg-generate: stdin:2: the prompt is 80 tokens" -- $GEN --load gpt --batch 2 < long.txt
 [ "$(cat "$WORK/.out")" = "${CAT#The cat sat}" ] || fail "answers before the bad line: $(cat "$WORK/.out")"
 expect_fail 1 "command line: top-p 1.5 must be in \(0, 1\]" -- $GEN --load gpt --prompt hi --top-p 1.5

@@ -1,6 +1,8 @@
 // The CPU inference model: KV-cache decoding (prompts, single tokens, several slots interleaved in
 // one call) gives the logits of GptModel's full recomputation over the whole sequence, for GPT-2
-// and Llama (Llama also past its training length); slots reset; bad calls are refused.
+// and Llama (Llama also past its training length); slots reset; bad calls are refused. A model's
+// tensor-parallel shards put back together are the model, its vocabulary padded for the group
+// (the split model's logits: tests/mpi/test_infer_tp.cpp).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -8,41 +10,21 @@
 #include <vector>
 
 #include "catch.hpp"
+#include "infer_test_models.hpp"
 #include "test_util.hpp"
 #include "core/error.hpp"
 #include "infer/cpu_inference_model.hpp"
 #include "infer/inference_model.hpp"
 #include "model/gpt.hpp"
+#include "model/tensor_parallel.hpp"
 #include "ops/cpu/ops.hpp"
 
 using namespace meg;
 
 namespace {
 
-// 2 layers, C 32, 4 heads (2 KV heads for Llama), vocab 50 padded to 64, 16 positions; a larger
-// init than Megatron's so that the logits are far from uniform.
-ModelConfig small_config(ModelFamily family) {
-  ModelConfig c = ModelConfig::defaults(family);
-  c.num_layers = 2;
-  c.hidden_size = 32;
-  c.num_heads = 4;
-  c.num_kv_heads = family == ModelFamily::llama ? 2 : 4;
-  c.ffn_hidden_size = family == ModelFamily::llama ? 48 : 128;
-  c.seq_length = 16;
-  c.vocab_size = 50;
-  c.make_vocab_size_divisible_by = 16;
-  c.pad_vocab();
-  c.init_std = 0.2;
-  if (family == ModelFamily::llama) c.rope_theta = 10000;
-  c.validate();
-  return c;
-}
-
-std::vector<float> init_params(const ModelConfig& c, uint64_t seed) {
-  std::vector<float> p(size_t(c.num_parameters()));
-  gpt_init_parameters(c, gpt_parameter_table(c), seed, p.data());
-  return p;
-}
+// 4 heads (Llama: 2 key/value heads), vocab 50 padded to 64.
+ModelConfig small_config(ModelFamily family) { return small_inference_config(family, 4, 2, 50); }
 
 // Logits [T, vocab_size] of the full forward over TOKENS (the padded columns dropped).
 std::vector<float> full_logits(const ModelConfig& c, const std::vector<float>& params,
@@ -57,18 +39,6 @@ std::vector<float> full_logits(const ModelConfig& c, const std::vector<float>& p
     std::copy_n(m.logits() + size_t(t) * c.padded_vocab_size, c.vocab_size, out.begin() + size_t(t) * c.vocab_size);
   return out;
 }
-
-// max |a - b| over the row, relative to the row's largest |b|.
-double row_error(const float* a, const float* b, int V) {
-  double diff = 0, scale = 0;
-  for (int i = 0; i < V; ++i) {
-    diff = std::max(diff, double(std::abs(a[i] - b[i])));
-    scale = std::max(scale, double(std::abs(b[i])));
-  }
-  return diff / scale;
-}
-
-const char* family_name(ModelFamily f) { return f == ModelFamily::gpt2 ? "gpt2" : "llama"; }
 
 }  // namespace
 
@@ -212,6 +182,44 @@ TEST_CASE("inference model: the factory gives the CPU model and refuses what the
         "--device 'tpu': expected cpu or cuda");
 #if !MEG_CUDA
   CHECK(input_error_of([&] { make_inference_model(ck, "cuda", Precision::bf16, 1, 0); }) ==
-        "--device cuda: this build of meg has no CUDA support");
+        "--device cuda: this build of meg has no CUDA support; use --device cpu");
 #endif
+}
+
+TEST_CASE("inference model: tensor-parallel shards put together are the model, the vocabulary padded for the group",
+          "[infer][kvcache]") {
+  for (const ModelFamily family : {ModelFamily::gpt2, ModelFamily::llama}) {
+    INFO(family_name(family));
+    ModelConfig narrow = small_config(family);
+    narrow.vocab_size = 70;
+    narrow.pad_vocab();  // 80 rows: grown to 96 for 2 ranks
+    ModelConfig wide = narrow;
+    wide.pad_vocab(4);  // 128 rows: cut to 96
+    for (const ModelConfig& c : {narrow, wide}) {
+      const std::vector<float> params = init_params(c, 5);
+      const ModelConfig sharded = tensor_parallel_config(c, params.size(), 2);
+      CHECK(sharded.padded_vocab_size == 96);
+      const std::vector<float> s0 = tensor_parallel_shard(c, params, sharded, 2, 0);
+      const std::vector<float> s1 = tensor_parallel_shard(c, params, sharded, 2, 1);
+      std::vector<float> whole(size_t(sharded.num_parameters()));
+      unshard_parameters<float>(sharded, 2, {s0.data(), s1.data()}, whole.data());
+      const auto from = gpt_parameter_table(c), to = gpt_parameter_table(sharded);
+      for (size_t i = 0; i < to.size(); ++i) {
+        INFO(to[i].name);
+        const size_t same = std::min(from[i].numel, to[i].numel);
+        CHECK(std::equal(whole.begin() + to[i].offset, whole.begin() + to[i].offset + same,
+                         params.begin() + from[i].offset));
+        CHECK(std::all_of(whole.begin() + to[i].offset + same, whole.begin() + to[i].offset + to[i].numel,
+                          [](float x) { return x == 0; }));
+      }
+    }
+    // The whole model keeps its padding.
+    CHECK(tensor_parallel_config(wide, size_t(wide.num_parameters()), 1).padded_vocab_size == 128);
+  }
+  const ModelConfig llama = small_config(ModelFamily::llama);
+  const size_t n = size_t(llama.num_parameters());
+  CHECK(input_error_of([&] { tensor_parallel_config(llama, 10, 1); }) ==
+        fmt::format("model: 10 parameters given, the model has {}", n));
+  CHECK(input_error_of([&] { tensor_parallel_config(llama, n, 4); }) ==
+        "--tp 4: the model's key/value heads (2) do not divide over 4 ranks");
 }
