@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The embedded demo (make demo): real text from Debian's fortunes packages, through every stage:
-# train a SentencePiece model, tokenize, index, blend, then train a tiny GPT on the CPU and save it.
+# train a SentencePiece model, tokenize, index, blend, train a tiny GPT (on the GPU when there is
+# one) and save it, then score it and let it write.
 #   scripts/demo.sh BIN_DIR [WORK_DIR]
 set -euo pipefail
 bin=$(cd "${1:?usage: demo.sh BIN_DIR [WORK_DIR]}" && pwd)
@@ -41,6 +42,13 @@ rm -rf ckpt
 meg-pretrain --model tiny --data fortunes.blend --tokenizer spm.model --iters 250 --micro-batch 8 \
   --global-batch 16 --lr 5e-3 --min-lr 5e-4 --warmup-iters 20 --log-interval 25 --eval-interval 125 \
   --eval-iters 8 --save ckpt
+
+step "meg-eval: its perplexity on the first 200 general fortunes (seen in training), as lm-evaluation-harness computes it"
+meg-eval --load ckpt --task general --task-type perplexity --limit 200
+
+step "meg-generate: three fortunes of its own, sampled"
+printf '%s\n' "You will" "Never" "The" | meg-generate --load ckpt --max-tokens 40 --temperature 0.8 --top-p 0.95 \
+  --echo --stop $'\n\n'
 
 echo
 echo "demo: files are in $(pwd)"
