@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On a CUDA machine: configure with CUDA for Hopper, build, run the GPU tests (make test-gpu: the
-# kernel and model tests, compute-sanitizer on the kernel tests, meg-pretrain on the GPU) and the
-# CPU suite, optionally the CUDA benchmarks, and print a short summary table.
+# kernel and model tests, compute-sanitizer on the kernel tests, the tools on the GPU), the CPU
+# suite and, where python3 has torch and transformers, the checks against transformers
+# (scripts/check-hf-*.sh); optionally the CUDA benchmarks; and print a short summary table.
 #   bash scripts/gpu-test.sh [--bench] [BUILD_DIR]
 set -uo pipefail
 bench=0
@@ -26,7 +27,11 @@ run test-gpu bash -c "cd $build && ctest -L gpu --output-on-failure"
 # Kernel tests only (the model and tool tests are too slow under the sanitizer).
 run sanitizer bash -c "compute-sanitizer --tool memcheck --error-exitcode 1 $build/tests/meg-gpu-tests '[kernels],[loss],[activations]' >/dev/null"
 run test-cpu bash -c "cd $build && ctest -L cpu --output-on-failure -j $jobs"
-[ $bench = 1 ] && run bench bash scripts/bench-gpu.sh "$build"
+# Our files and numbers in the real client, where python3 has torch and transformers.
+if python3 -c "import torch, transformers" 2>/dev/null; then
+  for check in hf-export hf-eval hf-generate; do run "check-$check" bash "scripts/check-$check.sh" "$build"; done
+fi
+[ $bench = 1 ] && run bench bash -c "bash scripts/bench-gpu.sh $build && bash scripts/bench-generate.sh $build"
 
 printf '\n| suite | result |\n|---|---|\n'
 for k in "${order[@]}"; do printf '| %s | %s |\n' "$k" "${result[$k]}"; done
