@@ -8,31 +8,16 @@
 # Needs python3 with torch and transformers (and sentencepiece); no network.
 #   bash scripts/check-hf-eval.sh BUILD_DIR [DEVICES]     DEVICES: default "cuda cpu" with a GPU, else "cpu"
 set -euo pipefail
-build=$(cd "${1:?usage: scripts/check-hf-eval.sh BUILD_DIR [DEVICES]}" && pwd)
-bin=$build/bin
-if [ $# -ge 2 ]; then devices=$2; elif nvidia-smi >/dev/null 2>&1; then devices="cuda cpu"; else devices=cpu; fi
-for tool in meg-blend meg-pretrain meg-ckpt-convert meg-eval; do
-  [ -x "$bin/$tool" ] || { echo "check-hf-eval: $bin/$tool is missing (build the tools first)" >&2; exit 1; }
-done
-python3 -c "import torch, transformers" 2>/dev/null ||
-  { echo "check-hf-eval: python3 lacks torch or transformers" >&2; exit 1; }
-here=$(cd "$(dirname "$0")" && pwd)
-data=$here/../tests/data
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
-cd "$out"
+source "$(dirname "$0")/check-hf-lib.sh"
+check_hf_setup check-hf-eval "${1:-}" "${2:-}" meg-eval
+out=$scratch
 
 # NAME PRESET DATASET TOKENIZER [MERGES]: a model trained for a few steps (its predictions no
 # longer uniform), exported with its tokenizer, and scored on every task on every device.
 evaluate_model() {
-  local name=$1 preset=$2 dataset=$3 tokenizer=$4 merges=${5:-}
-  local tok=(--tokenizer "$tokenizer")
-  [ -n "$merges" ] && tok+=(--merges "$merges")
+  local name=$1 dataset=$3
+  train_and_export "$@"
   mkdir -p "$name/runs"
-  "$bin/meg-blend" -q --seq-length 64 --samples 4000 -o "$name/run.blend" 1 "$dataset"
-  "$bin/meg-pretrain" -q --model "$preset" --data "$name/run.blend" "${tok[@]}" --micro-batch 8 --global-batch 16 \
-    --lr 3e-3 --warmup-iters 10 --iters 200 --save "$name/ckpt"
-  "$bin/meg-ckpt-convert" -q --load "$name/ckpt" --to hf "${tok[@]}" --save "$name/hf"
   local tasks=("lambada lambada" "hellaswag multiple-choice" "arc multiple-choice" "piqa multiple-choice"
                "openbookqa multiple-choice" "choices multiple-choice" "text perplexity" "wikitext perplexity")
   for device in $devices; do
