@@ -293,6 +293,18 @@ void GptModel<F>::backward() {
 
 template <typename F>
 double GptModel<F>::forward_stage(const int32_t* tokens, const F* hidden, const int32_t* targets, int B, int T) {
+  return run_forward(tokens, hidden, targets, B, T, true);
+}
+
+template <typename F>
+void GptModel<F>::forward_hidden(const int32_t* tokens, int B, int T) {
+  if (!stage_.first() || !stage_.last()) throw std::logic_error("GptModel::forward_hidden: the model must be whole");
+  run_forward(tokens, nullptr, nullptr, B, T, false);
+}
+
+template <typename F>
+double GptModel<F>::run_forward(const int32_t* tokens, const F* hidden, const int32_t* targets, int B, int T,
+                                bool logits) {
   if (B <= 0 || T <= 0) input_error("model forward: batch {} x sequence {} must be positive", B, T);
   if (config_.learned_positions() && T > config_.seq_length)
     input_error("model forward: sequence length {} exceeds the {} learned positions", T,
@@ -357,6 +369,7 @@ double GptModel<F>::forward_stage(const int32_t* tokens, const F* hidden, const 
   forward_done_ = true;
   if (!stage_.last()) return 0.0;  // the output is stage_output()
   norm_rows(lnf_, lnf_mean_, lnf_rstd_, res_[layers_.size()], lnf_w_, lnf_b_, N);
+  if (!logits) return 0.0;
   cpu::linear_forward(logits_, lnf_, p(out_w_), nullptr, N, C, Vp);
   if (!targets) {
     zero(losses_, static_cast<size_t>(N));

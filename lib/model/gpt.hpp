@@ -186,6 +186,14 @@ class GptModel {
   const F* logits() const { return logits_; }
   const F* losses() const { return losses_; }
 
+  // The model up to its final norm only (the whole model on one stage: TOKENS as forward() takes
+  // them), for callers that want hidden states rather than logits (a retrieval embedder pools
+  // them): skips the output layer, the costliest product of a small model. Leaves final_hidden()
+  // set; logits(), losses() and backward() are not available after it.
+  void forward_hidden(const int32_t* tokens, int B, int T);
+  // The final norm's output [B*T, C] of the last forward, or of forward_hidden(), on the last stage.
+  const F* final_hidden() const { return lnf_; }
+
  private:
   using LayerOffsets = GptOffsets::Layer;
   // Pointers into the activation buffer for one block.
@@ -223,6 +231,8 @@ class GptModel {
   void norm_rows(F* out, F* mean, F* rstd, const F* inp, size_t w, size_t b, int N);
   void sum_over_tp(F* data, size_t n);
   double loss_forward(const int32_t* targets, int N);
+  // forward_stage()'s work, stopping after the final norm when LOGITS is false.
+  double run_forward(const int32_t* tokens, const F* hidden, const int32_t* targets, int B, int T, bool logits);
   void loss_backward(int N);
 
   static constexpr size_t kAbsent = static_cast<size_t>(-1);

@@ -1,0 +1,99 @@
+#include "retro/embed_stage.hpp"
+
+#include <chrono>
+#include <filesystem>
+
+#include "ckpt/checkpoint.hpp"
+#include "core/error.hpp"
+#include "core/float16.hpp"
+#include "core/hash.hpp"
+#include "core/log.hpp"
+#include "core/mapped_file.hpp"
+#include "core/progress.hpp"
+#include "infer/checkpoint_model.hpp"
+#include "retro/embedder.hpp"
+#include "retro/resumable_matrix.hpp"
+
+namespace meg {
+namespace {
+
+void check_embedder_fits(const RetroInputs& inputs, const ChunkDb& db, const CheckpointModel& model) {
+  const uint64_t vocab = uint64_t(model.config.vocab_size);
+  const auto mismatch = [&] { return fmt::format("the inputs and the embedder ({}) use different tokenizers", model.path); };
+  for (const IndexedDataset& d : inputs.datasets) {
+    if (d.dtype() != dtype_for_vocab(vocab))
+      input_error("{}: {} tokens, but a vocabulary of {} is stored as {}: {}", d.prefix(), dtype_name(d.dtype()), vocab,
+                  dtype_name(dtype_for_vocab(vocab)), mismatch());
+    try {
+      d.verify(vocab);
+    } catch (const InputError& e) {
+      input_error("{} (the embedder's): {}", e.what(), mismatch());
+    }
+  }
+  if (model.config.learned_positions() && db.chunk_length() > uint64_t(model.config.seq_length))
+    input_error("--chunk-length {}: longer than the embedder's {} positions ({})", db.chunk_length(),
+                model.config.seq_length, model.path);
+}
+
+// The rows of OUT from where it stands: DB's chunks through EMBEDDER, BLOCK_ROWS at a time.
+void embed_chunks(const ChunkDb& db, ChunkEmbedder& embedder, size_t block_rows, ResumableMatrixWriter& out) {
+  const size_t n = db.size(), dim = embedder.dim(), length = db.chunk_length(), batch = embedder.batch();
+  std::vector<int32_t> tokens(batch * length);
+  std::vector<uint32_t> lengths(batch);
+  std::vector<float> vectors(batch * dim);
+  std::vector<uint16_t> block(std::min(block_rows, n) * dim);
+  Progress progress("embed", n - out.rows_done(), "chunks");
+  for (uint64_t first = out.rows_done(); first < n;) {
+    const size_t rows = size_t(std::min<uint64_t>(block_rows, n - first));
+    for (size_t b = 0; b < rows; b += batch) {
+      const size_t m = std::min(batch, rows - b);
+      db.read(first + b, m, tokens.data(), lengths.data());
+      // Padding is fed as token 0, inside every vocabulary: being after the real tokens, it
+      // changes none of their hidden states.
+      for (size_t i = 0; i < m; ++i)
+        std::fill(tokens.begin() + ptrdiff_t(i * length + lengths[i]), tokens.begin() + ptrdiff_t((i + 1) * length), 0);
+      embedder.embed(tokens.data(), lengths.data(), m, length, vectors.data());
+      for (size_t i = 0; i < m * dim; ++i) block[b * dim + i] = float_to_fp16(vectors[i]);
+    }
+    out.append(block.data(), rows);
+    first += rows;
+    progress.add(rows);
+  }
+  progress.finish();
+}
+
+}  // namespace
+
+nlohmann::ordered_json embedder_identity(const std::string& dir) {
+  const std::string path = std::filesystem::exists(dir + "/" + kCheckpointRecordFile) ? dir : find_latest(dir);
+  const MappedFile record(path + "/" + kCheckpointRecordFile);
+  return {{"checkpoint_xxh64", hex64(xxh64(record.data(), record.size()))}};
+}
+
+nlohmann::ordered_json run_embed_stage(const RetroInputs& inputs, const ChunkDb& db, const EmbedStageOptions& options,
+                                       const std::string& folder, uint64_t fingerprint) {
+  CheckpointModel model = load_checkpoint_model(options.load);
+  check_embedder_fits(inputs, db, model);
+  CpuEmbedder embedder(std::move(model), options.batch);
+  ResumableMatrixWriter out(folder + "/embeddings.mat", MatrixDtype::kF16, db.size(), embedder.dim(), fingerprint);
+  const uint64_t resumed = out.rows_done();
+  if (resumed > 0) log::info("embed: resuming after {} of {} chunks", resumed, db.size());
+  const auto start = std::chrono::steady_clock::now();
+  embed_chunks(db, embedder, options.block_rows, out);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  out.commit();
+  return {{"chunks", db.size()}, {"dim", embedder.dim()}, {"resumed_after", resumed},
+          {"chunks_per_second", secs > 0 ? double(db.size() - resumed) / secs : 0.0}};
+}
+
+Embeddings read_embeddings(const std::string& folder, uint64_t rows, uint64_t fingerprint) {
+  const MatrixFile file(folder + "/embeddings.mat", MatrixDtype::kF16);
+  check_matrix_shape(file, rows, 0, "the embedding matrix");
+  if (file.fingerprint() != fingerprint)
+    input_error("{}: written by another build of the embed stage (fingerprint {}, expected {})", file.path(),
+                hex64(file.fingerprint()), hex64(fingerprint));
+  const auto f16 = file.data<uint16_t>();
+  return {widen_fp16(f16.data(), f16.size()), size_t(file.rows()), size_t(file.cols())};
+}
+
+}  // namespace meg

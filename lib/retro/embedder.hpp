@@ -1,0 +1,46 @@
+// Chunk embedders: a vector per chunk of tokens, for the nearest-neighbour search. Megatron's
+// RETRO embeds chunks with BERT; meg embeds them with a meg checkpoint of its own decoder
+// (GPT-2 or Llama): the mean, over the chunk's real tokens (not its padding), of the final norm's
+// output. The decoder is causal, so the padding after the real tokens changes none of their
+// hidden states and a chunk's embedding does not depend on the pad token.
+//
+// The interface takes batches, so that a CUDA embedder (bf16 batches on the GPU) slots in beside
+// the CPU one; a chunk's vector depends on its own tokens only, not on the rest of its batch (to
+// the last bits a GEMM's blocking may move).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "infer/checkpoint_model.hpp"
+#include "model/gpt.hpp"
+
+namespace meg {
+
+class ChunkEmbedder {
+ public:
+  virtual ~ChunkEmbedder() = default;
+  virtual size_t dim() const = 0;
+  // Chunks that one embed() call takes at most.
+  virtual size_t batch() const = 0;
+  // N chunks (N <= batch()): TOKENS [N, CHUNK_LENGTH], the first LENGTHS[i] (1 or more) of row i
+  // real, the rest padding; writes their vectors to OUT [N, dim()].
+  virtual void embed(const int32_t* tokens, const uint32_t* lengths, size_t n, size_t chunk_length, float* out) = 0;
+};
+
+// The CPU embedder: GptModel<float> (fp32) over the checkpoint's parameters, in evaluation mode,
+// BATCH chunks a forward.
+class CpuEmbedder final : public ChunkEmbedder {
+ public:
+  CpuEmbedder(CheckpointModel checkpoint, size_t batch);
+  size_t dim() const override { return size_t(params_.config.hidden_size); }
+  size_t batch() const override { return batch_; }
+  void embed(const int32_t* tokens, const uint32_t* lengths, size_t n, size_t chunk_length, float* out) override;
+
+ private:
+  CheckpointModel params_;  // the model reads its parameters from here
+  GptModel<float> model_;
+  size_t batch_;
+};
+
+}  // namespace meg

@@ -1,0 +1,41 @@
+// Exact nearest-neighbour search by brute force, as matrix products: |q - x|^2 = |q|^2 - 2 q.x +
+// |x|^2, the q.x of a tile of queries against a block of base rows from one GEMM (OpenBLAS, with
+// threads of its own), then each query's top K updated from the block over the threads. It is the
+// ground truth the approximate indexes are measured against, the 'flat' index, and the assignment
+// step of k-means. A cuBLAS twin on the GPU would slot in behind the same VectorIndex interface.
+//
+// The expansion cancels: embeddings crowd around a common mean, so their distances can be ten
+// thousand times smaller than their squared norms, and in fp32 the rounding of the norms then
+// outweighs the distances' differences. Exact answers are therefore computed in fp64 (products,
+// norms and sums); fp32 serves where a near tie may go either way (k-means assignment).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "retro/index.hpp"
+#include "retro/vectors.hpp"
+
+namespace meg {
+
+enum class SearchPrecision { fp32, fp64 };
+
+// The K nearest rows of BASE to each row of QUERIES (squared L2, nearest first, equal distances by
+// lower id) into IDS and DISTS [queries.n, K] (-1 and +inf past the candidates; DISTS may be
+// null). EXCLUDE: null, or one range of left-out ids per query.
+void exact_search(const VectorSet& base, const VectorSet& queries, size_t k, const IdRange* exclude, int64_t* ids,
+                  float* dists, SearchPrecision precision = SearchPrecision::fp64);
+
+// The 'flat' index: exact search over the vectors themselves, no files of its own.
+class ExactIndex final : public VectorIndex {
+ public:
+  explicit ExactIndex(const VectorSet& base) : base_(base) {}
+  void search(const VectorSet& queries, size_t k, const IdRange* exclude, int64_t* ids, float* dists) const override {
+    exact_search(base_, queries, k, exclude, ids, dists);
+  }
+
+ private:
+  VectorSet base_;
+};
+
+}  // namespace meg

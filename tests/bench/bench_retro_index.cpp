@@ -1,0 +1,147 @@
+// Queries per second and recall@10 of each retrieval index (retro/index.hpp) on the CPU, against
+// the exact search (flat, the reference row and the ground truth). As the query stage asks them,
+// the queries are base vectors, each with itself left out. Build time is reported too.
+//
+// The vectors are synthetic unless --embeddings names an embeddings.mat of meg-retro-build: N
+// points of DIM on a 32-dimensional subspace (as embeddings, they span far fewer directions than
+// their width), each a cluster centre (N / 10000 of them) plus as much noise again, so the clusters
+// overlap and no index finds the neighbours by luck, and a little full-width noise; generated from
+// Philox, the same for any thread count.
+//   bench_retro_index [--n 1000000] [--dim 768] [--queries 1000] [--types flat,ivf,ivf-pq,hnsw]
+//                     [--embeddings FILE] [index options as meg-retro-build takes them]
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <set>
+#include <sstream>
+
+#include "core/cli.hpp"
+#include "core/parallel.hpp"
+#include "core/philox.hpp"
+#include "retro/exact_search.hpp"
+#include "retro/index.hpp"
+#include "retro/kmeans.hpp"
+#include "retro/matrix_file.hpp"
+
+namespace {
+
+using namespace meg;
+using Clock = std::chrono::steady_clock;
+
+constexpr size_t kLatent = 32;
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+// Random bits number I of stream STREAM.
+PhiloxCounter bits(uint64_t stream, uint64_t i) {
+  return philox4x32_10({uint32_t(i), uint32_t(i >> 32), uint32_t(stream), 0}, {0x5eed, 0});
+}
+
+// A standard normal number from them (Box-Muller).
+float normal(uint64_t stream, uint64_t i) {
+  const PhiloxCounter c = bits(stream, i);
+  const double u1 = (double(c[0]) + 1.0) / 4294967296.0, u2 = double(c[1]) / 4294967296.0;
+  return float(std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2));
+}
+
+std::vector<float> synthetic(size_t n, size_t dim) {
+  const size_t clusters = std::max<size_t>(1, n / 10000);
+  std::vector<float> basis(kLatent * dim), out(n * dim);
+  for (size_t i = 0; i < basis.size(); ++i) basis[i] = normal(1, i) / std::sqrt(float(kLatent));
+  parallel_for(n, 256, [&](size_t begin, size_t end) {
+    std::vector<float> z(kLatent);
+    for (size_t i = begin; i < end; ++i) {
+      const uint64_t c = bits(2, i)[0] % clusters;
+      for (size_t l = 0; l < kLatent; ++l) z[l] = normal(3, c * kLatent + l) + normal(4, i * kLatent + l);
+      for (size_t d = 0; d < dim; ++d) {
+        float x = 0.02f * normal(5, i * dim + d);
+        for (size_t l = 0; l < kLatent; ++l) x += z[l] * basis[l * dim + d];
+        out[i * dim + d] = x;
+      }
+    }
+  });
+  return out;
+}
+
+std::vector<float> embeddings(const std::string& path, size_t* n, size_t* dim) {
+  const MatrixFile f(path, MatrixDtype::kF16);
+  *n = f.rows();
+  *dim = f.cols();
+  return widen_fp16(f.data<uint16_t>().data(), f.data<uint16_t>().size());
+}
+
+double recall(const std::vector<int64_t>& found, const std::vector<int64_t>& truth, size_t k) {
+  size_t hits = 0;
+  for (size_t q = 0; q < truth.size() / k; ++q) {
+    const std::set<int64_t> want(truth.begin() + ptrdiff_t(q * k), truth.begin() + ptrdiff_t((q + 1) * k));
+    for (size_t j = 0; j < k; ++j) hits += want.count(found[q * k + j]);
+  }
+  return double(hits) / double(truth.size());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Queries per second and recall@10 of each retrieval index, against the exact search.",
+               "bench_retro_index"};
+  size_t n = 1000000, dim = 768, nq = 1000, k = 10;
+  std::string types = "flat,ivf,ivf-pq,hnsw", file;
+  IndexOptions o;
+  app.add_option("--n", n, "Vectors")->capture_default_str();
+  app.add_option("--dim", dim, "Their width")->capture_default_str();
+  app.add_option("--queries", nq, "Queries (base vectors spread over the set)")->capture_default_str();
+  app.add_option("--types", types, "Index types")->capture_default_str();
+  app.add_option("--embeddings", file, "An embeddings.mat to index instead of synthetic vectors");
+  app.add_option("--nlist", o.nlist);
+  app.add_option("--nprobe", o.nprobe);
+  app.add_option("--pq-m", o.pq_m);
+  app.add_option("--refine", o.refine);
+  app.add_option("--hnsw-m", o.hnsw_m);
+  app.add_option("--ef-construction", o.ef_construction);
+  app.add_option("--ef-search", o.ef_search);
+  cli::add_common_options(app, "bench_retro_index --n 100000 --types ivf-pq,hnsw");
+  return cli::run_tool(app, argc, argv, [&] {
+    auto start = Clock::now();
+    const std::vector<float> points = file.empty() ? synthetic(n, dim) : embeddings(file, &n, &dim);
+    std::fprintf(stderr, "%zu vectors of %zu (%s) in %.1f s, %u threads\n", n, dim, file.empty() ? "synthetic" : file.c_str(),
+                 seconds_since(start), num_threads());
+    const VectorSet base{points.data(), n, dim};
+    nq = std::min(nq, n);
+    std::vector<size_t> rows(nq);
+    for (size_t q = 0; q < nq; ++q) rows[q] = q * (n / nq);
+    const std::vector<float> queries = gather_rows(base, rows);
+    std::vector<IdRange> skip(nq);
+    for (size_t q = 0; q < nq; ++q) skip[q] = {int64_t(rows[q]), int64_t(rows[q] + 1)};
+    std::vector<int64_t> truth(nq * k), found(nq * k);
+    start = Clock::now();
+    exact_search(base, {queries.data(), nq, dim}, k, skip.data(), truth.data(), nullptr);
+    const double exact_qps = double(nq) / seconds_since(start);
+
+    std::printf("| index | settings | build s | queries/s | recall@10 | reference (flat) queries/s | ratio |\n");
+    std::printf("|---|---|---:|---:|---:|---:|---:|\n");
+    const std::string dir = (std::filesystem::temp_directory_path() / "bench_retro_index").string();
+    std::istringstream list(types);
+    for (std::string name; std::getline(list, name, ',');) {
+      o.type = parse_index_type(name);
+      const IndexOptions r = resolve_index_options(o, n, dim);
+      std::filesystem::remove_all(dir);
+      std::filesystem::create_directories(dir);
+      start = Clock::now();
+      build_index(base, r, dir, 0);
+      const double build = seconds_since(start);
+      const auto index = load_index(base, r, dir);
+      start = Clock::now();
+      index->search({queries.data(), nq, dim}, k, skip.data(), found.data(), nullptr);
+      const double qps = double(nq) / seconds_since(start);
+      nlohmann::ordered_json settings = index_build_settings(r);
+      settings.update(index_search_settings(r));
+      settings.erase("type");
+      std::printf("| %s | %s | %.1f | %.0f | %.3f | %.0f | %.1f |\n", name.c_str(), settings.dump().c_str(), build, qps,
+                  recall(found, truth, k), exact_qps, qps / exact_qps);
+      std::fflush(stdout);
+    }
+    std::filesystem::remove_all(dir);
+    return 0;
+  });
+}
