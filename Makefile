@@ -3,7 +3,8 @@
 #   make test         build, then run the CPU tests (unit, tool and multi-process tests)
 #   make test-gpu     build, then run the CUDA tests (needs a GPU)
 #   make demo         the embedded demo: real text to a trained model (scripts/demo.sh)
-#   make bench        benchmarks (scripts/bench.sh, tests/bench/bench_init, and scripts/bench-gpu.sh and
+#   make bench        benchmarks (scripts/bench.sh, tests/bench/bench_init, scripts/bench-retro.sh, and
+#                     scripts/bench-gpu.sh and
 #                     scripts/bench-generate.sh on a CUDA machine); they print tables against reference figures
 #   make install PREFIX=/usr/local
 BUILD    ?= build
@@ -40,6 +41,7 @@ bench: setup
 	@$(MAKE) --no-print-directory all
 	@bash scripts/bench.sh $(BUILD)/bin
 	@$(BUILD)/tests/bench_init
+	@bash scripts/bench-retro.sh $(BUILD)
 	@if [ -x $(BUILD)/tests/bench_train ] && nvidia-smi >/dev/null 2>&1; then bash scripts/bench-gpu.sh $(BUILD) && bash scripts/bench-generate.sh $(BUILD); fi
 
 install: all
