@@ -1,6 +1,7 @@
 // meg-retro-build: the retrieval database of a RETRO model, in resumable stages: the corpus cut
 // into chunks, every chunk embedded by a meg checkpoint, a nearest-neighbour index over the
-// embeddings, and each training chunk's nearest chunks of other documents.
+// embeddings, and the nearest chunks of other documents for each chunk of the blend's training
+// samples (with prefixes: of the train documents).
 #include <sstream>
 
 #include "core/cli.hpp"
@@ -8,7 +9,7 @@
 
 int main(int argc, char** argv) {
   CLI::App app{"Build a RETRO retrieval database: chunks, embeddings, a nearest-neighbour index and the neighbour "
-               "table of the training chunks, each stage resumable.",
+               "table of the training samples' chunks, each stage resumable.",
                "meg-retro-build"};
   meg::RetroOptions o;
   meg::IndexOptions& x = o.index;
@@ -24,7 +25,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--split", o.split, "With prefixes: train,valid,test weights; the neighbour table covers the train "
                                      "documents (default 969,30,1)");
-  app.add_option("--neighbors", o.neighbors, "Neighbours kept per training chunk (K)")->capture_default_str();
+  app.add_option("--neighbors", o.neighbors, "Neighbours kept per query chunk (K)")->capture_default_str();
+  app.add_option("--query-samples", o.query_samples, "With a blend: the first N train samples are queried "
+                                                      "(default: all)");
   app.add_option("--index-type", index_type, "flat (exact), ivf, ivf-pq or hnsw")->capture_default_str();
   app.add_option("--seed", x.seed, "Seed of the index's training rows, initial centroids and graph levels")
       ->capture_default_str();

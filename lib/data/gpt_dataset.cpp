@@ -94,40 +94,56 @@ GptDataset::GptDataset(const std::string& blend_path) : blend_(blend_path) {
   }
 }
 
-void GptDataset::sample(Split split, uint64_t i, int32_t* out) const {
+void GptDataset::corrupt(Split split, uint64_t i, const char* what) const {
+  input_error("{}: {} sample {}: {} (corrupt blend)", blend_.path(), split_name(split), i, what);
+}
+
+GptDataset::Span GptDataset::locate(Split split, uint64_t i) const {
   const int s = int(split);
   if (i >= num_samples(split))
     throw std::out_of_range(fmt::format("{} sample {} of {}", split_name(split), i, num_samples(split)));
-  const auto corrupt = [&](const char* what) {
-    input_error("{}: {} sample {}: {} (corrupt blend)", blend_.path(), split_name(split), i, what);
-  };
   const size_t k = blend_.dataset_index(split)[i];
-  if (k >= inputs_.size()) corrupt("input out of range");
+  if (k >= inputs_.size()) corrupt(split, i, "input out of range");
   const auto& rec = blend_.input(k).splits[s];
   const uint64_t j = static_cast<uint64_t>(blend_.dataset_sample(split)[i]);
-  if (j >= rec.samples) corrupt("input sample out of range");
+  if (j >= rec.samples) corrupt(split, i, "input sample out of range");
   const uint64_t shuffled = static_cast<uint64_t>(blend_.shuffle_index(k, split)[j]);
-  if (shuffled >= rec.samples) corrupt("shuffled sample out of range");
+  if (shuffled >= rec.samples) corrupt(split, i, "shuffled sample out of range");
 
   const auto bounds = blend_.sample_index(k, split).subspan(2 * shuffled, 4);
-  const auto documents = blend_.document_index(k, split);
-  const auto& dataset = inputs_[k];
   const uint64_t first = static_cast<uint64_t>(bounds[0]), last = static_cast<uint64_t>(bounds[2]);
-  if (first > last || last >= documents.size()) corrupt("document position out of range");
+  if (first > last || last >= blend_.document_index(k, split).size()) corrupt(split, i, "document position out of range");
+  return {k, first, last, static_cast<uint64_t>(bounds[1]), static_cast<uint64_t>(bounds[3])};
+}
+
+int32_t GptDataset::document_at(Split split, uint64_t i, const Span& span, uint64_t pos) const {
+  const int32_t doc = blend_.document_index(span.input, split)[pos];
+  if (doc < 0 || static_cast<size_t>(doc) >= inputs_[span.input].num_sequences()) corrupt(split, i, "document out of range");
+  return doc;
+}
+
+void GptDataset::sample(Split split, uint64_t i, int32_t* out) const {
+  const Span span = locate(split, i);
+  const auto& dataset = inputs_[span.input];
   // From the start offset in the first document to one token past the end offset in the last:
   // samples share their boundary token, which is what gives each one T+1 tokens.
   uint64_t filled = 0;
-  for (uint64_t pos = first; pos <= last; ++pos) {
-    const int32_t doc = documents[pos];
-    if (doc < 0 || static_cast<size_t>(doc) >= dataset.num_sequences()) corrupt("document out of range");
-    const TokenView view = dataset.sequence(static_cast<size_t>(doc));
-    const uint64_t from = pos == first ? static_cast<uint64_t>(bounds[1]) : 0;
-    const uint64_t to = pos == last ? static_cast<uint64_t>(bounds[3]) + 1 : view.size;
-    if (from > to || to > view.size || filled + (to - from) > seq_length() + 1) corrupt("offsets out of range");
+  for (uint64_t pos = span.first; pos <= span.last; ++pos) {
+    const TokenView view = dataset.sequence(static_cast<size_t>(document_at(split, i, span, pos)));
+    const uint64_t from = pos == span.first ? span.from : 0;
+    const uint64_t to = pos == span.last ? span.to + 1 : view.size;
+    if (from > to || to > view.size || filled + (to - from) > seq_length() + 1) corrupt(split, i, "offsets out of range");
     view.copy_to(out + filled, from, to - from);
     filled += to - from;
   }
-  if (filled != seq_length() + 1) corrupt("sample shorter than the sequence length");
+  if (filled != seq_length() + 1) corrupt(split, i, "sample shorter than the sequence length");
+}
+
+GptDataset::SampleDocuments GptDataset::sample_documents(Split split, uint64_t i) const {
+  const Span span = locate(split, i);
+  SampleDocuments out{span.input, {}};
+  for (uint64_t pos = span.first; pos <= span.last; ++pos) out.documents.push_back(document_at(split, i, span, pos));
+  return out;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -73,7 +73,27 @@ class GptDataset {
   // Writes the seq_length() + 1 tokens of sample I (< num_samples(SPLIT)) to OUT.
   void sample(Split split, uint64_t i, int32_t* out) const;
 
+  // Where sample I's tokens come from: its input, and the documents (sequences of that input's
+  // .idx) its seq_length() + 1 tokens are read from, in token order, as Megatron's GPTDataset
+  // returns them ("document_ids"). RETRO's query stage keeps a sample's neighbours out of these.
+  struct SampleDocuments {
+    size_t input = 0;
+    std::vector<int32_t> documents;
+  };
+  SampleDocuments sample_documents(Split split, uint64_t i) const;
+
  private:
+  // Sample I of SPLIT located and checked: its input, and the positions [first, last] of the
+  // input's document index it spans, from token offset FROM of the first to token TO of the last.
+  struct Span {
+    size_t input;
+    uint64_t first, last, from, to;
+  };
+  Span locate(Split split, uint64_t i) const;
+  // The document at position POS of SPAN's document index; InputError when out of range.
+  int32_t document_at(Split split, uint64_t i, const Span& span, uint64_t pos) const;
+  [[noreturn]] void corrupt(Split split, uint64_t i, const char* what) const;
+
   BlendFile blend_;
   std::vector<IndexedDataset> inputs_;
 };

@@ -88,6 +88,25 @@ ChunkDb::ChunkDb(const std::string& dir) : data_(dir + "/chunks"), table_(dir + 
   }
 }
 
+IdRange ChunkDb::document_chunks(int64_t input, int64_t document) const {
+  // The table is sorted by (input, document): the document's chunks are one run of it.
+  const auto key = std::pair(input, document);
+  const auto before = [&](int64_t i, bool upper) {
+    const ChunkInfo c = info(uint64_t(i));
+    return upper ? std::pair(c.input, c.document) <= key : std::pair(c.input, c.document) < key;
+  };
+  const auto first = [&](bool upper) {
+    int64_t lo = 0, hi = int64_t(size());
+    while (lo < hi) {
+      const int64_t mid = lo + (hi - lo) / 2;
+      if (before(mid, upper)) lo = mid + 1;
+      else hi = mid;
+    }
+    return lo;
+  };
+  return {first(false), first(true)};
+}
+
 void ChunkDb::read(uint64_t first, size_t n, int32_t* out, uint32_t* lengths) const {
   for (size_t i = 0; i < n; ++i) {
     data_.sequence(first + i).copy_to(out + i * chunk_length_, 0, chunk_length_);

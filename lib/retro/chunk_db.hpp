@@ -56,6 +56,8 @@ class ChunkDb {
   IdRange document_chunks(uint64_t i) const {
     return {int64_t(i) - table_.row<int64_t>(i)[2] / chunk_length_, document_end_[i]};
   }
+  // The ids of the chunks of DOCUMENT of INPUT; empty for a document without tokens.
+  IdRange document_chunks(int64_t input, int64_t document) const;
   // Chunks [FIRST, FIRST + N) padded, as int32, into OUT [N, chunk_length()], their real token
   // counts into LENGTHS.
   void read(uint64_t first, size_t n, int32_t* out, uint32_t* lengths) const;

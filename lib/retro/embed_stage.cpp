@@ -36,25 +36,18 @@ void check_embedder_fits(const RetroInputs& inputs, const ChunkDb& db, const Che
 }
 
 // The rows of OUT from where it stands: DB's chunks through EMBEDDER, BLOCK_ROWS at a time.
-void embed_chunks(const ChunkDb& db, ChunkEmbedder& embedder, size_t block_rows, ResumableMatrixWriter& out) {
-  const size_t n = db.size(), dim = embedder.dim(), length = db.chunk_length(), batch = embedder.batch();
-  std::vector<int32_t> tokens(batch * length);
-  std::vector<uint32_t> lengths(batch);
-  std::vector<float> vectors(batch * dim);
-  std::vector<uint16_t> block(std::min(block_rows, n) * dim);
+void embed_database(const ChunkDb& db, ChunkEmbedder& embedder, size_t block_rows, ResumableMatrixWriter& out) {
+  const size_t n = db.size(), dim = embedder.dim();
+  const ChunkReader read = [&](uint64_t first, size_t m, int32_t* tokens, uint32_t* lengths) {
+    db.read(first, m, tokens, lengths);
+  };
+  std::vector<float> vectors(std::min(block_rows, n) * dim);
+  std::vector<uint16_t> block(vectors.size());
   Progress progress("embed", n - out.rows_done(), "chunks");
   for (uint64_t first = out.rows_done(); first < n;) {
     const size_t rows = size_t(std::min<uint64_t>(block_rows, n - first));
-    for (size_t b = 0; b < rows; b += batch) {
-      const size_t m = std::min(batch, rows - b);
-      db.read(first + b, m, tokens.data(), lengths.data());
-      // Padding is fed as token 0, inside every vocabulary: being after the real tokens, it
-      // changes none of their hidden states.
-      for (size_t i = 0; i < m; ++i)
-        std::fill(tokens.begin() + ptrdiff_t(i * length + lengths[i]), tokens.begin() + ptrdiff_t((i + 1) * length), 0);
-      embedder.embed(tokens.data(), lengths.data(), m, length, vectors.data());
-      for (size_t i = 0; i < m * dim; ++i) block[b * dim + i] = float_to_fp16(vectors[i]);
-    }
+    embed_chunks(embedder, read, db.chunk_length(), first, rows, vectors.data());
+    for (size_t i = 0; i < rows * dim; ++i) block[i] = float_to_fp16(vectors[i]);
     out.append(block.data(), rows);
     first += rows;
     progress.add(rows);
@@ -79,7 +72,7 @@ nlohmann::ordered_json run_embed_stage(const RetroInputs& inputs, const ChunkDb&
   const uint64_t resumed = out.rows_done();
   if (resumed > 0) log::info("embed: resuming after {} of {} chunks", resumed, db.size());
   const auto start = std::chrono::steady_clock::now();
-  embed_chunks(db, embedder, options.block_rows, out);
+  embed_database(db, embedder, options.block_rows, out);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   out.commit();
   return {{"chunks", db.size()}, {"dim", embedder.dim()}, {"resumed_after", resumed},

@@ -1,5 +1,7 @@
 #include "retro/embedder.hpp"
 
+#include <algorithm>
+
 #include "core/parallel.hpp"
 
 namespace meg {
@@ -9,6 +11,23 @@ CpuEmbedder::CpuEmbedder(CheckpointModel checkpoint, size_t batch)
       model_(params_.config, nullptr, {}, false, params_.params.data()),
       batch_(batch) {
   model_.set_training(false);
+}
+
+void embed_chunks(ChunkEmbedder& embedder, const ChunkReader& read, size_t chunk_length, uint64_t first, size_t n,
+                  float* out) {
+  const size_t batch = embedder.batch();
+  std::vector<int32_t> tokens(batch * chunk_length);
+  std::vector<uint32_t> lengths(batch);
+  for (size_t b = 0; b < n; b += batch) {
+    const size_t m = std::min(batch, n - b);
+    read(first + b, m, tokens.data(), lengths.data());
+    // Padding is fed as token 0, inside every vocabulary: being after the real tokens, it
+    // changes none of their hidden states.
+    for (size_t i = 0; i < m; ++i)
+      std::fill(tokens.begin() + ptrdiff_t(i * chunk_length + lengths[i]),
+                tokens.begin() + ptrdiff_t((i + 1) * chunk_length), 0);
+    embedder.embed(tokens.data(), lengths.data(), m, chunk_length, out + b * embedder.dim());
+  }
 }
 
 void CpuEmbedder::embed(const int32_t* tokens, const uint32_t* lengths, size_t n, size_t chunk_length, float* out) {

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "infer/checkpoint_model.hpp"
@@ -27,6 +28,16 @@ class ChunkEmbedder {
   // real, the rest padding; writes their vectors to OUT [N, dim()].
   virtual void embed(const int32_t* tokens, const uint32_t* lengths, size_t n, size_t chunk_length, float* out) = 0;
 };
+
+// Where chunks come from: READ(FIRST, N, TOKENS, LENGTHS) writes chunks [FIRST, FIRST + N) of
+// its source into TOKENS [N, chunk length], their real token counts (1 or more) into LENGTHS.
+using ChunkReader = std::function<void(uint64_t first, size_t n, int32_t* tokens, uint32_t* lengths)>;
+
+// Chunks [FIRST, FIRST + N) of READ's source, CHUNK_LENGTH tokens each, through EMBEDDER a batch
+// at a time, into OUT [N, dim()]: the database's chunks (embed stage) and the training samples'
+// chunks (query stage) are embedded by this one path, so that equal tokens give equal vectors.
+void embed_chunks(ChunkEmbedder& embedder, const ChunkReader& read, size_t chunk_length, uint64_t first, size_t n,
+                  float* out);
 
 // The CPU embedder: GptModel<float> (fp32) over the checkpoint's parameters, in evaluation mode,
 // BATCH chunks a forward.

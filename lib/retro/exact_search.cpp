@@ -39,7 +39,7 @@ std::vector<T> norms_of(const T* rows, size_t n, size_t dim) {
 }
 
 template <typename T>
-void search(const VectorSet& base, const VectorSet& queries, size_t k, const IdRange* exclude, int64_t* ids,
+void search(const VectorSet& base, const VectorSet& queries, size_t k, const IdRanges* exclude, int64_t* ids,
             float* dists) {
   // A tile of 2^20 products (256 queries x 4096 rows, or more queries against fewer rows, as
   // k-means has them) stays in cache while the heaps read it, and keeps the GEMMs large.
@@ -62,7 +62,7 @@ void search(const VectorSet& base, const VectorSet& queries, size_t k, const IdR
         std::vector<float> d(nb);
         for (size_t i = begin; i < end; ++i) {
           expanded_distances(qnorms[i], xnorms.data(), products.data() + i * nb, nb, d.data());
-          best[i].offer(d.data(), nb, exclude ? exclude[q0 + i] : IdRange{}, [&](size_t j) { return int64_t(b0 + j); });
+          best[i].offer(d.data(), nb, exclude ? exclude[q0 + i] : IdRanges{}, [&](size_t j) { return int64_t(b0 + j); });
         }
       });
     }
@@ -74,7 +74,7 @@ void search(const VectorSet& base, const VectorSet& queries, size_t k, const IdR
 
 }  // namespace
 
-void exact_search(const VectorSet& base, const VectorSet& queries, size_t k, const IdRange* exclude, int64_t* ids,
+void exact_search(const VectorSet& base, const VectorSet& queries, size_t k, const IdRanges* exclude, int64_t* ids,
                   float* dists, SearchPrecision precision) {
   if (precision == SearchPrecision::fp64)
     search<double>(base, queries, k, exclude, ids, dists);

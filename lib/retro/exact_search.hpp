@@ -22,15 +22,15 @@ enum class SearchPrecision { fp32, fp64 };
 
 // The K nearest rows of BASE to each row of QUERIES (squared L2, nearest first, equal distances by
 // lower id) into IDS and DISTS [queries.n, K] (-1 and +inf past the candidates; DISTS may be
-// null). EXCLUDE: null, or one range of left-out ids per query.
-void exact_search(const VectorSet& base, const VectorSet& queries, size_t k, const IdRange* exclude, int64_t* ids,
+// null). EXCLUDE: null, or the left-out ids of each query.
+void exact_search(const VectorSet& base, const VectorSet& queries, size_t k, const IdRanges* exclude, int64_t* ids,
                   float* dists, SearchPrecision precision = SearchPrecision::fp64);
 
 // The 'flat' index: exact search over the vectors themselves, no files of its own.
 class ExactIndex final : public VectorIndex {
  public:
   explicit ExactIndex(const VectorSet& base) : base_(base) {}
-  void search(const VectorSet& queries, size_t k, const IdRange* exclude, int64_t* ids, float* dists) const override {
+  void search(const VectorSet& queries, size_t k, const IdRanges* exclude, int64_t* ids, float* dists) const override {
     exact_search(base_, queries, k, exclude, ids, dists);
   }
 

@@ -69,7 +69,7 @@ class Searcher {
   // The EF nearest nodes to Q on LEVEL reachable from ENTRIES, nearest first; nodes in SKIP are
   // walked through but not returned.
   std::vector<Neighbor> search_level(const float* q, const std::vector<Neighbor>& entries, size_t ef, int level,
-                                     IdRange skip = {}) const {
+                                     IdRanges skip = {}) const {
     visited.start(g_.size());
     std::priority_queue<Neighbor, std::vector<Neighbor>, std::greater<Neighbor>> frontier;
     TopK best(ef);
@@ -255,7 +255,7 @@ HnswGraph load_hnsw(const std::string& dir, size_t n) {
   return g;
 }
 
-void HnswIndex::search(const VectorSet& queries, size_t k, const IdRange* exclude, int64_t* ids, float* dists) const {
+void HnswIndex::search(const VectorSet& queries, size_t k, const IdRanges* exclude, int64_t* ids, float* dists) const {
   const Searcher s(graph_, base_);
   const size_t ef = std::max(ef_search_, k);
   parallel_for(queries.n, 8, [&](size_t begin, size_t end) {
@@ -265,7 +265,7 @@ void HnswIndex::search(const VectorSet& queries, size_t k, const IdRange* exclud
       if (graph_.size() > 0) {
         Neighbor ep{s.dist(x, graph_.entry), graph_.entry};
         for (int l = graph_.top; l > 0; --l) ep = s.greedy(x, ep, l);
-        for (const Neighbor& n : s.search_level(x, {ep}, ef, 0, exclude ? exclude[q] : IdRange{})) {
+        for (const Neighbor& n : s.search_level(x, {ep}, ef, 0, exclude ? exclude[q] : IdRanges{})) {
           if (top.full()) break;
           top.push(n.dist, n.id);
         }

@@ -50,7 +50,7 @@ class HnswIndex final : public VectorIndex {
  public:
   HnswIndex(const VectorSet& base, HnswGraph graph, size_t ef_search)
       : base_(base), graph_(std::move(graph)), ef_search_(ef_search) {}
-  void search(const VectorSet& queries, size_t k, const IdRange* exclude, int64_t* ids, float* dists) const override;
+  void search(const VectorSet& queries, size_t k, const IdRanges* exclude, int64_t* ids, float* dists) const override;
 
  private:
   VectorSet base_;

@@ -32,8 +32,8 @@ class VectorIndex {
   virtual ~VectorIndex() = default;
   // The K nearest base vectors to each row of QUERIES, nearest first (equal distances by lower id),
   // into IDS and DISTS [queries.n, K]: -1 and +inf past the last one found; DISTS may be null.
-  // EXCLUDE: null, or one range of left-out ids per query. Parallel over the queries.
-  virtual void search(const VectorSet& queries, size_t k, const IdRange* exclude, int64_t* ids,
+  // EXCLUDE: null, or the left-out ids of each query. Parallel over the queries.
+  virtual void search(const VectorSet& queries, size_t k, const IdRanges* exclude, int64_t* ids,
                       float* dists) const = 0;
 };
 

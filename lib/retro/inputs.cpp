@@ -34,6 +34,7 @@ RetroInputs open_inputs(const std::vector<std::string>& data, const std::string&
   if (data.size() == 1 && std::filesystem::is_regular_file(data[0]) && is_blend_file(data[0])) {
     if (!split.empty()) input_error("--split {}: {} is a blend, which has its own split", split, data[0]);
     const GptDataset blend(data[0]);  // refuses a blend whose inputs changed since
+    in.blend = data[0];
     const BlendHeader& h = blend.blend().header();
     in.split = fmt::format("{},{},{}", h.split[0], h.split[1], h.split[2]);
     for (size_t k = 0; k < blend.blend().num_inputs(); ++k) {

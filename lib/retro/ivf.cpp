@@ -122,7 +122,7 @@ IvfIndex::IvfIndex(const VectorSet& base, InvertedLists lists, size_t nprobe)
   });
 }
 
-void IvfIndex::search(const VectorSet& queries, size_t k, const IdRange* exclude, int64_t* ids, float* dists) const {
+void IvfIndex::search(const VectorSet& queries, size_t k, const IdRanges* exclude, int64_t* ids, float* dists) const {
   const size_t dim = lists_.dim, nlist = lists_.nlist();
   // The probes of each list, in query order (probe i is of query i / nprobe).
   const Groups probes = group_by(probe_lists(lists_, queries, nprobe_).lists, nlist);
@@ -150,7 +150,7 @@ void IvfIndex::search(const VectorSet& queries, size_t k, const IdRange* exclude
       for (size_t i = begin; i < end; ++i) {
         const size_t q = query_of(c, i);
         expanded_distances(q_norms[i], residual_norms_.data() + at, products.data() + i * n, n, d.data());
-        best[q].offer(d.data(), n, exclude ? exclude[q] : IdRange{}, [&](size_t j) { return lists_.ids[at + j]; });
+        best[q].offer(d.data(), n, exclude ? exclude[q] : IdRanges{}, [&](size_t j) { return lists_.ids[at + j]; });
       }
     });
   }

@@ -46,7 +46,7 @@ Probes probe_lists(const InvertedLists& lists, const VectorSet& queries, size_t 
 class IvfIndex final : public VectorIndex {
  public:
   IvfIndex(const VectorSet& base, InvertedLists lists, size_t nprobe);
-  void search(const VectorSet& queries, size_t k, const IdRange* exclude, int64_t* ids, float* dists) const override;
+  void search(const VectorSet& queries, size_t k, const IdRanges* exclude, int64_t* ids, float* dists) const override;
 
  private:
   InvertedLists lists_;

@@ -93,7 +93,7 @@ IvfPqIndex::IvfPqIndex(const VectorSet& base, IvfPq index, size_t nprobe, size_t
   });
 }
 
-void IvfPqIndex::search(const VectorSet& queries, size_t k, const IdRange* exclude, int64_t* ids, float* dists) const {
+void IvfPqIndex::search(const VectorSet& queries, size_t k, const IdRanges* exclude, int64_t* ids, float* dists) const {
   const InvertedLists& lists = index_.lists;
   const ProductQuantizer& pq = index_.pq;
   const Probes probes = probe_lists(lists, queries, nprobe_);
@@ -102,7 +102,7 @@ void IvfPqIndex::search(const VectorSet& queries, size_t k, const IdRange* exclu
     std::vector<float> query_terms(table_size), table(table_size);
     for (size_t q = begin; q < end; ++q) {
       const float* x = queries.row(q);
-      const IdRange skip = exclude ? exclude[q] : IdRange{};
+      const IdRanges skip = exclude ? exclude[q] : IdRanges{};
       pq.inner_table(x, query_terms.data());
       TopK best(candidates);
       for (size_t p = 0; p < nprobe_; ++p) {

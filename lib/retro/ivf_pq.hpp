@@ -38,7 +38,7 @@ IvfPq load_ivf_pq(const std::string& dir, size_t n, size_t dim);
 class IvfPqIndex final : public VectorIndex {
  public:
   IvfPqIndex(const VectorSet& base, IvfPq index, size_t nprobe, size_t refine);
-  void search(const VectorSet& queries, size_t k, const IdRange* exclude, int64_t* ids, float* dists) const override;
+  void search(const VectorSet& queries, size_t k, const IdRanges* exclude, int64_t* ids, float* dists) const override;
 
  private:
   VectorSet base_;

@@ -2,16 +2,21 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <functional>
 #include <iterator>
+#include <memory>
 
 #include "core/error.hpp"
 #include "core/hash.hpp"
 #include "core/log.hpp"
+#include "data/gpt_dataset.hpp"
 #include "retro/chunk_db.hpp"
 #include "retro/embed_stage.hpp"
 #include "retro/inputs.hpp"
+#include "retro/matrix_file.hpp"
 #include "retro/query_stage.hpp"
+#include "retro/sample_queries.hpp"
 #include "retro/stage.hpp"
 
 namespace meg {
@@ -81,11 +86,32 @@ ChunkDb open_chunk_db(const std::string& dir, uint64_t fingerprint) {
   return db;
 }
 
+// The blend whose train samples the query stage queries (null with prefixes), checked before any
+// stage runs so that a misfit fails at once, not after hours of embedding; and how many of them.
+std::unique_ptr<GptDataset> open_query_blend(const RetroOptions& o, const RetroInputs& inputs, bool querying,
+                                             uint64_t& samples) {
+  if (inputs.blend.empty()) {
+    if (o.query_samples > 0) input_error("--query-samples {}: needs a blend (prefixes have no samples)", o.query_samples);
+    return nullptr;
+  }
+  if (!querying) return nullptr;
+  auto blend = std::make_unique<GptDataset>(inputs.blend);
+  check_sample_chunking(*blend, o.chunk_length);
+  const uint64_t train = blend->num_samples(Split::kTrain);
+  if (o.query_samples > train)
+    input_error("--query-samples {}: {} has only {} train samples", o.query_samples, inputs.blend, train);
+  samples = o.query_samples > 0 ? o.query_samples : train;
+  if (samples == 0) input_error("{}: no train samples to query", inputs.blend);
+  return blend;
+}
+
 }  // namespace
 
 void run_retro_build(const RetroOptions& o) {
   const Pipeline p(o);
   const RetroInputs inputs = open_inputs(o.data, o.split);
+  uint64_t query_samples = 0;
+  const std::unique_ptr<GptDataset> blend = open_query_blend(o, inputs, p.last() == 3, query_samples);
 
   const nlohmann::ordered_json db_settings = {
       {"version", 1}, {"chunk_length", o.chunk_length}, {"pad_id", o.pad_id}, {"inputs", inputs.identity()}};
@@ -121,22 +147,42 @@ void run_retro_build(const RetroOptions& o) {
   });
   if (p.last() == 2) return;
 
-  nlohmann::ordered_json train = nlohmann::ordered_json::array();
-  for (const DocumentRange& r : inputs.train) train.push_back({r.begin, r.end});
-  const nlohmann::ordered_json query_settings = {{"version", 1},
-                                                 {"db", hex64(db)},
-                                                 {"index", hex64(index)},
-                                                 {"search", index_search_settings(o.index)},
-                                                 {"neighbors", o.neighbors},
-                                                 {"train_documents", train}};
+  // The query set: the blend's train samples, or the prefixes' train document chunks.
+  nlohmann::ordered_json query_settings = {{"version", 2},           {"db", hex64(db)},
+                                           {"embed", hex64(embed)},  {"index", hex64(index)},
+                                           {"search", index_search_settings(o.index)}, {"neighbors", o.neighbors}};
+  if (blend) {
+    query_settings["queries"] = "train sample chunks";
+    query_settings["blend"] = hex64(blend->fingerprint());
+    query_settings["samples"] = query_samples;
+  } else {
+    nlohmann::ordered_json train = nlohmann::ordered_json::array();
+    for (const DocumentRange& r : inputs.train) train.push_back({r.begin, r.end});
+    query_settings["queries"] = "train document chunks";
+    query_settings["train_documents"] = train;
+  }
   p.run(3, query_settings, true, [&](uint64_t fingerprint) {
+    const std::string folder = p.folder("query");
     const ChunkDb chunks = open_chunk_db(p.folder("db"), db);
     const Embeddings e = read_embeddings(p.folder("embed"), chunks.size(), embed);
     const IndexOptions resolved = resolve_index_options(o.index, e.rows, e.dim);
     const auto vector_index = load_index(e.set(), resolved, p.folder("index"));
-    return StageResult{{"rows.mat", "neighbors.mat"},
-                       run_query_stage(chunks, e.set(), *vector_index, training_chunks(chunks, inputs.train),
-                                       o.neighbors, o.block_rows, p.folder("query"), fingerprint)};
+    if (blend) {
+      std::filesystem::remove(folder + "/rows.mat");  // of an earlier build from prefixes
+      CpuEmbedder embedder(load_checkpoint_model(o.load), o.batch);
+      SampleChunkQueries queries(*blend, chunks, embedder, query_samples);
+      nlohmann::ordered_json stats = {{"queries", "train sample chunks"}, {"samples", query_samples},
+                                      {"chunks_per_sample", queries.chunks_per_sample()}};
+      stats.update(run_query_stage(queries, *vector_index, e.dim, o.neighbors, o.block_rows, folder, fingerprint));
+      return StageResult{{"neighbors.mat"}, std::move(stats)};
+    }
+    std::vector<int64_t> rows = training_chunks(chunks, inputs.train);
+    if (rows.empty()) input_error("no training chunks: the train split of the inputs holds no documents");
+    write_matrix<int64_t>(folder + "/rows.mat", rows.size(), 1, rows, fingerprint);
+    DatabaseChunkQueries queries(chunks, e.set(), std::move(rows));
+    nlohmann::ordered_json stats = {{"queries", "train document chunks"}};
+    stats.update(run_query_stage(queries, *vector_index, e.dim, o.neighbors, o.block_rows, folder, fingerprint));
+    return StageResult{{"rows.mat", "neighbors.mat"}, std::move(stats)};
   });
 }
 

@@ -4,7 +4,8 @@
 //   db     the corpus cut into chunks, with each chunk's document    (retro/chunk_db.hpp)
 //   embed  every chunk embedded by a meg checkpoint, float16         (retro/embed_stage.hpp)
 //   index  an exact or approximate nearest-neighbour index           (retro/index.hpp)
-//   query  each training chunk's K nearest chunks of other documents (retro/query_stage.hpp)
+//   query  the K nearest chunks of other documents for each chunk of the blend's train samples
+//          (or, with prefixes, of the train documents)          (retro/query_stage.hpp)
 //
 // A run goes through the stages in order up to the last one asked for. An asked-for stage that is
 // done (its record matches the current settings) is skipped, a missing or stale one is built, and
@@ -34,6 +35,7 @@ struct RetroOptions {
   size_t batch = 16;              // embed: chunks a forward
   size_t block_rows = 4096;       // embed, query: rows a resumable block
   size_t neighbors = 20;          // query: K, Megatron's default number of neighbours saved
+  uint64_t query_samples = 0;     // query, a blend only: train samples queried (0: all)
   IndexOptions index;
 };
 

@@ -44,7 +44,7 @@ class TopK {
   // Offers N candidates, candidate j being ID_OF(j) at distance DISTS[j], and passes over the ids
   // in SKIP.
   template <typename IdOf>
-  void offer(const float* dists, size_t n, IdRange skip, IdOf id_of) {
+  void offer(const float* dists, size_t n, IdRanges skip, IdOf id_of) {
     float b = bound();
     for (size_t j = 0; j < n; ++j) {
       if (dists[j] > b) continue;

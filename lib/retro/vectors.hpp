@@ -1,10 +1,12 @@
 // Vectors as the retrieval indexes see them: rows of a float matrix, squared L2 distances (the
-// metric of Megatron's RETRO indexes, FAISS's default), and the range of ids a query must not
-// return (the chunks of its own document).
+// metric of Megatron's RETRO indexes, FAISS's default), and the ids a query must not return (the
+// chunks of the documents it comes from).
 #pragma once
 
 #include <cstddef>
+#include <algorithm>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 namespace meg {
@@ -20,6 +22,16 @@ struct VectorSet {
 struct IdRange {
   int64_t begin = 0, end = 0;
   bool contains(int64_t id) const { return id >= begin && id < end; }
+};
+
+// The ids left out of one query's answer: a few ranges, one per document the query comes from (a
+// training sample crosses document edges, and its documents' chunks lie apart in the database).
+// Not owned.
+struct IdRanges {
+  std::span<const IdRange> ranges;
+  bool contains(int64_t id) const {
+    return std::any_of(ranges.begin(), ranges.end(), [id](const IdRange& r) { return r.contains(id); });
+  }
 };
 
 // Squared L2 distance. Sixteen independent partial sums, added in a fixed order at the end: the

@@ -111,8 +111,12 @@ int main(int argc, char** argv) {
     std::vector<size_t> rows(nq);
     for (size_t q = 0; q < nq; ++q) rows[q] = q * (n / nq);
     const std::vector<float> queries = gather_rows(base, rows);
-    std::vector<IdRange> skip(nq);
-    for (size_t q = 0; q < nq; ++q) skip[q] = {int64_t(rows[q]), int64_t(rows[q] + 1)};
+    std::vector<IdRange> own(nq);
+    std::vector<IdRanges> skip(nq);
+    for (size_t q = 0; q < nq; ++q) {
+      own[q] = {int64_t(rows[q]), int64_t(rows[q] + 1)};
+      skip[q] = {std::span(&own[q], 1)};
+    }
     std::vector<int64_t> truth(nq * k), found(nq * k);
     start = Clock::now();
     exact_search(base, {queries.data(), nq, dim}, k, skip.data(), truth.data(), nullptr);

@@ -1,7 +1,8 @@
 # meg-retro-build on a real small corpus with a tiny embedder trained here: every index type finds
 # 9 of the exact 10 nearest chunks and none of the chunk's own document; a rerun skips what is
 # done and rebuilds what is stale; stages killed mid-way resume to the same bytes; builds repeat
-# exactly; a blend gives what its prefixes give; bad input is refused with one line.
+# exactly; a blend gives the database its prefixes give and a neighbour table by training sample,
+# none of whose neighbours comes from a document of the sample; bad input is refused with one line.
 source "$(dirname "$0")/lib.sh"
 M=$MEG_TEST_DATA/megatron
 
@@ -76,14 +77,55 @@ grep -q "embed: resuming after 300 of 1317 chunks" log || fail "embed did not re
 same_file ivf-pq/embed/embeddings.mat cut/embed/embeddings.mat
 exits_with 137 env MEG_RETRO_INTERRUPT_AFTER=2 $R --out cut --block-rows 100
 meg-retro-build $DATA --chunk-length 32 --out cut --block-rows 100 2>log
-grep -q "query: resuming after 200 of 1284 training chunks" log || fail "query did not resume: $(cat log)"
+grep -q "query: resuming after 200 of 1284 query rows" log || fail "query did not resume: $(cat log)"
 same_file ivf-pq/query/neighbors.mat cut/query/neighbors.mat
 same_file ivf-pq/query/rows.mat cut/query/rows.mat
 no_file cut/embed/embeddings.mat.partial cut/query/neighbors.mat.partial cut/query/neighbors.mat.progress
 
-# (6) The blend of the same prefix, with the same split, is the same database.
-meg-retro-build -q --data f.blend --load emb --neighbors 10 --chunk-length 32 --out blend
-for f in db/chunks.mat embed/embeddings.mat query/rows.mat query/neighbors.mat; do same_file ivf-pq/$f blend/$f; done
+# (6) The blend of the same prefix, with the same split, is the same database; its neighbour table
+# has a row per chunk of each train sample (64 tokens: 2 chunks of 32), in the blend's order, and
+# no neighbour of a row is a chunk of any document the sample's tokens come from (read here from
+# the blend file's own indices, as Megatron's GPTDataset reads them).
+BQ="--data f.blend --load emb --neighbors 10 --chunk-length 32 --index-type flat --query-samples 300"
+meg-retro-build -q $BQ --out blend
+for f in db/chunks.mat embed/embeddings.mat; do same_file ivf-pq/$f blend/$f; done
+no_file blend/query/rows.mat
+python3 - <<'PY' || fail "neighbour table of the blend's samples"
+import struct
+from mat import mat
+b = open("f.blend", "rb").read()
+h = struct.unpack_from("<8sQIIQQQQ3d3Q3Q3Q3Q", b)
+inputs, seq_length, samples = h[3], h[7], h[14]
+arr = lambda kind, offset, n: struct.unpack_from("<%d%s" % (n, kind), b, offset)
+dataset_index, dataset_sample = arr("H", h[17], samples), arr("q", h[20], samples)
+split = []  # per input, its train split: (document index, sample index, shuffle index)
+for k in range(inputs):
+    begin, end, _, epochs, _, n, _, docs, bounds, shuffle = struct.unpack_from("<ddQQQQQ30Q", b, 176 + 296 * k)[7:17]
+    split.append((arr("i", docs, epochs * (end - begin)), arr("q", bounds, 2 * (n + 1)), arr("q", shuffle, n)))
+def documents(i):  # (input, document) of every document sample i's T+1 tokens come from
+    k = dataset_index[i]
+    docs, bounds, shuffle = split[k]
+    j = shuffle[dataset_sample[i]]
+    return {(k, d) for d in docs[bounds[2 * j]:bounds[2 * j + 2] + 1]}
+chunks = mat("blend/db/chunks.mat")
+table = mat("blend/query/neighbors.mat")
+per_sample = seq_length // 32
+assert per_sample == 2 and len(table) == 300 * per_sample, len(table)
+crossing = 0
+for r, nbrs in enumerate(table):
+    banned = documents(r // per_sample)
+    crossing += len(banned) > 1
+    assert -1 not in nbrs, r
+    assert all(tuple(chunks[n][:2]) not in banned for n in nbrs), (r, nbrs, banned)
+assert crossing > 0  # samples across document edges, whose several documents are all left out
+PY
+
+# (6b) The query stage of a blend killed after 2 blocks resumes to the bytes of the whole build.
+cp -r blend bcut && rm -r bcut/query
+exits_with 137 env MEG_RETRO_INTERRUPT_AFTER=2 meg-retro-build -q $BQ --out bcut --block-rows 100
+meg-retro-build $BQ --out bcut --block-rows 100 2>log
+grep -q "query: resuming after 200 of 600 query rows" log || fail "blend query did not resume: $(cat log)"
+same_file blend/query/neighbors.mat bcut/query/neighbors.mat
 
 # (7) Bad input: one line, exit status 1.
 python3 - <<'PY'
@@ -116,6 +158,11 @@ expect_fail 1 "--pq-m 7: the 64 dimensions do not split" -- $R --out bad --pq-m 
 expect_fail 1 "--nlist 5000: more lists than the 1317 vectors" -- $R --out bad --nlist 5000
 expect_fail 1 "--chunk-length 100: longer than the embedder's 64 positions" -- meg-retro-build -q $DATA --out bad --chunk-length 100
 expect_fail 1 "--split 1,1,0: .*f.blend is a blend, which has its own split" -- meg-retro-build -q --data f.blend --load emb --out bad --split 1,1,0
+expect_fail 1 "--chunk-length 48: does not divide the sequence length 64 of .*f.blend" -- \
+  meg-retro-build -q --data f.blend --load emb --out bad --chunk-length 48
+expect_fail 1 "--query-samples 5000: .*f.blend has only 800 train samples" -- \
+  meg-retro-build -q --data f.blend --load emb --out bad --chunk-length 32 --query-samples 5000
+expect_fail 1 "--query-samples 10: needs a blend" -- $R --out bad --query-samples 10
 expect_fail 1 "must be positive" -- meg-retro-build -q $DATA --out bad --chunk-length 0
 expect_fail 1 "--pad-id 70000: not a token of the inputs' dtype uint16" -- $R --out bad --pad-id 70000
 printf '\x01' | dd of=ivf-pq/embed/embeddings.mat bs=1 seek=1000 conv=notrunc status=none

@@ -180,7 +180,8 @@ TEST_CASE("Every sample is T+1 tokens of the documents in document-index order",
   for (int s = 0; s < kNumSplits; ++s) {
     const Split split = Split(s);
     // Each input's split as one token stream: its documents concatenated in document-index order.
-    std::vector<std::vector<int32_t>> streams(inputs.size());
+    // Beside it, the document each token comes from.
+    std::vector<std::vector<int32_t>> streams(inputs.size()), stream_docs(inputs.size());
     for (size_t k = 0; k < inputs.size(); ++k) {
       const auto& r = b.input(k).splits[s];
       std::map<int32_t, uint64_t> seen;
@@ -188,6 +189,7 @@ TEST_CASE("Every sample is T+1 tokens of the documents in document-index order",
         ++seen[doc];
         const auto tokens = inputs[k].sequence(doc).to_vector();
         streams[k].insert(streams[k].end(), tokens.begin(), tokens.end());
+        stream_docs[k].insert(stream_docs[k].end(), tokens.size(), doc);
       }
       // Each document of the split appears once per epoch.
       CHECK(seen.size() == (r.epochs > 0 ? r.end - r.begin : 0));
@@ -208,6 +210,16 @@ TEST_CASE("Every sample is T+1 tokens of the documents in document-index order",
       REQUIRE((j + 1) * T < stream.size());
       const std::vector<int32_t> expected(stream.begin() + j * T, stream.begin() + j * T + T + 1);
       REQUIRE(got == expected);
+      // Its documents: those of its tokens, in order (empty documents have no tokens to show, and
+      // a document repeated across an epoch edge shows once).
+      const GptDataset::SampleDocuments where = data.sample_documents(split, i);
+      REQUIRE(where.input == k);
+      std::vector<int32_t> docs, want;
+      for (int32_t d : where.documents)
+        if (inputs[k].sequence_length(size_t(d)) > 0 && (docs.empty() || docs.back() != d)) docs.push_back(d);
+      for (uint64_t t = j * T; t <= j * T + T; ++t)
+        if (want.empty() || want.back() != stream_docs[k][t]) want.push_back(stream_docs[k][t]);
+      REQUIRE(docs == want);
     }
   }
   CHECK_THROWS_AS(data.sample(Split::kTest, data.num_samples(Split::kTest), got.data()), std::out_of_range);

@@ -71,6 +71,9 @@ TEST_CASE("retro: chunks of every document concatenate back to it, padded", "[re
         joined.insert(joined.end(), tokens.begin(), tokens.end());
       }
       for (uint64_t c = first; c < chunk; ++c) CHECK(db.document_chunks(c).end == int64_t(chunk));
+      // Looked up by document, as the query stage leaves a sample's documents out.
+      const IdRange by_document = db.document_chunks(int64_t(k), int64_t(sequence));
+      CHECK((by_document.begin == int64_t(first) && by_document.end == int64_t(chunk)));
       std::vector<int32_t> padded = doc;
       padded.resize((doc.size() + kLength - 1) / kLength * kLength, kPad);
       CHECK(joined == padded);
@@ -78,6 +81,8 @@ TEST_CASE("retro: chunks of every document concatenate back to it, padded", "[re
     }
   }
   CHECK(chunk == db.size());
+  const IdRange past_the_end = db.document_chunks(1, int64_t(b.num_sequences()));
+  CHECK((past_the_end.begin == int64_t(db.size()) && past_the_end.end == int64_t(db.size())));
   CHECK(stats.tokens == expected_tokens);
 
   // The train documents pick their chunks, input by input.

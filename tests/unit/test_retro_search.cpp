@@ -35,7 +35,7 @@ std::vector<float> clustered(size_t n, size_t dim, size_t clusters, uint32_t see
 }
 
 // Brute force in double: the K nearest by (distance, id), left-out ids skipped.
-std::vector<int64_t> brute_force(const VectorSet& base, const float* q, size_t k, IdRange skip) {
+std::vector<int64_t> brute_force(const VectorSet& base, const float* q, size_t k, IdRanges skip) {
   std::vector<std::pair<double, int64_t>> all;
   for (size_t i = 0; i < base.n; ++i) {
     if (skip.contains(int64_t(i))) continue;
@@ -49,7 +49,7 @@ std::vector<int64_t> brute_force(const VectorSet& base, const float* q, size_t k
   return ids;
 }
 
-// Every base row queried, its "document" (the 4 ids around it) left out, as the query stage does.
+// Each base row's "document": the 4 ids around it.
 std::vector<IdRange> document_ranges(size_t n) {
   std::vector<IdRange> skip(n);
   for (size_t i = 0; i < n; ++i) skip[i] = {int64_t(i / 4 * 4), int64_t(std::min(n, i / 4 * 4 + 4))};
@@ -96,8 +96,14 @@ TEST_CASE("retro: the exact search equals brute force, left-out ids included", "
   const size_t n = 3000, dim = 24, nq = 40, k = 10;
   const std::vector<float> points = clustered(n, dim, 12, 1), queries = clustered(nq, dim, 12, 2);
   const VectorSet base{points.data(), n, dim};
-  std::vector<IdRange> skip(nq);
-  for (size_t q = 0; q < nq; ++q) skip[q] = {int64_t(q * 70), int64_t(q * 70 + 50)};
+  // Two ranges a query, as for a training sample across a document edge.
+  std::vector<IdRange> ranges(2 * nq);
+  std::vector<IdRanges> skip(nq);
+  for (size_t q = 0; q < nq; ++q) {
+    ranges[2 * q] = {int64_t(q * 70), int64_t(q * 70 + 50)};
+    ranges[2 * q + 1] = {int64_t(n - 40 - q * 60), int64_t(n - q * 60)};
+    skip[q] = {std::span(ranges).subspan(2 * q, 2)};
+  }
   std::vector<int64_t> ids(nq * k);
   std::vector<float> dists(nq * k);
   exact_search(base, {queries.data(), nq, dim}, k, skip.data(), ids.data(), dists.data());
@@ -110,7 +116,8 @@ TEST_CASE("retro: the exact search equals brute force, left-out ids included", "
             1e-5f * dists[q * k + j]);
   }
   // Fewer rows than K outside the left-out range: the rest is -1 and +inf.
-  const IdRange all_but_two{2, int64_t(n)};
+  const IdRange all_but_two_range{2, int64_t(n)};
+  const IdRanges all_but_two{std::span(&all_but_two_range, 1)};
   exact_search(base, {queries.data(), 1, dim}, k, &all_but_two, ids.data(), dists.data());
   CHECK(std::vector<int64_t>(ids.begin(), ids.begin() + 3) == std::vector<int64_t>{ids[0], ids[1], -1});
   CHECK(std::set<int64_t>{ids[0], ids[1]} == std::set<int64_t>{0, 1});
@@ -121,13 +128,18 @@ TEST_CASE("retro: each approximate index finds 9 of the exact 10 nearest, never 
   const size_t n = 20000, dim = 32, k = 10, nq = 500;
   const std::vector<float> points = clustered(n, dim, 2000, 3);
   const VectorSet base{points.data(), n, dim};
-  // Queries: base rows spread over the set, each with its own document left out.
+  // Queries: base rows spread over the set, each with its own document and one far away left out.
   std::vector<size_t> rows(nq);
   for (size_t q = 0; q < nq; ++q) rows[q] = q * (n / nq) + q % 7;
   const std::vector<float> queries = gather_rows(base, rows);
   const std::vector<IdRange> all_skips = document_ranges(n);
-  std::vector<IdRange> skip(nq);
-  for (size_t q = 0; q < nq; ++q) skip[q] = all_skips[rows[q]];
+  std::vector<IdRange> ranges(2 * nq);
+  std::vector<IdRanges> skip(nq);
+  for (size_t q = 0; q < nq; ++q) {
+    ranges[2 * q] = all_skips[rows[q]];
+    ranges[2 * q + 1] = all_skips[(rows[q] + n / 2) % n];
+    skip[q] = {std::span(ranges).subspan(2 * q, 2)};
+  }
   std::vector<int64_t> truth(nq * k), found(nq * k);
   exact_search(base, {queries.data(), nq, dim}, k, skip.data(), truth.data(), nullptr);
 
