@@ -1,6 +1,7 @@
 #include "retro/exact_search.hpp"
 
 #include <algorithm>
+#include <set>
 #include <type_traits>
 
 #include "core/parallel.hpp"
@@ -80,6 +81,15 @@ void exact_search(const VectorSet& base, const VectorSet& queries, size_t k, con
     search<double>(base, queries, k, exclude, ids, dists);
   else
     search<float>(base, queries, k, exclude, ids, dists);
+}
+
+double recall_at_k(const std::vector<int64_t>& found, const std::vector<int64_t>& truth, size_t k) {
+  size_t hits = 0;
+  for (size_t q = 0; q < truth.size() / k; ++q) {
+    const std::set<int64_t> want(truth.begin() + ptrdiff_t(q * k), truth.begin() + ptrdiff_t((q + 1) * k));
+    for (size_t j = 0; j < k; ++j) hits += want.count(found[q * k + j]);
+  }
+  return truth.empty() ? 1.0 : double(hits) / double(truth.size());
 }
 
 }  // namespace meg

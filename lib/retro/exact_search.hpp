@@ -38,4 +38,8 @@ class ExactIndex final : public VectorIndex {
   VectorSet base_;
 };
 
+// Recall@K of an approximate search: the fraction of the exact search's TRUTH ids (K per query,
+// row after row) that FOUND (the same shape) holds for the same query, in any order.
+double recall_at_k(const std::vector<int64_t>& found, const std::vector<int64_t>& truth, size_t k);
+
 }  // namespace meg

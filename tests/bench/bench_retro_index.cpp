@@ -13,7 +13,6 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <set>
 #include <sstream>
 
 #include "core/cli.hpp"
@@ -69,15 +68,6 @@ std::vector<float> embeddings(const std::string& path, size_t* n, size_t* dim) {
   *n = f.rows();
   *dim = f.cols();
   return widen_fp16(f.data<uint16_t>().data(), f.data<uint16_t>().size());
-}
-
-double recall(const std::vector<int64_t>& found, const std::vector<int64_t>& truth, size_t k) {
-  size_t hits = 0;
-  for (size_t q = 0; q < truth.size() / k; ++q) {
-    const std::set<int64_t> want(truth.begin() + ptrdiff_t(q * k), truth.begin() + ptrdiff_t((q + 1) * k));
-    for (size_t j = 0; j < k; ++j) hits += want.count(found[q * k + j]);
-  }
-  return double(hits) / double(truth.size());
 }
 
 }  // namespace
@@ -142,7 +132,7 @@ int main(int argc, char** argv) {
       settings.update(index_search_settings(r));
       settings.erase("type");
       std::printf("| %s | %s | %.1f | %.0f | %.3f | %.0f | %.1f |\n", name.c_str(), settings.dump().c_str(), build, qps,
-                  recall(found, truth, k), exact_qps, qps / exact_qps);
+                  recall_at_k(found, truth, k), exact_qps, qps / exact_qps);
       std::fflush(stdout);
     }
     std::filesystem::remove_all(dir);

@@ -18,28 +18,11 @@
 #include "model/config.hpp"
 #include "model/gpt.hpp"
 #include "ops/cpu/ops.hpp"
+#include "micro_model.hpp"
 
 using namespace meg;
 
 namespace {
-
-// A very small model of either family: 2 layers, C 16, 4 heads (2 KV heads for Llama), vocab 50
-// padded to 64, 8 positions.
-ModelConfig micro_config(ModelFamily family) {
-  ModelConfig c = ModelConfig::defaults(family);
-  c.num_layers = 2;
-  c.hidden_size = 16;
-  c.num_heads = 4;
-  c.num_kv_heads = family == ModelFamily::llama ? 2 : 4;
-  c.ffn_hidden_size = family == ModelFamily::llama ? 48 : 32;
-  c.seq_length = 8;
-  c.vocab_size = 50;
-  c.make_vocab_size_divisible_by = 16;
-  c.pad_vocab();
-  if (family == ModelFamily::llama) c.rope_theta = 10000;
-  c.validate();
-  return c;
-}
 
 // |a - b| <= rel * |b|.
 bool close(double a, double b, double rel) { return std::abs(a - b) <= rel * std::abs(b); }

@@ -8,6 +8,7 @@
 #include "model/gpt.hpp"
 #include "retro/embedder.hpp"
 #include "test_util.hpp"
+#include "micro_model.hpp"
 
 using namespace meg;
 
@@ -17,18 +18,7 @@ namespace {
 bool near(double a, double b) { return std::abs(a - b) <= 1e-5 * std::abs(b) + 1e-6; }
 
 CheckpointModel micro_model(ModelFamily family) {
-  ModelConfig c = ModelConfig::defaults(family);
-  c.num_layers = 2;
-  c.hidden_size = 16;
-  c.num_heads = 4;
-  c.num_kv_heads = family == ModelFamily::llama ? 2 : 4;
-  c.ffn_hidden_size = family == ModelFamily::llama ? 48 : 32;
-  c.seq_length = 8;
-  c.vocab_size = 50;
-  c.make_vocab_size_divisible_by = 16;
-  c.pad_vocab();
-  if (family == ModelFamily::llama) c.rope_theta = 10000;
-  c.validate();
+  const ModelConfig c = micro_config(family);
   GptModel<float> model(c);
   model.init(7);
   return {"micro", c, std::vector<float>(model.params(), model.params() + model.num_parameters()), "", ""};

@@ -56,15 +56,6 @@ std::vector<IdRange> document_ranges(size_t n) {
   return skip;
 }
 
-double recall(const std::vector<int64_t>& found, const std::vector<int64_t>& truth, size_t k) {
-  size_t hits = 0;
-  for (size_t q = 0; q < truth.size() / k; ++q) {
-    const std::set<int64_t> want(truth.begin() + ptrdiff_t(q * k), truth.begin() + ptrdiff_t((q + 1) * k));
-    for (size_t j = 0; j < k; ++j) hits += want.count(found[q * k + j]);
-  }
-  return double(hits) / double(truth.size());
-}
-
 std::vector<std::string> folder_bytes(const std::string& dir, const std::vector<std::string>& files) {
   std::vector<std::string> out;
   for (const auto& f : files) out.push_back(read_file(dir + "/" + f));
@@ -155,7 +146,7 @@ TEST_CASE("retro: each approximate index finds 9 of the exact 10 nearest, never 
     build_index(base, resolved, folder, 1);
     const auto index = load_index(base, resolved, folder);
     index->search({queries.data(), nq, dim}, k, skip.data(), found.data(), nullptr);
-    const double r = recall(found, truth, k);
+    const double r = recall_at_k(found, truth, k);
     INFO("recall@10 " << r);
     CHECK(r >= 0.9);
     for (size_t q = 0; q < nq; ++q)
