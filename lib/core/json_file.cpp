@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "core/byte_stream.hpp"
 #include "core/error.hpp"
 
 namespace meg {
@@ -19,6 +20,13 @@ nlohmann::json read_json_file(const std::string& path) {
   } catch (const nlohmann::json::parse_error& e) {
     input_error("{}: not valid JSON: {}", path, e.what());
   }
+}
+
+void write_json_file(const std::string& path, const nlohmann::ordered_json& json) {
+  const std::string text = json.dump(2) + "\n";
+  ByteWriter out(path);
+  out.write(text.data(), text.size());
+  out.commit();
 }
 
 std::string parse_json_record(std::string_view raw, const std::string& where, nlohmann::json& out) {

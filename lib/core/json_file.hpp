@@ -1,4 +1,5 @@
-// Reading a whole JSON file, and one JSONL record, with the one-line errors of core/error.hpp.
+// Reading a whole JSON file, and one JSONL record, with the one-line errors of core/error.hpp;
+// writing a small JSON file atomically.
 #pragma once
 
 #include <string>
@@ -11,6 +12,10 @@ namespace meg {
 // The JSON document in PATH: SystemError when it cannot be read, InputError naming PATH when it is
 // not valid JSON.
 nlohmann::json read_json_file(const std::string& path);
+
+// Writes JSON (indented) to PATH atomically: a temporary file, synced and renamed into place, so a
+// reader sees the old file or the new one, never half of one (records, progress files).
+void write_json_file(const std::string& path, const nlohmann::ordered_json& json);
 
 // Parses RAW, one record of a JSONL file named WHERE ("file:line"), into OUT, which must be an
 // object. Returns "" when it is, else the one-line problem: "WHERE: malformed JSON at column N:

@@ -17,8 +17,6 @@ bool is_blend_file(const std::string& path) {
   return in.read(magic, sizeof magic) && std::memcmp(magic, kBlendMagic, sizeof magic) == 0;
 }
 
-constexpr const char* kDefaultSplit = "969,30,1";  // Megatron's, and meg-blend's
-
 }  // namespace
 
 nlohmann::ordered_json RetroInputs::identity() const {
@@ -43,7 +41,7 @@ RetroInputs open_inputs(const std::vector<std::string>& data, const std::string&
       in.train.push_back({train.begin, train.end});
     }
   } else {
-    in.split = split.empty() ? kDefaultSplit : split;
+    in.split = split.empty() ? BlendOptions{}.split : split;  // meg-blend's default, Megatron's
     const auto weights = parse_split(in.split);
     for (const std::string& prefix : data) {
       if (!std::filesystem::exists(prefix + ".idx") && std::filesystem::is_regular_file(prefix))

@@ -15,7 +15,6 @@
 #include "core/error.hpp"
 #include "core/hash.hpp"
 #include "core/json_file.hpp"
-#include "retro/json_write.hpp"
 
 namespace meg {
 namespace {

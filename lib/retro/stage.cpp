@@ -3,8 +3,8 @@
 #include <filesystem>
 
 #include "core/hash.hpp"
+#include "core/json_file.hpp"
 #include "core/mapped_file.hpp"
-#include "retro/json_write.hpp"
 
 namespace fs = std::filesystem;
 
