@@ -12,6 +12,7 @@
 #include "core/error.hpp"
 #include "core/hash.hpp"
 #include "core/mapped_file.hpp"
+#include "core/utf8.hpp"
 #include "data/unicode_tables.hpp"
 #include "data/word_cache.hpp"
 
@@ -45,24 +46,6 @@ void append_utf8(std::string& s, uint32_t cp) {
     s += static_cast<char>(0x80 | (cp >> 6 & 0x3F));
     s += static_cast<char>(0x80 | (cp & 0x3F));
   }
-}
-
-// The code point at S[I] (I < N) and its length in *LEN. A byte that does not start a complete
-// sequence counts as one code point of its own (U+FFFD, class "other"), so malformed text still
-// tokenizes, byte by byte, and decodes back to the same bytes.
-inline uint32_t next_code_point(const uint8_t* s, size_t n, size_t i, size_t* len) {
-  const uint8_t c = s[i];
-  *len = 1;
-  if (c < 0x80) return c;
-  const size_t l = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 0;
-  if (l == 0 || i + l > n) return 0xFFFD;
-  uint32_t cp = c & (0x7F >> l);
-  for (size_t k = 1; k < l; ++k) {
-    if ((s[i + k] & 0xC0) != 0x80) return 0xFFFD;
-    cp = cp << 6 | (s[i + k] & 0x3F);
-  }
-  *len = l;
-  return cp;
 }
 
 inline CharClass class_at(const uint8_t* s, size_t n, size_t i, size_t* len) {

@@ -1,21 +1,13 @@
 #include "eval/python_text.hpp"
 
+#include "core/utf8.hpp"
+
 namespace meg::py {
 namespace {
 
-// The code point starting at S[I] and its length in bytes. Malformed bytes (never in text parsed
-// from JSON) count as one character each, so every loop here still ends.
+// The code point starting at S[I] and its length in bytes (text parsed from JSON is valid UTF-8).
 char32_t decode(std::string_view s, size_t i, size_t& len) {
-  const auto b = static_cast<unsigned char>(s[i]);
-  const size_t n = b < 0x80 ? 1 : (b >> 5) == 0x6 ? 2 : (b >> 4) == 0xe ? 3 : (b >> 3) == 0x1e ? 4 : 1;
-  if (n == 1 || i + n > s.size()) {
-    len = 1;
-    return b;
-  }
-  char32_t c = b & (0x7f >> n);
-  for (size_t k = 1; k < n; ++k) c = (c << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3f);
-  len = n;
-  return c;
+  return next_code_point(reinterpret_cast<const uint8_t*>(s.data()), s.size(), i, &len);
 }
 
 }  // namespace

@@ -1,0 +1,28 @@
+// Walking UTF-8 text code point by code point (the GPT-2 pre-tokenizer, meg-eval's Python string
+// functions). Validation is valid_utf8() of data/tokenizer.hpp.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace meg {
+
+// The code point at S[I] (I < N) and its length in *LEN. A byte that does not start a complete
+// sequence counts as one code point of its own, U+FFFD, so a loop over malformed text still moves
+// byte by byte and ends.
+inline uint32_t next_code_point(const uint8_t* s, size_t n, size_t i, size_t* len) {
+  const uint8_t c = s[i];
+  *len = 1;
+  if (c < 0x80) return c;
+  const size_t l = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 0;
+  if (l == 0 || i + l > n) return 0xFFFD;
+  uint32_t cp = c & (0x7F >> l);
+  for (size_t k = 1; k < l; ++k) {
+    if ((s[i + k] & 0xC0) != 0x80) return 0xFFFD;
+    cp = cp << 6 | (s[i + k] & 0x3F);
+  }
+  *len = l;
+  return cp;
+}
+
+}  // namespace meg
