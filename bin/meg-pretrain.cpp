@@ -79,7 +79,7 @@ int main(int argc, char** argv) {
   app.add_flag("--time-communication", o.time_communication,
                "Measure the device communication time per iteration (log line and metrics)");
   app.add_option("--virtual-stages", o.virtual_stages,
-                 "Model chunks per pipeline rank: the interleaved schedule (with --pp; CPU only so far)")
+                 "Model chunks per pipeline rank: the interleaved schedule (with --pp)")
       ->capture_default_str();
   meg::cli::add_common_options(
       app, "meg-pretrain --model tiny --data run.blend --tokenizer spm.model --iters 100 --micro-batch 4 "
