@@ -124,12 +124,10 @@ __global__ void __launch_bounds__(kBlock)
 // The persistent grid: as many blocks as the GPU holds at once.
 template <typename X>
 int persistent_grid() {
-  int device = 0, sms = 0, per_sm = 0;
-  MEG_CUDA_CHECK(cudaGetDevice(&device));
-  MEG_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  int per_sm = 0;
   MEG_CUDA_CHECK(
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, adamw_kernel<X>, kBlock, 0));
-  return std::max(1, sms * per_sm);
+  return std::max(1, multiprocessors() * per_sm);
 }
 
 }  // namespace

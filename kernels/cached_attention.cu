@@ -12,11 +12,15 @@
 // Decoding reads the whole cache for one query, and at batch 1 there are few (query, head) pairs:
 // too few blocks to keep the memory busy. So the keys are split (flash-decoding): block (split,
 // head group, query) takes a contiguous share of the query's keys and keeps a partial result, the
-// running max m, sum l and unnormalised output o of an online softmax; a second kernel merges the
-// splits' partials. A query splits its keys into at most one share per kMinSplitKeys keys, so short
-// contexts run unsplit, and the grid's split count depends only on Q (cached_attention_splits): a
-// decode step's launches keep their shape as the context grows, which CUDA graphs need. Blocks
-// past a query's own split count return at once.
+// running max m, sum l and unnormalised output o of an online softmax, and the last block of the
+// query's splits to finish merges them (in split order, whichever block it is: the result does not
+// depend on the order the blocks ran in). It knows it is last from a counter per (query, head
+// group) in the scratch, which it also sets back to zero for the next launch; merging there rather
+// than in a kernel of its own saves a launch and a round trip through memory per layer. A query
+// splits its keys into at most one share per kMinSplitKeys keys, so short contexts run unsplit,
+// and the grid's split count depends only on Q (cached_attention_splits): a decode step's launches
+// keep their shape as the context grows, which CUDA graphs need. Blocks past a query's own split
+// count return at once.
 //
 // Inside a block. A key row of HS elements is read by P lanes, each holding W consecutive elements
 // (16 bytes for bf16 with W = 8); P is HS / W rounded up to a power of two, lanes past the row
@@ -27,6 +31,9 @@
 // of one kv head (G the largest of 4, 2, 1 dividing NH / NKV), so every key and value read
 // serves G heads. At the end the key groups of a warp merge their partials with shuffles, the warps
 // theirs through shared memory, in a fixed order.
+//
+// The launch overlaps the kernel before it (kernels/overlapped_launch.cuh): the decode step's
+// kernels are short, and each one's ramp-up would otherwise wait for the previous one's tail.
 //
 // Scores are kept in base-2 units (q is pre-scaled by log2(e) / sqrt(HS)), so each exponential is
 // one ex2 instruction.
@@ -40,6 +47,7 @@
 #include <string>
 
 #include "common.cuh"
+#include "overlapped_launch.cuh"
 #include "ops/cuda/check.hpp"
 #include "ops/cuda/ops.hpp"
 
@@ -52,7 +60,7 @@ constexpr int kThreads = kWarps * kWarp;
 constexpr int kUnroll = 2;         // keys per lane group loaded before the first is used
 constexpr int kMaxSplits = 64;     // the merge reads up to this many partials per (query, head)
 constexpr int kMinSplitKeys = 64;  // a split takes at least this many keys
-constexpr int kBlocksPerSM = 4;    // the grid the splits aim for: enough warps to hide latency
+constexpr int kBlocksPerSM = 4;    // the grid the splits aim for (split_blocks())
 
 // Query heads per block: the largest of 4, 2, 1 that divides the group NH / NKV. Not 8: the block
 // would hold 8 heads' q and o in registers (over 200 with W = 8, two blocks per multiprocessor),
@@ -87,7 +95,11 @@ __device__ void merge(float& m, float& l, float (&o)[W], float m2, float l2, con
 template <typename X>
 struct Args {
   X* out;
-  float* partials;  // the scratch: [Q, NH, grid splits] partial results
+  // The scratch: the counters of splits done, one per (query, head group) block of the grid's
+  // first split: fewer than split_blocks() whenever the keys are split, so the counters stay at
+  // the same place whatever Q is; then the [Q, NH, grid splits] partial results.
+  unsigned* counters;
+  float* partials;
   const X *qkv, *k_cache, *v_cache;
   const int32_t *rows, *slots, *positions;
   int Q, NH, NKV, HS, max_length;
@@ -97,6 +109,8 @@ template <typename X, int W, int G>
 __global__ void __launch_bounds__(kThreads)
     cached_attention_kernel(const Args<X> a, float scale_log2) {
   using V = Vec<X, W>;
+  wait_for_previous_kernel();  // kv_cache_append, which wrote this step's keys and values
+  allow_next_kernel();
   const int NH = a.NH, NKV = a.NKV, HS = a.HS;
   const int q = blockIdx.z, split = blockIdx.x;
   const int row = a.rows[q], len = a.positions[row] + 1;
@@ -232,38 +246,37 @@ __global__ void __launch_bounds__(kThreads)
       p[2 + d] = acc;
     }
   }
-}
+  if (splits == 1) return;
 
-// Warp per (query, head): merges the query's split partials in split order into out.
-template <typename X>
-__global__ void cached_attention_merge_kernel(const Args<X> a, int grid_splits) {
-  const int NH = a.NH, HS = a.HS;
-  const long idx = long(blockIdx.x) * kWarps + threadIdx.x / kWarp;  // q * NH + h
-  const int lane = threadIdx.x % kWarp;
-  if (idx >= long(a.Q) * NH) return;
-  const int h = int(idx % NH), row = a.rows[idx / NH];
-  const int splits = query_splits(a.positions[row] + 1, grid_splits);
-  if (splits == 1) return;  // the attention kernel wrote this one itself
-  const size_t rec = partial_floats(HS);
-  const float* p = a.partials + size_t(idx) * grid_splits * rec;
-  float mx = -INFINITY;
-  for (int s = 0; s < splits; ++s) mx = fmaxf(mx, p[s * rec]);
-  float sum = 0.0f;
-  for (int s = 0; s < splits; ++s)
-    if (p[s * rec] != -INFINITY) sum += p[s * rec + 1] * fast_exp2(p[s * rec] - mx);
-  for (int d = lane; d < HS; d += kWarp) {
-    float acc = 0.0f;
-    for (int s = 0; s < splits; ++s)
-      if (p[s * rec] != -INFINITY) acc += p[s * rec + 2 + d] * fast_exp2(p[s * rec] - mx);
+  // Counted in once the partials are visible to every block; the last one in merges.
+  __threadfence();
+  __syncthreads();
+  __shared__ bool last;
+  if (threadIdx.x == 0) {
+    unsigned* done = a.counters + size_t(q) * gridDim.y + blockIdx.y;
+    last = atomicAdd(done, 1u) == unsigned(splits - 1);
+    if (last) *done = 0;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  // Thread per (head j, element d): the splits' partials, read from L2 (__ldcg: another block's
+  // writes are not in this multiprocessor's L1), merged in split order.
+  for (int e = threadIdx.x; e < G * HS; e += kThreads) {
+    const int h = h0 + e / HS, d = e % HS;
+    const float* p = a.partials + (size_t(q) * NH + h) * gridDim.x * rec;
+    float mx = -INFINITY;
+    for (int s = 0; s < splits; ++s) mx = fmaxf(mx, __ldcg(p + s * rec));
+    float sum = 0.0f, acc = 0.0f;
+    for (int s = 0; s < splits; ++s) {
+      const float m = __ldcg(p + s * rec);
+      if (m == -INFINITY) continue;  // a split that saw no key
+      const float f = fast_exp2(m - mx);
+      sum += __ldcg(p + s * rec + 1) * f;
+      acc += __ldcg(p + s * rec + 2 + d) * f;
+    }
     a.out[(size_t(row) * NH + h) * HS + d] = from_float<X>(acc / sum);
   }
-}
-
-int multiprocessors() {
-  int device = 0, sms = 0;
-  MEG_CUDA_CHECK(cudaGetDevice(&device));
-  MEG_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  return sms;
 }
 
 template <typename X, int W, int G>
@@ -272,13 +285,7 @@ void launch(const Args<X>& a, cudaStream_t stream) {
   const float scale_log2 = float(kLog2e / std::sqrt(double(a.HS)));
   const size_t smem = size_t(kWarps) * G * partial_floats(a.HS) * sizeof(float);
   const dim3 grid(splits, a.NH / G, a.Q);
-  cached_attention_kernel<X, W, G><<<grid, kThreads, smem, stream>>>(a, scale_log2);
-  MEG_CUDA_CHECK(cudaGetLastError());
-  if (splits > 1) {
-    cached_attention_merge_kernel<X>
-        <<<unsigned(ceil_div(a.Q * a.NH, kWarps)), kThreads, 0, stream>>>(a, splits);
-    MEG_CUDA_CHECK(cudaGetLastError());
-  }
+  launch_overlapped(cached_attention_kernel<X, W, G>, grid, dim3(kThreads), smem, stream, a, scale_log2);
 }
 
 template <typename X, int W>
@@ -298,18 +305,22 @@ int lane_elements(int HS) {
   return 0;
 }
 
+// The blocks the splits aim for: enough warps to hide latency. Fewer (query, head group) blocks
+// than this split their keys.
+long split_blocks() { return long(kBlocksPerSM) * multiprocessors(); }
+
 }  // namespace
 
 int cached_attention_splits(int Q, int NH, int NKV) {
   const long blocks = long(Q) * NKV * (NH / NKV / heads_per_block(NH / NKV));
-  const long target = long(kBlocksPerSM) * multiprocessors();
+  const long target = split_blocks();
   if (blocks >= target) return 1;
   return int(std::min<long>(kMaxSplits, (target + blocks - 1) / blocks));
 }
 
 size_t cached_attention_scratch(int Q, int NH, int NKV, int HS) {
   const int splits = cached_attention_splits(Q, NH, NKV);
-  return splits > 1 ? size_t(Q) * NH * splits * partial_floats(HS) : 0;
+  return splits > 1 ? size_t(split_blocks()) + size_t(Q) * NH * splits * partial_floats(HS) : 0;
 }
 
 template <typename X>
@@ -329,8 +340,8 @@ void cached_attention(X* out, const X* qkv, const X* k_cache, const X* v_cache, 
                         static_cast<const void*>(v_cache)})
     if (!aligned(p, w * sizeof(X)))
       throw std::invalid_argument("cached_attention: misaligned array");
-  const Args<X> a{out, scratch, qkv, k_cache, v_cache, rows, slots, positions, Q, NH, NKV, HS,
-                  max_length};
+  const Args<X> a{out, reinterpret_cast<unsigned*>(scratch), scratch + split_blocks(), qkv, k_cache, v_cache,
+                  rows, slots, positions, Q, NH, NKV, HS, max_length};
   switch (w) {
     case 8: return launch_heads<X, 8>(a, stream);
     case 4: return launch_heads<X, 4>(a, stream);

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "ops/cuda/check.hpp"
 #include "ops/cuda/ops.hpp"
 
 namespace meg::cuda {
@@ -45,6 +46,14 @@ inline bool aligned16(const void* p) { return aligned(p, 16); }
 constexpr size_t kMaxGridStrideBlocks = 1 << 16;
 inline unsigned grid_stride_blocks(size_t n, size_t per_block) {
   return unsigned(std::min((n + per_block - 1) / per_block, kMaxGridStrideBlocks));
+}
+
+// The multiprocessors of the current device, which persistent and split grids are sized by.
+inline int multiprocessors() {
+  int device = 0, sms = 0;
+  MEG_CUDA_CHECK(cudaGetDevice(&device));
+  MEG_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return sms;
 }
 
 __device__ inline float to_float(float v) { return v; }

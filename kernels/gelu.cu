@@ -23,6 +23,7 @@
 
 #include <cstddef>
 
+#include "activations.cuh"
 #include "common.cuh"
 #include "ops/cuda/check.hpp"
 #include "ops/cuda/ops.hpp"
@@ -32,16 +33,6 @@ namespace meg::cuda {
 namespace {
 
 constexpr int kBlock = 256;
-
-constexpr float kGeluK = 0.7978845608028654f;  // sqrt(2 / pi)
-constexpr float kGeluA = 0.044715f;
-
-// gelu(x) = x * s,  s = sigmoid(2u) = 1 / (1 + exp(-2u)),  u = sqrt(2/pi) (x + 0.044715 x^3).
-// exp(-2u) overflows to inf for very negative x, giving the right limit, -0.
-__device__ float gelu(float x) {
-  const float u = kGeluK * (x + kGeluA * x * x * x);
-  return x / (1.0f + expf(-2.0f * u));
-}
 
 // gelu'(x) = s + 2 x s (1 - s) du/dx,  du/dx = sqrt(2/pi) (1 + 3 * 0.044715 x^2)
 // (the CPU's 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) du/dx, since 1 - tanh^2 u = 4 s (1 - s)).

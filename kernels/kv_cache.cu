@@ -18,7 +18,8 @@
 // Each thread takes W pairs of one head of one token (W = 8 for bf16/fp16, 4 for fp32): one
 // 16-byte load and store for each half of the head, the same access pattern as rope.cu. Without a
 // table the q heads are not visited at all. When HS/2 is not a multiple of W or an array is
-// misaligned, the same kernel runs with W = 1.
+// misaligned, the same kernel runs with W = 1. The launch overlaps the kernel before it
+// (kernels/overlapped_launch.cuh), as the decode step's other kernels.
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -26,6 +27,7 @@
 #include <stdexcept>
 
 #include "common.cuh"
+#include "overlapped_launch.cuh"
 #include "ops/cuda/check.hpp"
 #include "ops/cuda/ops.hpp"
 
@@ -42,6 +44,8 @@ __global__ void kv_cache_append_kernel(X* qkv, X* k_cache, X* v_cache, const int
                                        const int32_t* positions, const float2* table, int N, int NH,
                                        int NKV, int HS, int max_length) {
   using V = Vec<X, W>;
+  wait_for_previous_kernel();  // the projection that wrote qkv
+  allow_next_kernel();
   const int half = HS / 2;
   const int vecs = half / W;  // vectors per half head
   const int first = table ? 0 : NH;
@@ -87,10 +91,8 @@ void launch(X* qkv, X* k_cache, X* v_cache, const int32_t* slots, const int32_t*
             cudaStream_t stream) {
   const int heads = NH + 2 * NKV - (table ? 0 : NH);
   const unsigned grid = grid_stride_blocks(size_t(N) * heads * (HS / 2 / W), kBlock);
-  kv_cache_append_kernel<X, W><<<grid, kBlock, 0, stream>>>(qkv, k_cache, v_cache, slots, positions,
-                                                            reinterpret_cast<const float2*>(table),
-                                                            N, NH, NKV, HS, max_length);
-  MEG_CUDA_CHECK(cudaGetLastError());
+  launch_overlapped(kv_cache_append_kernel<X, W>, dim3(grid), dim3(kBlock), 0, stream, qkv, k_cache, v_cache, slots,
+                    positions, reinterpret_cast<const float2*>(table), N, NH, NKV, HS, max_length);
 }
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cstddef>
 
+#include "activations.cuh"
 #include "common.cuh"
 #include "ops/cuda/check.hpp"
 #include "ops/cuda/ops.hpp"
@@ -53,7 +54,7 @@ __global__ void swiglu_forward_kernel(X* out, const X* inp, int N, int H) {
 #pragma unroll
     for (int k = 0; k < W; ++k) {
       const float gk = to_float(g.v[k]);
-      y.v[k] = from_float<X>(gk / (1.0f + expf(-gk)) * to_float(u.v[k]));
+      y.v[k] = from_float<X>(silu(gk) * to_float(u.v[k]));
     }
     *reinterpret_cast<Vec<X, W>*>(out + size_t(row) * H + c) = y;
   }

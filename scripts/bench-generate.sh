@@ -2,7 +2,9 @@
 # Generation throughput of the CUDA inference model (make bench on a CUDA machine): prefill and
 # decode tokens/s at batch 1 and 32 for GPT-2 124M, GPT-2 1.56B and Llama 1B in bf16, against the
 # bandwidth limit of a decode step and the compute limit of prefill (tests/bench/cuda/bench_generate.cpp
-# says how they are counted), then batch-1 decode without CUDA graphs, for what the graphs save.
+# says how they are counted), then batch-1 decode with the linear layers as cuBLASLt products and
+# separate norm, activation and add kernels (small_linear off), and without CUDA graphs: what the
+# fused layers and the graphs save.
 # Markdown tables on stdout; copies under OUT_DIR (default .bench/generate).
 #   scripts/bench-generate.sh BUILD_DIR [bench_generate options]
 set -euo pipefail
@@ -14,5 +16,7 @@ bench=$build/tests/bench_generate
 
 echo "## Generation throughput (bf16, one GPU)"
 "$bench" "$@" | tee "$out/generate.md"
+echo; echo "## Batch-1 decode without small_linear"
+"$bench" --no-small-linear --phase decode --batch 1 "$@" | tee "$out/generate-no-small-linear.md"
 echo; echo "## Without CUDA graphs"
 "$bench" --no-graphs "$@" gpt2-124m | tee "$out/generate-no-graphs.md"

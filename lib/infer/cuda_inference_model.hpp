@@ -42,6 +42,7 @@ namespace meg {
 struct CudaInferenceOptions {
   bool cuda_graphs = true;  // capture decode steps (off: every step launched one kernel at a time)
   int pass_tokens = 4096;   // rows of a forward pass, at least the slots (activation memory grows with it)
+  bool small_linear = true; // passes of a few rows fuse each linear layer (infer/cuda_transformer.hpp)
 };
 
 class CudaInferenceModel : public InferenceModel {

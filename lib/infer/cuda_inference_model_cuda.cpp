@@ -110,6 +110,7 @@ CudaInferenceModelImpl<X>::CudaInferenceModelImpl(const CheckpointModel& checkpo
       tp_(tp != nullptr && tp->size() > 1 ? std::make_unique<NcclComm>(*tp) : nullptr),
       net_(checkpoint.config, checkpoint.params, pass_rows_, max_length_, tp_.get()),
       lengths_(size_t(slots), 0) {
+  net_.set_small_linear(options.small_linear);
   const auto& d = net_.dims();
   auto& alloc = net_.allocator();
   layer_elements_ = size_t(slots) * d.NKV * size_t(max_length_) * d.HS;
@@ -129,6 +130,7 @@ CudaInferenceModelImpl<X>::CudaInferenceModelImpl(const CheckpointModel& checkpo
   for (int q = 1; q <= pass_rows_ && cuda::cached_attention_splits(q, d.NH, d.NKV) > 1; ++q)
     scratch = std::max(scratch, cuda::cached_attention_scratch(q, d.NH, d.NKV, d.HS));
   scratch_ = cuda::DeviceArray<float>(alloc, scratch);
+  MEG_CUDA_CHECK(cudaMemsetAsync(scratch_.get(), 0, scratch * sizeof(float), stream()));
   ints_ = cuda::DeviceArray<int32_t>(alloc, 4 * rows + size_t(slots));
 }
 

@@ -5,7 +5,10 @@
 //
 // The block is the training model's (model/gpt.hpp, model/gpt_cuda.hpp) with the same ops, less
 // what only training needs: no dropout, no activations kept for a backward (one set of buffers
-// serves every layer in turn), no pipeline or sequence parallelism.
+// serves every layer in turn), no pipeline or sequence parallelism. Forwards of a few rows (the
+// decode steps of generation) fuse instead: each linear layer is one small_linear launch
+// (ops/cuda/ops.hpp) that applies the norm before it and the bias, activation or residual add
+// after it, streaming its weights once; a layer is then four such launches and the attention.
 //
 // Tensor parallelism, as training's: over a group of T > 1 ranks (an NcclComm, one GPU each), a
 // member holds its shard of the weights (its heads, MLP columns and vocabulary rows), and the
@@ -28,6 +31,7 @@
 #include "model/gpt.hpp"
 #include "ops/cuda/device_memory.hpp"
 #include "ops/cuda/gemm.hpp"
+#include "ops/cuda/ops.hpp"
 
 namespace meg {
 
@@ -107,16 +111,27 @@ class CudaTransformer {
   // parallelism, the columns of this member's vocabulary rows.
   void logits(X* out, const X* x, int N);
 
+  // Whether forwards of up to cuda::kSmallLinearMaxRows rows (decode steps) run their linear
+  // layers as small_linear's fused matrix-vector products (the default) or as cuBLASLt products
+  // with separate norm, activation and add kernels (for comparison: tests and benchmarks).
+  void set_small_linear(bool on) { small_linear_ = on; }
+
  private:
   X* px(size_t offset) const { return offset == kAbsentTensor ? nullptr : weights_.get() + offset; }
   void norm(X* out, const X* inp, size_t w, size_t b, int N);
-  // OUT [N, C] = INP [N, IN] @ W^T + B: a row-parallel layer, its parts summed over the group.
-  void row_parallel(X* out, const X* inp, size_t w, size_t b, int N, int in);
+  // OUT = EPILOGUE(norm(X) @ W^T + B), X [N, C], for the layers that follow a norm (the fused
+  // QKV, the MLP's first layer and its activation, the output layer).
+  void norm_linear(X* out, const X* x, size_t norm_w, size_t norm_b, size_t w, size_t b, int N, int OC,
+                   cuda::SmallLinearEpilogue epilogue);
+  // X [N, C] += INP [N, IN] @ W^T + B: the layers that end a branch (a row-parallel layer, its
+  // parts summed over the group).
+  void residual_linear(X* x, const X* inp, size_t w, size_t b, int N, int in);
 
   NcclComm* tp_;  // null for the whole model
   ModelConfig config_;
   Dims dims_;
   int max_rows_;
+  bool small_linear_ = true;
   CudaStream stream_;  // first in, last out: the members below queue work on it
   cuda::DeviceAllocator alloc_;
   cuda::Gemm gemm_;

@@ -127,43 +127,61 @@ template <typename X>
 void CudaTransformer<X>::blocks(X* x, int N, const Attention& attention) {
   if (N > max_rows_) throw std::invalid_argument("CudaTransformer: more rows than allocated");
   const auto [C, NH, NKV, HS, CQ, QKV, Fh, FC, V, Vp, V0] = dims_;
-  const size_t NC = size_t(N) * C;
+  const auto activation =
+      config_.activation == Activation::swiglu ? cuda::SmallLinearEpilogue::swiglu : cuda::SmallLinearEpilogue::gelu;
   for (size_t l = 0; l < offsets_.layers.size(); ++l) {
     const GptOffsets::Layer& w = offsets_.layers[l];
     // Attention: x = x + proj(attention(qkv(norm1(x)))).
-    norm(ln_.get(), x, w.ln1_w, w.ln1_b, N);
-    gemm_.linear_forward(qkv_.get(), ln_.get(), px(w.qkv_w), px(w.qkv_b), N, C, QKV);
+    norm_linear(qkv_.get(), x, w.ln1_w, w.ln1_b, w.qkv_w, w.qkv_b, N, QKV, cuda::SmallLinearEpilogue::store);
     attention(l, qkv_.get(), atty_.get());
-    row_parallel(branch_.get(), atty_.get(), w.proj_w, w.proj_b, N, CQ);
-    cuda::add(x, x, branch_.get(), NC, stream());
-    // MLP: x = x + fc2(act(fc1(norm2(x)))), GELU in fc1's epilogue where cuBLASLt has it.
-    norm(ln_.get(), x, w.ln2_w, w.ln2_b, N);
-    if (config_.activation == Activation::swiglu) {
-      gemm_.linear_forward(fc1_.get(), ln_.get(), px(w.fc1_w), px(w.fc1_b), N, C, FC);
-      cuda::swiglu_forward(act_.get(), fc1_.get(), N, Fh, stream());
-    } else if (!gemm_.linear_gelu_forward(act_.get(), fc1_.get(), ln_.get(), px(w.fc1_w), px(w.fc1_b), N, C, FC)) {
-      gemm_.linear_forward(fc1_.get(), ln_.get(), px(w.fc1_w), px(w.fc1_b), N, C, FC);
-      cuda::gelu_forward(act_.get(), fc1_.get(), size_t(N) * Fh, stream());
-    }
-    row_parallel(branch_.get(), act_.get(), w.fc2_w, w.fc2_b, N, Fh);
-    cuda::add(x, x, branch_.get(), NC, stream());
+    residual_linear(x, atty_.get(), w.proj_w, w.proj_b, N, CQ);
+    // MLP: x = x + fc2(act(fc1(norm2(x)))).
+    norm_linear(act_.get(), x, w.ln2_w, w.ln2_b, w.fc1_w, w.fc1_b, N, FC, activation);
+    residual_linear(x, act_.get(), w.fc2_w, w.fc2_b, N, Fh);
   }
 }
 
-// Each member's input columns times its weight columns is a part of the output; rank 0's part
-// carries the (replicated) bias, so that the sum adds it once.
+// A few rows take one small_linear launch; more take the norm kernel, the cuBLASLt product and
+// the activation's kernel (GELU in cuBLASLt's epilogue where it has one).
 template <typename X>
-void CudaTransformer<X>::row_parallel(X* out, const X* inp, size_t w, size_t b, int N, int in) {
+void CudaTransformer<X>::norm_linear(X* out, const X* x, size_t norm_w, size_t norm_b, size_t w, size_t b, int N,
+                                     int OC, cuda::SmallLinearEpilogue epilogue) {
+  using E = cuda::SmallLinearEpilogue;
+  const int C = dims_.C;
+  const cuda::SmallLinearNorm<X> n{px(norm_w), px(norm_b), float(config_.norm_eps), config_.norm == NormKind::rmsnorm};
+  if (small_linear_ && cuda::small_linear(out, x, px(w), px(b), N, C, OC, n, epilogue, stream())) return;
+  norm(ln_.get(), x, norm_w, norm_b, N);
+  if (epilogue == E::store) {
+    gemm_.linear_forward(out, ln_.get(), px(w), px(b), N, C, OC);
+  } else if (epilogue == E::swiglu) {
+    gemm_.linear_forward(fc1_.get(), ln_.get(), px(w), px(b), N, C, OC);
+    cuda::swiglu_forward(out, fc1_.get(), N, OC / 2, stream());
+  } else if (!gemm_.linear_gelu_forward(out, fc1_.get(), ln_.get(), px(w), px(b), N, C, OC)) {
+    gemm_.linear_forward(fc1_.get(), ln_.get(), px(w), px(b), N, C, OC);
+    cuda::gelu_forward(out, fc1_.get(), size_t(N) * OC, stream());
+  }
+}
+
+// With tensor parallelism the product is a part of the sum, and the residual add waits for the
+// sum over the group; without, a few rows add it in small_linear's epilogue.
+template <typename X>
+void CudaTransformer<X>::residual_linear(X* x, const X* inp, size_t w, size_t b, int N, int in) {
+  if (!tp_ && small_linear_ &&
+      cuda::small_linear(x, inp, px(w), px(b), N, in, dims_.C, {}, cuda::SmallLinearEpilogue::residual, stream()))
+    return;
+  // Each member's input columns times its weight columns is a part of the output; rank 0's part
+  // carries the (replicated) bias, so that the sum adds it once.
   const X* bias = !tp_ || tp_->rank() == 0 ? px(b) : nullptr;
-  gemm_.linear_forward(out, inp, px(w), bias, N, in, dims_.C);
-  if (tp_) tp_->all_reduce_sum(out, size_t(N) * dims_.C, stream());
+  gemm_.linear_forward(branch_.get(), inp, px(w), bias, N, in, dims_.C);
+  if (tp_) tp_->all_reduce_sum(branch_.get(), size_t(N) * dims_.C, stream());
+  cuda::add(x, x, branch_.get(), size_t(N) * dims_.C, stream());
 }
 
 template <typename X>
 void CudaTransformer<X>::logits(X* out, const X* x, int N) {
   if (N > max_rows_) throw std::invalid_argument("CudaTransformer: more rows than allocated");
-  norm(ln_.get(), x, offsets_.lnf_w, offsets_.lnf_b, N);
-  gemm_.linear_forward(out, ln_.get(), px(offsets_.out_w), static_cast<const X*>(nullptr), N, dims_.C, dims_.Vp);
+  norm_linear(out, x, offsets_.lnf_w, offsets_.lnf_b, offsets_.out_w, kAbsentTensor, N, dims_.Vp,
+              cuda::SmallLinearEpilogue::store);
 }
 
 template class CudaTransformer<float>;

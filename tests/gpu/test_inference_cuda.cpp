@@ -260,6 +260,13 @@ TEST_CASE("CUDA inference model equals the CPU model's full forward in fp32", "[
     check_inference(random_checkpoint(test_config(ModelFamily::gpt2, 64, 4, 4, 256), 6), Precision::fp32, 1e-4,
                     {.cuda_graphs = true, .pass_tokens = 16});
   }
+  SECTION("gpt2 and llama, decode steps through cuBLASLt (small_linear off)") {
+    const CudaInferenceOptions unfused{.cuda_graphs = true, .pass_tokens = 4096, .small_linear = false};
+    check_inference(random_checkpoint(test_config(ModelFamily::gpt2, 64, 4, 4, 256), 7), Precision::fp32, 1e-4,
+                    unfused);
+    check_inference(random_checkpoint(test_config(ModelFamily::llama, 64, 4, 2, 256), 8), Precision::fp32, 1e-4,
+                    unfused);
+  }
 }
 
 TEST_CASE("CUDA inference model in bf16 and fp16 tracks the CPU model", "[gpu][infer]") {

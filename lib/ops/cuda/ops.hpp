@@ -273,7 +273,8 @@ void kv_cache_append(X* qkv, X* k_cache, X* v_cache, const int32_t* slots, const
 // it, after that has run for the row); it attends, as query head h, to the keys and values
 // [0, positions[row]] of kv head h / (NH / NKV) of slot slots[row], scores scaled by 1/sqrt(HS),
 // and writes out[row] ([N, NH * HS] rows, as attention_forward's). SCRATCH holds
-// cached_attention_scratch(Q, NH, NKV, HS) floats (null when that is 0). Head sizes: those of
+// cached_attention_scratch(Q, NH, NKV, HS) floats (null when that is 0), zeroed before its first
+// launch (every launch leaves the counters it holds at zero again). Head sizes: those of
 // cached_attention_supports (any even one up to 64, multiples of 4 up to 128, of 8 up to 256).
 template <typename X>
 void cached_attention(X* out, const X* qkv, const X* k_cache, const X* v_cache, const int32_t* rows,
@@ -284,6 +285,43 @@ bool cached_attention_supports(int HS);
 // decode step keeps its shape as the context grows), and the scratch they need.
 int cached_attention_splits(int Q, int NH, int NKV);
 size_t cached_attention_scratch(int Q, int NH, int NKV, int HS);
+
+// ---- kernels/small_linear.cu ------------------------------------------------------------------
+//
+// The linear layers of a decode step: a few rows (batch-1 generation has one) against a weight
+// matrix that is read once per step, which makes the product a matter of streaming the weights at
+// the memory's bandwidth. cuBLASLt's products are built for many rows; these kernels stream each
+// weight once for all the rows and fuse what surrounds the product in a transformer block, so a
+// layer is a few launches rather than a dozen.
+
+// What comes before the product: nothing, or a norm of each input row (LayerNorm with an optional
+// bias, or RMSNorm), as layernorm_forward / rmsnorm_forward compute it.
+template <typename X>
+struct SmallLinearNorm {
+  const X* weight = nullptr;  // null: no norm
+  const X* bias = nullptr;    // LayerNorm's; may be null
+  float eps = 0.0f;
+  bool rms = false;
+};
+
+// What comes after it, on y = norm(inp) @ W^T + bias rounded to X (as a product's output is):
+//   store     out = y
+//   gelu      out = gelu(y), the tanh approximation (the product's fp32 value, as cuBLASLt's
+//             GELU epilogue)
+//   swiglu    out[N, OC / 2] = silu(y_gate) * y_up, W's rows [gate (OC / 2) | up (OC / 2)]
+//   residual  out += y: the residual stream updated in place
+enum class SmallLinearEpilogue { store, gelu, swiglu, residual };
+
+// The most rows small_linear takes: past it the products are compute-bound and cuBLASLt's.
+constexpr int kSmallLinearMaxRows = 4;
+
+// out = epilogue(norm(inp[N, C]) @ W[OC, C]^T + bias[OC]) (bias may be null). Returns false,
+// having queued nothing, for what it does not handle: N outside [1, kSmallLinearMaxRows], C not
+// a multiple of 16 bytes of X, a pointer not 16-byte aligned, or rows too wide to hold N of in
+// shared memory; the caller then runs the norm, the product and the epilogue separately.
+template <typename X>
+bool small_linear(X* out, const X* inp, const X* W, const X* bias, int N, int C, int OC,
+                  const SmallLinearNorm<X>& norm, SmallLinearEpilogue epilogue, cudaStream_t stream);
 
 // ---- kernels/logits.cu -------------------------------------------------------------------------
 

@@ -18,7 +18,8 @@
 // step replayed from a CUDA graph) and the copy of the fp32 logits out.
 //
 // Usage: bench_generate [--precision bf16|fp16|fp32] [--prompt N] [--steps N] [--warmup N]
-//                       [--no-graphs] [MODEL ...]
+//                       [--no-graphs] [--no-small-linear] [--phase prefill|decode] [--batch B] [MODEL ...]
+// --phase and --batch keep to one phase and one batch size (for a profiler's run).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -49,6 +50,8 @@ struct Options {
   meg::Precision precision = meg::Precision::bf16;
   int prompt = 512, steps = 64, warmup = 8;
   meg::CudaInferenceOptions model;
+  bool prefill = true, decode = true;
+  std::vector<int> batches{std::begin(kBatches), std::end(kBatches)};
 };
 
 void print_row(const std::string& model, const char* phase, int batch, int context, double ms, double tokens,
@@ -97,12 +100,12 @@ void bench(const std::string& name, const Options& o) {
   };
 
   const double prefill_flops_per_token = double(c.flops_per_token(o.prompt)) / 3;
-  for (const int B : kBatches) {
+  for (const int B : o.prefill ? o.batches : std::vector<int>{}) {
     const double ms = meg::bench::median(meg::bench::time_calls(stream, kPrefillWarmup, kPrefillRuns, [&] { prefill(B); }));
     print_row(name, "prefill", B, o.prompt, ms, double(B) * o.prompt,
               kMatmulRate / prefill_flops_per_token, "compute");
   }
-  for (const int B : kBatches) {
+  for (const int B : o.decode ? o.batches : std::vector<int>{}) {
     prefill(B);
     std::vector<int32_t> next(static_cast<size_t>(B));
     std::vector<AppendRequest> reqs;
@@ -129,23 +132,33 @@ int main(int argc, char** argv) {
     else if (a == "--steps" && i + 1 < argc) o.steps = std::atoi(argv[++i]);
     else if (a == "--warmup" && i + 1 < argc) o.warmup = std::atoi(argv[++i]);
     else if (a == "--no-graphs") o.model.cuda_graphs = false;
+    else if (a == "--no-small-linear") o.model.small_linear = false;
+    else if (a == "--phase" && i + 1 < argc) {
+      const std::string phase = argv[++i];
+      o.prefill = phase == "prefill";
+      o.decode = phase == "decode";
+    } else if (a == "--batch" && i + 1 < argc) o.batches = {std::atoi(argv[++i])};
     else if (a.rfind("--", 0) != 0) models.push_back(a);
     else {
       std::fprintf(stderr, "usage: bench_generate [--precision P] [--prompt N] [--steps N] [--warmup N] [--no-graphs] "
-                           "[MODEL ...]\n");
+                           "[--no-small-linear] [--phase prefill|decode] [--batch B] [MODEL ...]\n");
       return 2;
     }
   }
-  if (o.prompt < 1 || o.steps < 1 || o.warmup < 0) {
-    std::fprintf(stderr, "bench_generate: --prompt and --steps must be positive\n");
+  const bool batch_ok = o.batches.size() > 1 || (o.batches[0] >= 1 && o.batches[0] <= kSlots);
+  if (o.prompt < 1 || o.steps < 1 || o.warmup < 0 || !batch_ok || !(o.prefill || o.decode)) {
+    std::fprintf(stderr, "bench_generate: --prompt and --steps must be positive, --batch in [1, %d], --phase prefill "
+                         "or decode\n", kSlots);
     return 2;
   }
   if (models.empty()) models = {"gpt2-124m", "gpt2-1.5b", "llama-1b"};
 
   cudaDeviceProp prop;
   MEG_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  std::printf("%s, %s, CUDA graphs %s; median of %d prefill calls and %d decode steps\n\n", prop.name,
-              meg::precision_name(o.precision), o.model.cuda_graphs ? "on" : "off", kPrefillRuns, o.steps);
+  const auto on = [](bool b) { return b ? "on" : "off"; };
+  std::printf("%s, %s, CUDA graphs %s, small_linear %s; median of %d prefill calls and %d decode steps\n\n", prop.name,
+              meg::precision_name(o.precision), on(o.model.cuda_graphs), on(o.model.small_linear), kPrefillRuns,
+              o.steps);
   std::printf("| model | phase | batch | context | ms/call | tokens/s | limit tokens/s | limit | ratio |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|\n");
   for (const auto& m : models) {

@@ -1,0 +1,57 @@
+// Overlapped launches (programmatic dependent launch, Hopper and later) for the kernels of a decode
+// step, which are short enough that a launch's ramp-up and the previous kernel's tail cost as much
+// as their work.
+//
+// A kernel launched with launch_overlapped() may start while the kernel before it in the stream
+// is still running. Until it calls wait_for_previous_kernel() it must touch only what no earlier
+// kernel writes (the weights: small_linear streams its first weights there); after the call the
+// previous kernel has finished and its writes are visible. Each kernel of the chain lets the next
+// one start with allow_next_kernel() once all of its blocks are running; the next one's blocks then
+// take multiprocessors as this one's retire. On devices before Hopper, and for a predecessor that
+// is not a kernel, the launch is an ordinary one and the calls do nothing.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <utility>
+
+#include "ops/cuda/check.hpp"
+
+namespace meg::cuda {
+
+__device__ inline void wait_for_previous_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ inline void allow_next_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
+
+inline bool overlapped_launches_supported() {
+  int device = 0, major = 0;
+  MEG_CUDA_CHECK(cudaGetDevice(&device));
+  MEG_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  return major >= 9;
+}
+
+template <typename... Params, typename... Args>
+void launch_overlapped(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                       Args&&... args) {
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = overlapped_launches_supported() ? 1 : 0;
+  MEG_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
+}
+
+}  // namespace meg::cuda

@@ -1,0 +1,152 @@
+// small_linear (kernels/small_linear.cu): the fused norm, product and epilogue of the decode step's
+// linear layers, against the CPU ops computing the same chain in double.
+//
+// Bounds, as test_gemm's: the product's error is measured against the sum of the absolute values
+// of its terms (and of the bias and the residual); fp32 gets 1e-5 of it, and bf16, which rounds
+// the normalised input, y and the output to 8 bits, 1e-2. SwiGLU's output scales with both of
+// its inputs: |up| times the gate's scale plus |silu(gate)| times the up's.
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gpu_test_util.hpp"
+#include "ops/cpu/ops.hpp"
+#include "ops/cuda/ops.hpp"
+
+namespace {
+
+using meg::cuda::SmallLinearEpilogue;
+using meg::test::DeviceBuffer;
+using meg::test::random_floats;
+using meg::test::round_to;
+using meg::test::widen;
+
+enum class NormKind { none, layernorm, layernorm_no_bias, rmsnorm };
+
+struct Case {
+  int N, C, OC;
+  NormKind norm;
+  SmallLinearEpilogue epilogue;
+};
+
+std::string describe(const Case& c) {
+  static const char* norms[] = {"none", "layernorm", "layernorm without bias", "rmsnorm"};
+  static const char* epilogues[] = {"store", "gelu", "swiglu", "residual"};
+  return "N=" + std::to_string(c.N) + " C=" + std::to_string(c.C) + " OC=" + std::to_string(c.OC) +
+         " norm=" + norms[int(c.norm)] + " epilogue=" + epilogues[int(c.epilogue)];
+}
+
+double silu(double g) { return g / (1.0 + std::exp(-g)); }
+
+template <typename X>
+void check_case(const Case& c, std::mt19937& rng) {
+  INFO(describe(c) << " " << meg::test::type_name<X>());
+  const bool swiglu = c.epilogue == SmallLinearEpilogue::swiglu;
+  const int outputs = swiglu ? c.OC / 2 : c.OC;
+  const float eps = 1e-5f;
+  // Inputs with an offset, so that LayerNorm's mean matters.
+  auto inp = round_to<X>(random_floats(size_t(c.N) * c.C, 0.5f, 2.5f, rng));
+  const auto W = round_to<X>(random_floats(size_t(c.OC) * c.C, -0.5f, 0.5f, rng));
+  const auto bias = round_to<X>(random_floats(size_t(c.OC), -1, 1, rng));
+  const auto gamma = round_to<X>(random_floats(size_t(c.C), 0.5f, 1.5f, rng));
+  const auto beta = round_to<X>(random_floats(size_t(c.C), -0.5f, 0.5f, rng));
+  const auto residual = round_to<X>(random_floats(size_t(c.N) * outputs, -2, 2, rng));
+
+  // The reference, in double: the norm, the product, the epilogue.
+  std::vector<double> x = widen(inp);
+  const bool has_bias = c.norm == NormKind::layernorm;
+  if (c.norm == NormKind::rmsnorm)
+    meg::cpu::rmsnorm_forward(x.data(), static_cast<double*>(nullptr), widen(inp).data(), widen(gamma).data(), c.N,
+                              c.C, double(eps));
+  else if (c.norm != NormKind::none)
+    meg::cpu::layernorm_forward(x.data(), static_cast<double*>(nullptr), static_cast<double*>(nullptr),
+                                widen(inp).data(), widen(gamma).data(), has_bias ? widen(beta).data() : nullptr,
+                                c.N, c.C, double(eps));
+  std::vector<double> y(size_t(c.N) * c.OC), scale(y.size());
+  meg::cpu::linear_forward(y.data(), x.data(), widen(W).data(), widen(bias).data(), c.N, c.C, c.OC);
+  for (int n = 0; n < c.N; ++n)
+    for (int o = 0; o < c.OC; ++o) {
+      double s = std::abs(double(bias[o]));
+      for (int i = 0; i < c.C; ++i) s += std::abs(x[size_t(n) * c.C + i] * W[size_t(o) * c.C + i]);
+      scale[size_t(n) * c.OC + o] = s;
+    }
+  std::vector<double> want(size_t(c.N) * outputs), want_scale(want.size());
+  for (int n = 0; n < c.N; ++n)
+    for (int o = 0; o < outputs; ++o) {
+      const size_t i = size_t(n) * outputs + o, k = size_t(n) * c.OC + o;
+      switch (c.epilogue) {
+        case SmallLinearEpilogue::store: want[i] = y[k], want_scale[i] = scale[k]; break;
+        case SmallLinearEpilogue::gelu:
+          meg::cpu::gelu_forward(&want[i], &y[k], 1);
+          want_scale[i] = 1.2 * scale[k];  // |gelu'| <= 1.13
+          break;
+        case SmallLinearEpilogue::residual:
+          want[i] = residual[i] + y[k];
+          want_scale[i] = std::abs(double(residual[i])) + scale[k];
+          break;
+        case SmallLinearEpilogue::swiglu: {
+          const double g = y[k], u = y[k + outputs];
+          want[i] = silu(g) * u;
+          want_scale[i] = 1.2 * scale[k] * std::abs(u) + std::abs(silu(g)) * scale[k + outputs];
+          break;
+        }
+      }
+    }
+
+  DeviceBuffer<X> d_inp(inp), d_W(W), d_bias(bias), d_gamma(gamma), d_beta(beta), out(want.size());
+  meg::cuda::SmallLinearNorm<X> norm;
+  if (c.norm != NormKind::none) {
+    norm.weight = d_gamma.get();
+    norm.bias = has_bias ? d_beta.get() : nullptr;
+    norm.eps = eps;
+    norm.rms = c.norm == NormKind::rmsnorm;
+  }
+  const auto run = [&] {
+    if (c.epilogue == SmallLinearEpilogue::residual) out.upload(residual);
+    else out.poison();
+    REQUIRE(meg::cuda::small_linear(out.get(), d_inp.get(), d_W.get(), d_bias.get(), c.N, c.C, c.OC, norm,
+                                    c.epilogue, nullptr));
+    return out.download_raw();
+  };
+  const auto first = run();
+  meg::test::check_close_x<X>("small_linear", out.download(), want, want_scale,
+                              std::is_same_v<X, float> ? 1e-5 : 1e-2);
+  CHECK(meg::test::same_bits(first, run()));  // the same order on every run
+}
+
+}  // namespace
+
+TEST_CASE("small_linear fuses norm, product and epilogue as the unfused ops compute them", "[gpu][kernels]") {
+  std::mt19937 rng(31);
+  // Shapes: tiny, ragged (OC odd: the last task's second row is past the end; C not a multiple of
+  // a warp's 16-byte vectors), and GPT-2 124M's and Llama's layer widths.
+  const int shapes[][2] = {{64, 96}, {200, 101}, {768, 2304}, {1024, 512}};
+  const SmallLinearEpilogue epilogues[] = {SmallLinearEpilogue::store, SmallLinearEpilogue::gelu,
+                                           SmallLinearEpilogue::swiglu, SmallLinearEpilogue::residual};
+  const NormKind norms[] = {NormKind::none, NormKind::layernorm, NormKind::layernorm_no_bias, NormKind::rmsnorm};
+  for (const auto& s : shapes)
+    for (int N = 1; N <= meg::cuda::kSmallLinearMaxRows; ++N)
+      for (const auto e : epilogues) {
+        if (e == SmallLinearEpilogue::swiglu && s[1] % 2 != 0) continue;
+        const NormKind norm = norms[(N + int(e)) % 4];  // every norm meets every epilogue across N
+        check_case<float>({N, s[0], s[1], norm, e}, rng);
+        check_case<__nv_bfloat16>({N, s[0], s[1], norm, e}, rng);
+      }
+}
+
+TEST_CASE("small_linear declines what it does not handle, queueing nothing", "[gpu][kernels]") {
+  DeviceBuffer<float> inp(5 * 64), W(64 * 64), out(5 * 64);
+  const meg::cuda::SmallLinearNorm<float> none;
+  const auto store = SmallLinearEpilogue::store;
+  CHECK_FALSE(meg::cuda::small_linear(out.get(), inp.get(), W.get(), static_cast<const float*>(nullptr), 5, 64, 64,
+                                      none, store, nullptr));  // too many rows
+  CHECK_FALSE(meg::cuda::small_linear(out.get(), inp.get(), W.get(), static_cast<const float*>(nullptr), 1, 62, 64,
+                                      none, store, nullptr));  // rows not of whole 16-byte vectors
+  CHECK_FALSE(meg::cuda::small_linear(out.get(), inp.get() + 1, W.get(), static_cast<const float*>(nullptr), 1, 64,
+                                      64, none, store, nullptr));  // misaligned
+  CHECK_FALSE(meg::cuda::small_linear(out.get(), inp.get(), W.get(), static_cast<const float*>(nullptr), 4, 1 << 15,
+                                      64, none, store, nullptr));  // rows too wide to stage
+  CHECK_FALSE(meg::cuda::small_linear(out.get(), inp.get(), W.get(), static_cast<const float*>(nullptr), 1, 64, 63,
+                                      none, SmallLinearEpilogue::swiglu, nullptr));  // no gate/up pairs
+}
