@@ -9,6 +9,7 @@
 #include "core/hash.hpp"
 #include "core/log.hpp"
 #include "core/mapped_file.hpp"
+#include "core/parallel.hpp"
 #include "core/progress.hpp"
 #include "infer/checkpoint_model.hpp"
 #include "retro/embedder.hpp"
@@ -47,7 +48,10 @@ void embed_database(const ChunkDb& db, ChunkEmbedder& embedder, size_t block_row
   for (uint64_t first = out.rows_done(); first < n;) {
     const size_t rows = size_t(std::min<uint64_t>(block_rows, n - first));
     embed_chunks(embedder, read, db.chunk_length(), first, rows, vectors.data());
-    for (size_t i = 0; i < rows * dim; ++i) block[i] = float_to_fp16(vectors[i]);
+    // Over the threads, so that it stays small beside the rate of a GPU embedder.
+    parallel_for(rows * dim, 1 << 16, [&](size_t begin, size_t end) {
+      for (size_t i = begin; i < end; ++i) block[i] = float_to_fp16(vectors[i]);
+    });
     out.append(block.data(), rows);
     first += rows;
     progress.add(rows);
@@ -67,15 +71,16 @@ nlohmann::ordered_json run_embed_stage(const RetroInputs& inputs, const ChunkDb&
                                        const std::string& folder, uint64_t fingerprint) {
   CheckpointModel model = load_checkpoint_model(options.load);
   check_embedder_fits(inputs, db, model);
-  CpuEmbedder embedder(std::move(model), options.batch);
-  ResumableMatrixWriter out(folder + "/embeddings.mat", MatrixDtype::kF16, db.size(), embedder.dim(), fingerprint);
+  const auto embedder =
+      make_chunk_embedder(std::move(model), options.device, options.precision, options.batch, db.chunk_length());
+  ResumableMatrixWriter out(folder + "/embeddings.mat", MatrixDtype::kF16, db.size(), embedder->dim(), fingerprint);
   const uint64_t resumed = out.rows_done();
   if (resumed > 0) log::info("embed: resuming after {} of {} chunks", resumed, db.size());
   const auto start = std::chrono::steady_clock::now();
-  embed_database(db, embedder, options.block_rows, out);
+  embed_database(db, *embedder, options.block_rows, out);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   out.commit();
-  return {{"chunks", db.size()}, {"dim", embedder.dim()}, {"resumed_after", resumed},
+  return {{"chunks", db.size()}, {"dim", embedder->dim()}, {"resumed_after", resumed},
           {"chunks_per_second", secs > 0 ? double(db.size() - resumed) / secs : 0.0}};
 }
 

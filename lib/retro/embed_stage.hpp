@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/precision.hpp"
 #include "retro/chunk_db.hpp"
 #include "retro/inputs.hpp"
 #include "retro/vectors.hpp"
@@ -21,6 +22,8 @@ nlohmann::ordered_json embedder_identity(const std::string& dir);
 
 struct EmbedStageOptions {
   std::string load;  // the checkpoint
+  std::string device = "cpu";  // and where it runs (retro/embedder.hpp's make_chunk_embedder)
+  Precision precision = Precision::fp32;
   size_t batch = 16, block_rows = 4096;
 };
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "core/device.hpp"
+#include "core/error.hpp"
 #include "core/parallel.hpp"
 
 namespace meg {
@@ -11,6 +13,23 @@ CpuEmbedder::CpuEmbedder(CheckpointModel checkpoint, size_t batch)
       model_(params_.config, nullptr, {}, false, params_.params.data()),
       batch_(batch) {
   model_.set_training(false);
+}
+
+std::unique_ptr<ChunkEmbedder> make_chunk_embedder(CheckpointModel checkpoint, const std::string& device,
+                                                   Precision precision, size_t batch,
+                                                   [[maybe_unused]] size_t chunk_length) {
+  if (device == "cpu") {
+    if (precision != Precision::fp32)
+      input_error("--precision {}: the CPU path computes in fp32 only; use --device cuda", precision_name(precision));
+    return std::make_unique<CpuEmbedder>(std::move(checkpoint), batch);
+  }
+  if (device == "cuda") {
+    require_cuda_devices();
+#if MEG_CUDA
+    return make_cuda_embedder(checkpoint, precision, batch, chunk_length);
+#endif
+  }
+  input_error("--device '{}': expected cpu or cuda", device);
 }
 
 void embed_chunks(ChunkEmbedder& embedder, const ChunkReader& read, size_t chunk_length, uint64_t first, size_t n,

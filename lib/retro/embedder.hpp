@@ -4,15 +4,19 @@
 // output. The decoder is causal, so the padding after the real tokens changes none of their
 // hidden states and a chunk's embedding does not depend on the pad token.
 //
-// The interface takes batches, so that a CUDA embedder (bf16 batches on the GPU) slots in beside
-// the CPU one; a chunk's vector depends on its own tokens only, not on the rest of its batch (to
-// the last bits a GEMM's blocking may move).
+// Two embedders take batches of chunks: the CPU one (fp32, the reference) and the CUDA one
+// (retro/cuda_embedder_cuda.cpp: the GPU inference transformer in fp32, bf16 or fp16, the mean
+// taken in fp32 on the device; CUDA builds only). A chunk's vector depends on its own tokens only,
+// not on the rest of its batch (to the last bits a GEMM's blocking may move).
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <string>
 #include <vector>
 
+#include "core/precision.hpp"
 #include "infer/checkpoint_model.hpp"
 #include "model/gpt.hpp"
 
@@ -53,5 +57,17 @@ class CpuEmbedder final : public ChunkEmbedder {
   GptModel<float> model_;
   size_t batch_;
 };
+
+// The embedder of CHECKPOINT on DEVICE ("cpu" or "cuda"; PRECISION is the CUDA path's, the CPU
+// computing in fp32 only) for up to BATCH chunks of up to CHUNK_LENGTH tokens a call. InputError
+// on another device, a precision the device lacks, --device cuda without CUDA or a GPU, or chunks
+// longer than a GPT-2 embedder's positions (the CPU's at its first forward).
+std::unique_ptr<ChunkEmbedder> make_chunk_embedder(CheckpointModel checkpoint, const std::string& device,
+                                                   Precision precision, size_t batch, size_t chunk_length);
+
+#if MEG_CUDA
+std::unique_ptr<ChunkEmbedder> make_cuda_embedder(const CheckpointModel& checkpoint, Precision precision, size_t batch,
+                                                  size_t chunk_length);
+#endif
 
 }  // namespace meg

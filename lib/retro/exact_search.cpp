@@ -4,6 +4,8 @@
 #include <set>
 #include <type_traits>
 
+#include "core/device.hpp"
+#include "core/error.hpp"
 #include "core/parallel.hpp"
 #include "ops/cpu/ops.hpp"
 #include "retro/topk.hpp"
@@ -81,6 +83,17 @@ void exact_search(const VectorSet& base, const VectorSet& queries, size_t k, con
     search<double>(base, queries, k, exclude, ids, dists);
   else
     search<float>(base, queries, k, exclude, ids, dists);
+}
+
+std::unique_ptr<VectorIndex> make_exact_index(const VectorSet& base, const std::string& device) {
+  if (device == "cpu") return std::make_unique<ExactIndex>(base);
+  if (device == "cuda") {
+    require_cuda_devices();
+#if MEG_CUDA
+    return make_cuda_exact_index(base);
+#endif
+  }
+  input_error("--device '{}': expected cpu or cuda", device);
 }
 
 double recall_at_k(const std::vector<int64_t>& found, const std::vector<int64_t>& truth, size_t k) {

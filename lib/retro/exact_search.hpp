@@ -2,7 +2,9 @@
 // |x|^2, the q.x of a tile of queries against a block of base rows from one GEMM (OpenBLAS, with
 // threads of its own), then each query's top K updated from the block over the threads. It is the
 // ground truth the approximate indexes are measured against, the 'flat' index, and the assignment
-// step of k-means. A cuBLAS twin on the GPU would slot in behind the same VectorIndex interface.
+// step of k-means. Its twin on the GPU (retro/cuda_exact_search_cuda.cpp, CUDA builds) forms the
+// same fp64 distances from cuBLAS DGEMM products and keeps each query's top K on the device: the
+// 'flat' index with --device cuda.
 //
 // The expansion cancels: embeddings crowd around a common mean, so their distances can be ten
 // thousand times smaller than their squared norms, and in fp32 the rounding of the norms then
@@ -11,6 +13,8 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "retro/index.hpp"
@@ -37,6 +41,15 @@ class ExactIndex final : public VectorIndex {
  private:
   VectorSet base_;
 };
+
+// The 'flat' index over BASE (which must outlive it) on DEVICE: "cpu" (ExactIndex) or "cuda" (the
+// GPU's exact search, which holds a copy of BASE on the device). InputError on another device, or
+// --device cuda without CUDA or a GPU.
+std::unique_ptr<VectorIndex> make_exact_index(const VectorSet& base, const std::string& device);
+
+#if MEG_CUDA
+std::unique_ptr<VectorIndex> make_cuda_exact_index(const VectorSet& base);
+#endif
 
 // Recall@K of an approximate search: the fraction of the exact search's TRUTH ids (K per query,
 // row after row) that FOUND (the same shape) holds for the same query, in any order.

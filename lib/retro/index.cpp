@@ -99,9 +99,10 @@ std::vector<std::string> build_index(const VectorSet& base, const IndexOptions& 
   return save_ivf_pq(build_ivf_pq(base, train_set, o.nlist, o.pq_m, o.kmeans_iters, o.seed), dir, fingerprint);
 }
 
-std::unique_ptr<VectorIndex> load_index(const VectorSet& base, const IndexOptions& o, const std::string& dir) {
+std::unique_ptr<VectorIndex> load_index(const VectorSet& base, const IndexOptions& o, const std::string& dir,
+                                        const std::string& device) {
   switch (o.type) {
-    case IndexType::flat: return std::make_unique<ExactIndex>(base);
+    case IndexType::flat: return make_exact_index(base, device);
     case IndexType::ivf: {
       InvertedLists lists = load_inverted_lists(dir, base.n, base.dim);
       const size_t nprobe = std::min(o.nprobe, lists.nlist());

@@ -1,7 +1,8 @@
 // Nearest-neighbour indexes over chunk embeddings, by squared L2 distance (the metric of Megatron's
 // RETRO indexes, which leave FAISS's default in place):
 //
-//   flat    exact search by matrix products (retro/exact_search.hpp); the ground truth
+//   flat    exact search by matrix products (retro/exact_search.hpp); the ground truth. On the
+//           CPU (OpenBLAS) or, with --device cuda, on the GPU (cuBLAS DGEMM)
 //   ivf     k-means coarse quantizer, inverted lists, the NPROBE nearest lists scanned exactly
 //           (a block of queries list by list, each list against its queries in one GEMM)
 //   ivf-pq  the same lists holding product-quantized residuals (M sub-vectors of 8 bits), scanned
@@ -72,7 +73,9 @@ std::vector<std::string> build_index(const VectorSet& base, const IndexOptions& 
                                      uint64_t fingerprint);
 
 // The index build_index() wrote into DIR, over the same BASE (which must outlive it), with
-// OPTIONS' search settings. InputError on missing, corrupt or mismatched files.
-std::unique_ptr<VectorIndex> load_index(const VectorSet& base, const IndexOptions& options, const std::string& dir);
+// OPTIONS' search settings. InputError on missing, corrupt or mismatched files. DEVICE ("cpu" or
+// "cuda") is where flat searches; the approximate indexes search on the CPU.
+std::unique_ptr<VectorIndex> load_index(const VectorSet& base, const IndexOptions& options, const std::string& dir,
+                                        const std::string& device = "cpu");
 
 }  // namespace meg

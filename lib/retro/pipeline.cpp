@@ -40,6 +40,7 @@ class Pipeline {
     if (o.out.empty()) input_error("--out DIR is required");
     if (o.chunk_length == 0 || o.neighbors == 0 || o.batch == 0 || o.block_rows == 0)
       input_error("--chunk-length, --neighbors, --batch and --block-rows must be positive");
+    if (o.device != "cpu" && o.device != "cuda") input_error("--device '{}': expected cpu or cuda", o.device);
     if (last_ > 0 && o.load.empty())
       input_error("--load DIR (the embedder checkpoint) is required from the embed stage on");
   }
@@ -128,11 +129,12 @@ void run_retro_build(const RetroOptions& o) {
                                                  {"db", hex64(db)},
                                                  {"embedder", embedder_identity(o.load)},
                                                  {"pooling", "mean of the final norm over the chunk's tokens"},
-                                                 {"precision", "fp32"}};
+                                                 {"precision", precision_name(o.precision)},
+                                                 {"device", o.device}};
   const uint64_t embed = p.run(1, embed_settings, true, [&](uint64_t fingerprint) {
     const ChunkDb chunks = open_chunk_db(p.folder("db"), db);
-    return StageResult{{"embeddings.mat"},
-                       run_embed_stage(inputs, chunks, {o.load, o.batch, o.block_rows}, p.folder("embed"), fingerprint)};
+    const EmbedStageOptions options{o.load, o.device, o.precision, o.batch, o.block_rows};
+    return StageResult{{"embeddings.mat"}, run_embed_stage(inputs, chunks, options, p.folder("embed"), fingerprint)};
   });
   if (p.last() == 1) return;
 
@@ -166,11 +168,12 @@ void run_retro_build(const RetroOptions& o) {
     const ChunkDb chunks = open_chunk_db(p.folder("db"), db);
     const Embeddings e = read_embeddings(p.folder("embed"), chunks.size(), embed);
     const IndexOptions resolved = resolve_index_options(o.index, e.rows, e.dim);
-    const auto vector_index = load_index(e.set(), resolved, p.folder("index"));
+    const auto vector_index = load_index(e.set(), resolved, p.folder("index"), o.device);
     if (blend) {
       std::filesystem::remove(folder + "/rows.mat");  // of an earlier build from prefixes
-      CpuEmbedder embedder(load_checkpoint_model(o.load), o.batch);
-      SampleChunkQueries queries(*blend, chunks, embedder, query_samples);
+      const auto embedder =
+          make_chunk_embedder(load_checkpoint_model(o.load), o.device, o.precision, o.batch, o.chunk_length);
+      SampleChunkQueries queries(*blend, chunks, *embedder, query_samples);
       nlohmann::ordered_json stats = {{"queries", "train sample chunks"}, {"samples", query_samples},
                                       {"chunks_per_sample", queries.chunks_per_sample()}};
       stats.update(run_query_stage(queries, *vector_index, e.dim, o.neighbors, o.block_rows, folder, fingerprint));

@@ -2,7 +2,8 @@
 // folder of OUT with a record of what it was built from (retro/stage.hpp):
 //
 //   db     the corpus cut into chunks, with each chunk's document    (retro/chunk_db.hpp)
-//   embed  every chunk embedded by a meg checkpoint, float16         (retro/embed_stage.hpp)
+//   embed  every chunk embedded by a meg checkpoint, float16, on the CPU or the GPU
+//                                                                    (retro/embed_stage.hpp)
 //   index  an exact or approximate nearest-neighbour index           (retro/index.hpp)
 //   query  the K nearest chunks of other documents for each chunk of the blend's train samples
 //          (or, with prefixes, of the train documents)          (retro/query_stage.hpp)
@@ -18,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "core/precision.hpp"
 #include "retro/index.hpp"
 
 namespace meg {
@@ -33,6 +35,8 @@ struct RetroOptions {
   int64_t pad_id = 0;
   std::string split;              // prefixes only: train/valid/test weights ("": 969,30,1)
   size_t batch = 16;              // embed: chunks a forward
+  std::string device = "cpu";     // embed, query: cpu or cuda (the embedder, and the flat index's search)
+  Precision precision = Precision::fp32;  // embed: the CUDA embedder's (the CPU's is fp32)
   size_t block_rows = 4096;       // embed, query: rows a resumable block
   size_t neighbors = 20;          // query: K, Megatron's default number of neighbours saved
   uint64_t query_samples = 0;     // query, a blend only: train samples queried (0: all)

@@ -1,6 +1,9 @@
 // Queries per second and recall@10 of each retrieval index (retro/index.hpp) on the CPU, against
 // the exact search (flat, the reference row and the ground truth). As the query stage asks them,
-// the queries are base vectors, each with itself left out. Build time is reported too.
+// the queries are base vectors, each with itself left out. Build time is reported too. With
+// --device cuda the flat row is the GPU's exact search (its recall against the CPU's ground truth
+// shows that the two agree), and a second table gives the fp64 rate of its products against the
+// H100's fp64 tensor-core peak. Each search is timed after a warm-up search of a few queries.
 //
 // The vectors are synthetic unless --embeddings names an embeddings.mat of meg-retro-build: N
 // points of DIM on a 32-dimensional subspace (as embeddings, they span far fewer directions than
@@ -8,7 +11,7 @@
 // overlap and no index finds the neighbours by luck, and a little full-width noise; generated from
 // Philox, the same for any thread count.
 //   bench_retro_index [--n 1000000] [--dim 768] [--queries 1000] [--types flat,ivf,ivf-pq,hnsw]
-//                     [--embeddings FILE] [index options as meg-retro-build takes them]
+//                     [--device cpu|cuda] [--embeddings FILE] [index options as meg-retro-build takes them]
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -29,6 +32,8 @@ using namespace meg;
 using Clock = std::chrono::steady_clock;
 
 constexpr size_t kLatent = 32;
+constexpr size_t kWarmUp = 10;             // queries of the untimed first search
+constexpr double kFp64PeakTflops = 67.0;   // H100 SXM (and H200), fp64 on the tensor cores
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
@@ -76,13 +81,14 @@ int main(int argc, char** argv) {
   CLI::App app{"Queries per second and recall@10 of each retrieval index, against the exact search.",
                "bench_retro_index"};
   size_t n = 1000000, dim = 768, nq = 1000, k = 10;
-  std::string types = "flat,ivf,ivf-pq,hnsw", file;
+  std::string types = "flat,ivf,ivf-pq,hnsw", file, device = "cpu";
   IndexOptions o;
   app.add_option("--n", n, "Vectors")->capture_default_str();
   app.add_option("--dim", dim, "Their width")->capture_default_str();
   app.add_option("--queries", nq, "Queries (base vectors spread over the set)")->capture_default_str();
   app.add_option("--types", types, "Index types")->capture_default_str();
   app.add_option("--embeddings", file, "An embeddings.mat to index instead of synthetic vectors");
+  app.add_option("--device", device, "Where flat searches: cpu or cuda")->capture_default_str();
   app.add_option("--nlist", o.nlist);
   app.add_option("--nprobe", o.nprobe);
   app.add_option("--pq-m", o.pq_m);
@@ -115,6 +121,7 @@ int main(int argc, char** argv) {
     std::printf("| index | settings | build s | queries/s | recall@10 | reference (flat) queries/s | ratio |\n");
     std::printf("|---|---|---:|---:|---:|---:|---:|\n");
     const std::string dir = (std::filesystem::temp_directory_path() / "bench_retro_index").string();
+    double flat_qps = 0;
     std::istringstream list(types);
     for (std::string name; std::getline(list, name, ',');) {
       o.type = parse_index_type(name);
@@ -124,18 +131,31 @@ int main(int argc, char** argv) {
       start = Clock::now();
       build_index(base, r, dir, 0);
       const double build = seconds_since(start);
-      const auto index = load_index(base, r, dir);
+      const auto index = load_index(base, r, dir, device);
+      index->search({queries.data(), std::min(nq, kWarmUp), dim}, k, skip.data(), found.data(), nullptr);
       start = Clock::now();
       index->search({queries.data(), nq, dim}, k, skip.data(), found.data(), nullptr);
       const double qps = double(nq) / seconds_since(start);
       nlohmann::ordered_json settings = index_build_settings(r);
       settings.update(index_search_settings(r));
       settings.erase("type");
+      if (r.type == IndexType::flat) {
+        settings["device"] = device;
+        flat_qps = qps;
+      }
       std::printf("| %s | %s | %.1f | %.0f | %.3f | %.0f | %.1f |\n", name.c_str(), settings.dump().c_str(), build, qps,
                   recall_at_k(found, truth, k), exact_qps, qps / exact_qps);
       std::fflush(stdout);
     }
     std::filesystem::remove_all(dir);
+    if (device == "cuda" && flat_qps > 0) {
+      // A query's products with the base: 2 N DIM flops, the search's work.
+      const double tflops = flat_qps * 2.0 * double(n) * double(dim) / 1e12;
+      std::printf("\n| benchmark | measured | reference | ratio |\n|---|---:|---:|---:|\n");
+      std::printf("| flat on the GPU: fp64 TFLOP/s of its products (2 x %zu x %zu a query) | %.1f | %.0f (fp64 "
+                  "tensor-core peak) | %.2f |\n",
+                  n, dim, tflops, kFp64PeakTflops, tflops / kFp64PeakTflops);
+    }
     return 0;
   });
 }

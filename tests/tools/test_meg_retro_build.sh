@@ -3,33 +3,24 @@
 # done and rebuilds what is stale; stages killed mid-way resume to the same bytes; builds repeat
 # exactly; a blend gives the database its prefixes give and a neighbour table by training sample,
 # none of whose neighbours comes from a document of the sample; bad input is refused with one line.
-source "$(dirname "$0")/lib.sh"
+HERE=$(cd "$(dirname "$0")" && pwd)
+source "$HERE/lib.sh"
+export PYTHONPATH=$HERE  # retro_mat.py: matrix files as lists of rows
 M=$MEG_TEST_DATA/megatron
 
 meg-blend -q --seq-length 64 --samples 800 -o f.blend 1 $M/fortunes_spm
 meg-pretrain -q --device cpu --model tiny --data f.blend --tokenizer $M/fortunes_spm.model --micro-batch 8 \
   --global-batch 8 --lr 3e-3 --warmup-iters 5 --iters 60 --save emb
-DATA="--data $M/fortunes_spm --load emb --neighbors 10"
+# The CPU path (a CUDA machine's default is the GPU: tests/gpu/test_retro_build_cuda.sh).
+DATA="--data $M/fortunes_spm --load emb --neighbors 10 --device cpu"
 R="meg-retro-build -q $DATA --chunk-length 32"
-
-# Reads a matrix file (tests the header too) as a list of rows.
-cat > mat.py <<'PY'
-import struct
-def mat(path):
-    b = open(path, "rb").read()
-    assert b[:8] == b"MEGMATRX", path
-    version, dtype, rows, cols = struct.unpack("<IIQQ", b[8:32])
-    assert version == 1 and len(b) == 64 + rows * cols * {1: 2, 3: 4, 4: 8}[dtype], path
-    v = struct.unpack("<%d%s" % (rows * cols, {1: "e", 3: "i", 4: "q"}[dtype]), b[64:])
-    return [v[i * cols:(i + 1) * cols] for i in range(rows)]
-PY
 
 # (1) Every index type. Against the exact neighbours: recall@10 of at least 0.9; every table: only
 # chunks of other documents, the training chunks those of the train split (969,30,1 of 605
 # documents: the first 586), every row full.
 for t in flat ivf ivf-pq hnsw; do $R --out $t --index-type $t; done
 python3 - <<'PY' || fail "neighbour tables"
-from mat import mat
+from retro_mat import mat
 chunks = mat("flat/db/chunks.mat")
 exact = mat("flat/query/neighbors.mat")
 for t in ["flat", "ivf", "ivf-pq", "hnsw"]:
@@ -53,7 +44,7 @@ for f in db/chunks.bin db/chunks.idx db/chunks.mat embed/embeddings.mat index/co
 done
 
 # (3) Another option rebuilds its stage and those after it, no other.
-meg-retro-build --data $M/fortunes_spm --load emb --chunk-length 32 --neighbors 5 --out ivf-pq 2>log
+meg-retro-build --data $M/fortunes_spm --load emb --chunk-length 32 --neighbors 5 --device cpu --out ivf-pq 2>log
 grep -q "index: up to date" log || fail "index rebuilt: $(cat log)"
 grep -q "query: rebuilding: built with other neighbors" log || fail "query not rebuilt: $(cat log)"
 meg-retro-build $DATA --chunk-length 32 --nprobe 3 --out ivf-pq 2>log
@@ -86,13 +77,13 @@ no_file cut/embed/embeddings.mat.partial cut/query/neighbors.mat.partial cut/que
 # has a row per chunk of each train sample (64 tokens: 2 chunks of 32), in the blend's order, and
 # no neighbour of a row is a chunk of any document the sample's tokens come from (read here from
 # the blend file's own indices, as Megatron's GPTDataset reads them).
-BQ="--data f.blend --load emb --neighbors 10 --chunk-length 32 --index-type flat --query-samples 300"
+BQ="--data f.blend --load emb --neighbors 10 --chunk-length 32 --index-type flat --query-samples 300 --device cpu"
 meg-retro-build -q $BQ --out blend
 for f in db/chunks.mat embed/embeddings.mat; do same_file ivf-pq/$f blend/$f; done
 no_file blend/query/rows.mat
 python3 - <<'PY' || fail "neighbour table of the blend's samples"
 import struct
-from mat import mat
+from retro_mat import mat
 b = open("f.blend", "rb").read()
 h = struct.unpack_from("<8sQIIQQQQ3d3Q3Q3Q3Q", b)
 inputs, seq_length, samples = h[3], h[7], h[14]
@@ -165,6 +156,13 @@ expect_fail 1 "--query-samples 5000: .*f.blend has only 800 train samples" -- \
 expect_fail 1 "--query-samples 10: needs a blend" -- $R --out bad --query-samples 10
 expect_fail 1 "must be positive" -- meg-retro-build -q $DATA --out bad --chunk-length 0
 expect_fail 1 "--pad-id 70000: not a token of the inputs' dtype uint16" -- $R --out bad --pad-id 70000
+B="meg-retro-build -q --data $M/fortunes_spm --load emb --chunk-length 32 --out bad"
+expect_fail 1 "--device 'tpu': expected cpu or cuda" -- $B --device tpu
+expect_fail 1 "--precision 'fp8': expected bf16, fp16 or fp32" -- $B --precision fp8
+expect_fail 1 "--precision bf16: the CPU path computes in fp32 only; use --device cuda" -- $B --device cpu --precision bf16
+if ! command -v nvidia-smi >/dev/null 2>&1; then
+  expect_fail 1 "--device cuda: (no CUDA device is visible|this build of meg has no CUDA support)" -- $B --device cuda
+fi
 printf '\x01' | dd of=ivf-pq/embed/embeddings.mat bs=1 seek=1000 conv=notrunc status=none
 expect_fail 1 "ivf-pq/embed/embeddings.mat: checksum mismatch" -- $R --out ivf-pq --index-type ivf --stages index
 echo "meg-retro-build: ok"

@@ -1,6 +1,7 @@
 // The chunk embedder: the mean of the final norm's output over a chunk's real tokens, the same
 // whatever pads the chunk and whatever else shares its batch; GptModel::forward_hidden gives the
-// final norm of a full forward and leaves forward() as it was.
+// final norm of a full forward and leaves forward() as it was; the factory's devices and
+// precisions. (The CUDA embedder: tests/gpu/test_retro_cuda.cpp.)
 #include <cmath>
 
 #include "catch.hpp"
@@ -72,4 +73,27 @@ TEST_CASE("retro: a chunk's embedding is the mean over its tokens, whatever pads
       for (size_t c = 0; c < 16; ++c) CHECK(near(single[c], together[i * 16 + c]));
     }
   }
+}
+
+TEST_CASE("retro: make_chunk_embedder gives the CPU embedder and refuses what it cannot run", "[retro]") {
+  const CheckpointModel m = micro_model(ModelFamily::llama);
+  CpuEmbedder direct(m, 2);
+  const auto embedder = make_chunk_embedder(m, "cpu", Precision::fp32, 2, 8);
+  REQUIRE(embedder->batch() == 2);
+  REQUIRE(embedder->dim() == 16);
+  const std::vector<int32_t> tokens = random_tokens(2 * 8, 50, 5);
+  const uint32_t lengths[2] = {8, 3};
+  std::vector<float> want(2 * 16), got(2 * 16);
+  direct.embed(tokens.data(), lengths, 2, 8, want.data());
+  embedder->embed(tokens.data(), lengths, 2, 8, got.data());
+  CHECK(got == want);
+
+  CHECK(input_error_of([&] { make_chunk_embedder(m, "cpu", Precision::bf16, 2, 8); }) ==
+        "--precision bf16: the CPU path computes in fp32 only; use --device cuda");
+  CHECK(input_error_of([&] { make_chunk_embedder(m, "tpu", Precision::fp32, 2, 8); }) ==
+        "--device 'tpu': expected cpu or cuda");
+#if !MEG_CUDA
+  CHECK(input_error_of([&] { make_chunk_embedder(m, "cuda", Precision::bf16, 2, 8); }).find("no CUDA") !=
+        std::string::npos);
+#endif
 }

@@ -4,7 +4,6 @@
 #include <cmath>
 #include <filesystem>
 #include <numeric>
-#include <random>
 #include <set>
 
 #include "catch.hpp"
@@ -13,26 +12,12 @@
 #include "retro/index.hpp"
 #include "retro/kmeans.hpp"
 #include "retro/topk.hpp"
+#include "retro_test_vectors.hpp"
 #include "test_util.hpp"
 
 using namespace meg;
 
 namespace {
-
-// N points around CLUSTERS centres: embeddings crowd around a common mean, so the centres sit
-// near an offset far larger than their spread (which is what makes fp32 expansions cancel).
-std::vector<float> clustered(size_t n, size_t dim, size_t clusters, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> centres(clusters * dim);
-  for (size_t i = 0; i < centres.size(); ++i) centres[i] = 20.0f + normal(rng);
-  std::vector<float> points(n * dim);
-  for (size_t i = 0; i < n; ++i) {
-    const size_t c = rng() % clusters;
-    for (size_t d = 0; d < dim; ++d) points[i * dim + d] = centres[c * dim + d] + 0.3f * normal(rng);
-  }
-  return points;
-}
 
 // Brute force in double: the K nearest by (distance, id), left-out ids skipped.
 std::vector<int64_t> brute_force(const VectorSet& base, const float* q, size_t k, IdRanges skip) {
@@ -113,6 +98,20 @@ TEST_CASE("retro: the exact search equals brute force, left-out ids included", "
   CHECK(std::vector<int64_t>(ids.begin(), ids.begin() + 3) == std::vector<int64_t>{ids[0], ids[1], -1});
   CHECK(std::set<int64_t>{ids[0], ids[1]} == std::set<int64_t>{0, 1});
   CHECK(std::isinf(dists[2]));
+}
+
+TEST_CASE("retro: the flat index on the CPU is the exact search; other devices are refused", "[retro]") {
+  const size_t n = 500, dim = 8, nq = 5, k = 4;
+  const std::vector<float> points = clustered(n, dim, 5, 6), queries = clustered(nq, dim, 5, 7);
+  const VectorSet base{points.data(), n, dim};
+  std::vector<int64_t> want(nq * k), got(nq * k);
+  exact_search(base, {queries.data(), nq, dim}, k, nullptr, want.data(), nullptr);
+  make_exact_index(base, "cpu")->search({queries.data(), nq, dim}, k, nullptr, got.data(), nullptr);
+  CHECK(got == want);
+  CHECK(input_error_of([&] { make_exact_index(base, "tpu"); }) == "--device 'tpu': expected cpu or cuda");
+#if !MEG_CUDA
+  CHECK(input_error_of([&] { make_exact_index(base, "cuda"); }).find("no CUDA") != std::string::npos);
+#endif
 }
 
 TEST_CASE("retro: each approximate index finds 9 of the exact 10 nearest, never a left-out id", "[retro]") {
