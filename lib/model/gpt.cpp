@@ -144,10 +144,6 @@ GptModel<F>::GptModel(const ModelConfig& config, Comm* tp, PipelineStage stage, 
     own_params_.assign(num_parameters_, F(0));
     params = own_params_.data();
   }
-  if (!grads) {
-    own_grads_.assign(num_parameters_, F(0));
-    grads = own_grads_.data();
-  }
   params_ = params;
   grads_ = grads;
 }
@@ -166,7 +162,16 @@ void GptModel<F>::init(uint64_t seed) {
 
 template <typename F>
 void GptModel<F>::zero_grad() {
-  std::fill(grads_, grads_ + num_parameters_, F(0));
+  if (grads_) std::fill(grads_, grads_ + num_parameters_, F(0));  // else zeros when allocated
+}
+
+template <typename F>
+F* GptModel<F>::ensure_grads() {
+  if (!grads_) {
+    own_grads_.assign(num_parameters_, F(0));
+    grads_ = own_grads_.data();
+  }
+  return grads_;
 }
 
 template <typename F>
@@ -384,6 +389,7 @@ template <typename F>
 void GptModel<F>::backward_stage(const F* dout) {
   if (stage_.last() ? !have_targets_ || B_ == 0 : !forward_done_)
     throw std::logic_error("GptModel::backward: the last forward had no targets");
+  ensure_grads();
   const int B = B_, T = T_;
   const auto [N, C, NH, NKV, HS, KV, CQ, QKV, Fh, FC, V, Vp, V0, NC] = dims(B, T);
   const F theta = static_cast<F>(config_.rope_theta);

@@ -109,7 +109,9 @@ template <typename F>
 class GptModel {
  public:
   // Validates CONFIG (InputError on a bad one, or on one that does not split over TP's ranks) and
-  // allocates parameters and gradients (zeroed; call init() for Megatron's initialisation).
+  // allocates the parameters (zeroed; call init() for Megatron's initialisation). The gradients
+  // are allocated (zeroed) when first needed, so a model that only runs forwards (evaluation,
+  // embedding) holds none.
   // Activations are allocated by forward(). TP null or of one rank: the whole model.
   // STAGE: this rank's pipeline stage (model/pipeline.hpp): its blocks, and the embeddings on the
   // first stage, the final norm and output layer on the last.
@@ -135,10 +137,9 @@ class GptModel {
 
   F* params() { return params_; }
   const F* params() const { return params_; }
-  F* grads() { return grads_; }
-  const F* grads() const { return grads_; }
+  F* grads() { return ensure_grads(); }
   F* param(const std::string& name) { return params_ + tensor(name).offset; }
-  F* grad(const std::string& name) { return grads_ + tensor(name).offset; }
+  F* grad(const std::string& name) { return ensure_grads() + tensor(name).offset; }
 
   // Megatron's initialisation (see the top of this file), deterministic in SEED: this rank's
   // shard of this stage's tensors of the full model's initialisation, generated directly.
@@ -212,6 +213,7 @@ class GptModel {
   Dims dims(int B, int T) const;
 
   void allocate_activations(int B, int T);
+  F* ensure_grads();  // the caller's storage, or the model's own, allocated on first use
   F* p(size_t offset) { return offset == kAbsent ? nullptr : params_ + offset; }
   F* g(size_t offset) { return offset == kAbsent ? nullptr : grads_ + offset; }
   void norm_forward(F* out, F* mean, F* rstd, const F* inp, size_t w, size_t b, int N);
