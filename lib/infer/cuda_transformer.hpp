@@ -111,6 +111,9 @@ class CudaTransformer {
   // parallelism, the columns of this member's vocabulary rows.
   void logits(X* out, const X* x, int N);
 
+  // out [N, C] = final_norm(x): the hidden states the output layer reads (the RETRO embedder's).
+  void final_norm(X* out, const X* x, int N) { norm(out, x, offsets_.lnf_w, offsets_.lnf_b, N); }
+
   // Whether forwards of up to cuda::kSmallLinearMaxRows rows (decode steps) run their linear
   // layers as small_linear's fused matrix-vector products (the default) or as cuBLASLt products
   // with separate norm, activation and add kernels (for comparison: tests and benchmarks).

@@ -3,10 +3,6 @@
 // embedding, then the blocks with rope_forward and the causal flash attention_forward over the
 // B x T batch), then the final norm and each chunk's mean over its real tokens, in fp32; only the
 // [N, C] means come back to the host. Everything is queued on the transformer's stream.
-//
-// The transformer applies the final norm only on the way to the logits, so the norm's weight (and
-// bias) are uploaded here once more, rounded to X by the same cast as the transformer's copy:
-// 2 C values, and the same numbers as a norm inside it would use.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -39,7 +35,7 @@ class CudaEmbedder final : public ChunkEmbedder {
 
   size_t batch_, chunk_length_;
   CudaTransformer<X> net_;  // before the arrays: they go back to its allocator
-  cuda::DeviceArray<X> x_, normed_, final_norm_;  // final_norm_: the final norm's weight, then its bias
+  cuda::DeviceArray<X> x_, normed_;
   cuda::DeviceArray<float> lse_, pooled_;
   cuda::DeviceArray<int32_t> ints_;  // a batch's tokens, then its lengths
   PinnedArray<int32_t> staging_;
@@ -65,7 +61,6 @@ CudaEmbedder<X>::CudaEmbedder(const CheckpointModel& checkpoint, size_t batch, s
            int(chunk_length)) {
   const auto& d = net_.dims();
   auto& alloc = net_.allocator();
-  const cudaStream_t s = net_.stream();
   const size_t N = size_t(net_.max_rows());
   x_ = cuda::DeviceArray<X>(alloc, N * d.C);
   normed_ = cuda::DeviceArray<X>(alloc, N * d.C);
@@ -74,18 +69,6 @@ CudaEmbedder<X>::CudaEmbedder(const CheckpointModel& checkpoint, size_t batch, s
   ints_ = cuda::DeviceArray<int32_t>(alloc, N + batch);
   staging_.grow(N + batch);
   pooled_host_.grow(batch * d.C);
-
-  const GptOffsets offsets = gpt_offsets(checkpoint.config, gpt_parameter_table(checkpoint.config));
-  std::vector<float> norm(checkpoint.params.begin() + ptrdiff_t(offsets.lnf_w),
-                          checkpoint.params.begin() + ptrdiff_t(offsets.lnf_w) + d.C);
-  if (offsets.lnf_b != kAbsentTensor)
-    norm.insert(norm.end(), checkpoint.params.begin() + ptrdiff_t(offsets.lnf_b),
-                checkpoint.params.begin() + ptrdiff_t(offsets.lnf_b) + d.C);
-  cuda::DeviceArray<float> staging(alloc, norm.size());
-  final_norm_ = cuda::DeviceArray<X>(alloc, norm.size());
-  MEG_CUDA_CHECK(cudaMemcpyAsync(staging.get(), norm.data(), norm.size() * sizeof(float), cudaMemcpyHostToDevice, s));
-  cuda::cast_from_float(final_norm_.get(), staging.get(), norm.size(), s);
-  MEG_CUDA_CHECK(cudaStreamSynchronize(s));  // before NORM goes, and the staging array back to the cache
 }
 
 template <typename X>
@@ -121,14 +104,7 @@ void CudaEmbedder<X>::embed(const int32_t* tokens, const uint32_t* lengths, size
     if (net_.rope_table()) cuda::rope_forward(qkv, net_.rope_table(), B, T, d.NH, d.NKV, d.HS, s);
     cuda::attention_forward(att, lse_.get(), qkv, B, T, d.NH, d.NKV, d.HS, s);
   });
-  const ModelConfig& c = net_.config();
-  const X* weight = final_norm_.get();
-  if (c.norm == NormKind::layernorm) {
-    const X* bias = final_norm_.size() > size_t(d.C) ? weight + d.C : nullptr;
-    cuda::layernorm_forward(normed_.get(), nullptr, nullptr, x, weight, bias, N, d.C, float(c.norm_eps), s);
-  } else {
-    cuda::rmsnorm_forward(normed_.get(), nullptr, x, weight, N, d.C, float(c.norm_eps), s);
-  }
+  net_.final_norm(normed_.get(), x, N);
   cuda::mean_over_lengths(pooled_.get(), normed_.get(), d_lengths, B, T, d.C, s);
   MEG_CUDA_CHECK(
       cudaMemcpyAsync(pooled_host_.get(), pooled_.get(), n * d.C * sizeof(float), cudaMemcpyDeviceToHost, s));
