@@ -11,12 +11,12 @@
 #include <stdexcept>
 #include <vector>
 
-#include "core/device.hpp"
 #include "core/error.hpp"
 #include "infer/cuda_transformer.hpp"
 #include "ops/cuda/check.hpp"
 #include "ops/cuda/ops.hpp"
 #include "parallel/nccl_comm.hpp"
+#include "parallel/rank_device.hpp"
 
 namespace meg {
 
@@ -356,9 +356,7 @@ void CudaInferenceModelImpl<X>::gather_logits(float* out, int R) {
 std::unique_ptr<CudaInferenceModel> make_cuda_inference_model(const CheckpointModel& checkpoint, Precision precision,
                                                               int slots, int max_length,
                                                               const CudaInferenceOptions& options, Comm* tp) {
-  const auto devices = require_cuda_devices();
-  // One GPU per process: the ranks of a node take its GPUs in turn (as training's do).
-  if (World::initialized()) MEG_CUDA_CHECK(cudaSetDevice(World::get().local_rank() % int(devices.size())));
+  use_rank_cuda_device();
   switch (precision) {
     case Precision::fp32:
       return std::make_unique<CudaInferenceModelImpl<float>>(checkpoint, slots, max_length, options, tp);

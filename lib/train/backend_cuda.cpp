@@ -17,7 +17,6 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "core/device.hpp"
 #include "core/error.hpp"
 #include "model/gpt_cuda.hpp"
 #include "model/init.hpp"
@@ -25,6 +24,7 @@
 #include "ops/cuda/check.hpp"
 #include "optim/adamw_cuda.hpp"
 #include "parallel/nccl_comm.hpp"
+#include "parallel/rank_device.hpp"
 #include "train/backend.hpp"
 #include "train/grad_norm.hpp"
 #include "train/pipeline_links.hpp"
@@ -477,9 +477,7 @@ std::unique_ptr<TrainBackend> make_cuda_backend(const ModelConfig& config, const
                                                 Precision precision, const std::string& recompute,
                                                 const ParallelGroups& parallel) {
   const Recompute r = parse_recompute(recompute);
-  const auto devices = require_cuda_devices();
-  // One GPU per process: the ranks of a node take its GPUs in turn.
-  if (World::initialized()) MEG_CUDA_CHECK(cudaSetDevice(World::get().local_rank() % int(devices.size())));
+  use_rank_cuda_device();
   switch (precision) {
     case Precision::fp32: return std::make_unique<CudaBackend<float>>(config, adam, seed, precision, r, parallel);
     case Precision::bf16: return std::make_unique<CudaBackend<__nv_bfloat16>>(config, adam, seed, precision, r, parallel);
