@@ -4,7 +4,8 @@
 # bandwidth limit of a decode step and the compute limit of prefill (tests/bench/cuda/bench_generate.cpp
 # says how they are counted), then batch-1 decode with the linear layers as cuBLASLt products and
 # separate norm, activation and add kernels (small_linear off), and without CUDA graphs: what the
-# fused layers and the graphs save.
+# fused layers and the graphs save. Where Nsight Compute is present, one batch-1 decode step of each
+# model kernel by kernel (its kernels timed one at a time, so without the overlap of their launches).
 # Markdown tables on stdout; copies under OUT_DIR (default .bench/generate).
 #   scripts/bench-generate.sh BUILD_DIR [bench_generate options]
 set -euo pipefail
@@ -20,3 +21,13 @@ echo; echo "## Batch-1 decode without small_linear"
 "$bench" --no-small-linear --phase decode --batch 1 "$@" | tee "$out/generate-no-small-linear.md"
 echo; echo "## Without CUDA graphs"
 "$bench" --no-graphs "$@" gpt2-124m | tee "$out/generate-no-graphs.md"
+
+if command -v ncu >/dev/null 2>&1; then
+  for model in gpt2-124m gpt2-1.5b llama-1b; do
+    echo; echo "## $model: one batch-1 decode step, kernel by kernel (Nsight Compute)"
+    ncu --clock-control none --metrics gpu__time_duration.sum --csv --print-units base --profile-from-start off \
+        "$bench" --phase decode --batch 1 --steps 3 --warmup 2 --profile "$@" "$model" >"$out/ncu-$model.csv" \
+        2>"$out/ncu-$model.err"
+    python3 "$(dirname "$0")/kernel-breakdown.py" --by-kernel "$out/ncu-$model.csv" | tee "$out/decode-$model.md"
+  done
+fi

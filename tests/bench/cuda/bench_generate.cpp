@@ -18,8 +18,12 @@
 // step replayed from a CUDA graph) and the copy of the fp32 logits out.
 //
 // Usage: bench_generate [--precision bf16|fp16|fp32] [--prompt N] [--steps N] [--warmup N]
-//                       [--no-graphs] [--no-small-linear] [--phase prefill|decode] [--batch B] [MODEL ...]
-// --phase and --batch keep to one phase and one batch size (for a profiler's run).
+//                       [--no-graphs] [--no-small-linear] [--phase prefill|decode] [--batch B] [--profile]
+//                       [MODEL ...]
+// --phase and --batch keep to one phase and one batch size; --profile brackets the last decode step
+// of each batch size with cudaProfilerStart/Stop, for a profiler started with profiling off (ncu
+// --profile-from-start off) to see one step.
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -51,6 +55,7 @@ struct Options {
   int prompt = 512, steps = 64, warmup = 8;
   meg::CudaInferenceOptions model;
   bool prefill = true, decode = true;
+  bool profile = false;
   std::vector<int> batches{std::begin(kBatches), std::end(kBatches)};
 };
 
@@ -110,9 +115,13 @@ void bench(const std::string& name, const Options& o) {
     std::vector<int32_t> next(static_cast<size_t>(B));
     std::vector<AppendRequest> reqs;
     for (int s = 0; s < B; ++s) reqs.push_back({s, std::span<const int32_t>(&next[size_t(s)], 1)});
+    int call = 0;
     const double ms = meg::bench::median(meg::bench::time_calls(stream, o.warmup, o.steps, [&] {
       for (auto& t : next) t = tok(rng);
+      const bool profiled = o.profile && ++call == o.warmup + o.steps;
+      if (profiled) cudaProfilerStart();
       model->append(reqs, logits.data());
+      if (profiled) cudaProfilerStop();
     }));
     const int context = o.prompt + o.warmup + o.steps / 2;  // the median step's
     const double step_bytes = weight_bytes + double(B) * context * kv_bytes_per_token;
@@ -138,10 +147,11 @@ int main(int argc, char** argv) {
       o.prefill = phase == "prefill";
       o.decode = phase == "decode";
     } else if (a == "--batch" && i + 1 < argc) o.batches = {std::atoi(argv[++i])};
+    else if (a == "--profile") o.profile = true;
     else if (a.rfind("--", 0) != 0) models.push_back(a);
     else {
       std::fprintf(stderr, "usage: bench_generate [--precision P] [--prompt N] [--steps N] [--warmup N] [--no-graphs] "
-                           "[--no-small-linear] [--phase prefill|decode] [--batch B] [MODEL ...]\n");
+                           "[--no-small-linear] [--phase prefill|decode] [--batch B] [--profile] [MODEL ...]\n");
       return 2;
     }
   }
