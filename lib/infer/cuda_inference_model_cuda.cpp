@@ -49,6 +49,11 @@ class CudaInferenceModelImpl final : public CudaInferenceModel {
   int length(int slot) const override { return lengths_[size_t(checked_slot(slot))]; }
   void reset(int slot) override { lengths_[size_t(checked_slot(slot))] = 0; }
   void append(std::span<const AppendRequest> requests, float* logits) override;
+  std::span<float> logits_buffer() override {
+    const size_t n = size_t(slots_) * size_t(net_.dims().V);
+    host_logits_.grow(n);
+    return {host_logits_.get(), n};
+  }
   cudaStream_t stream() const override { return net_.stream(); }
 
  private:
@@ -96,6 +101,7 @@ class CudaInferenceModelImpl final : public CudaInferenceModel {
   cuda::DeviceArray<float> logits_f32_, shard_f32_, gathered_, lse_, scratch_;
   cuda::DeviceArray<int32_t> ints_;
   PinnedArray<int32_t> staging_;
+  PinnedArray<float> host_logits_;  // logits_buffer(), allocated when first asked for
   std::map<int, cudaGraphExec_t> graphs_;  // decode steps by request count
   std::set<int> seen_;                     // request counts of decode steps run once directly
 };

@@ -115,7 +115,7 @@ GenerationStats Generator::run(RequestSource& source, CompletionSink& sink) {
   for (int i = 0; i < slots; ++i) model_.reset(i);
   std::vector<AppendRequest> appends;
   std::vector<int32_t> last_token(static_cast<size_t>(slots));
-  std::vector<float> logits(static_cast<size_t>(slots) * V);
+  const std::span<float> logits = model_.logits_buffer();
   GenerationStats stats;
   size_t active = 0;
   for (;;) {

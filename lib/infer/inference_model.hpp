@@ -49,6 +49,18 @@ class InferenceModel {
   // the logits that follow the request's last token to LOGITS + i * vocab_size for request i.
   // InputError, before any work, when a slot would pass max_length() or a token is out of range.
   virtual void append(std::span<const AppendRequest> requests, float* logits) = 0;
+
+  // A host array of slots() * vocab_size floats that the model owns, the best place for append()'s
+  // LOGITS: the CUDA model's is page-locked, so the logits come out at the bus's full rate, where
+  // a pageable array's copy goes through the driver's staging at a fraction of it (at batch 32
+  // the logits are megabytes a step). Allocated when first asked for.
+  virtual std::span<float> logits_buffer() {
+    logits_buffer_.resize(size_t(slots()) * size_t(config().vocab_size));
+    return logits_buffer_;
+  }
+
+ private:
+  std::vector<float> logits_buffer_;
 };
 
 class Comm;

@@ -92,7 +92,7 @@ void bench(const std::string& name, const Options& o) {
   std::vector<std::vector<int32_t>> prompts(size_t(kSlots), std::vector<int32_t>(size_t(o.prompt)));
   for (auto& p : prompts)
     for (auto& t : p) t = tok(rng);
-  std::vector<float> logits(size_t(kSlots) * V);
+  const std::span<float> logits = model->logits_buffer();  // page-locked, as meg-generate's
 
   // Empties the first B slots and appends their prompts in one call.
   const auto prefill = [&](int B) {
