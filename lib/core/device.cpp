@@ -43,4 +43,18 @@ std::vector<DeviceInfo> require_cuda_devices() {
   return devices;
 }
 
+Device parse_device(const std::string& name) {
+  if (name == "cpu") return Device::cpu;
+  if (name == "cuda") return Device::cuda;
+  input_error("--device '{}': expected cpu or cuda", name);
+}
+
+Device checked_device(const std::string& name, Precision precision) {
+  const Device device = parse_device(name);
+  if (device == Device::cpu && precision != Precision::fp32)
+    input_error("--precision {}: the CPU path computes in fp32 only; use --device cuda", precision_name(precision));
+  if (device == Device::cuda) require_cuda_devices();
+  return device;
+}
+
 }  // namespace meg

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "core/precision.hpp"
+
 namespace meg {
 
 struct DeviceInfo {
@@ -24,5 +26,14 @@ std::string default_device();
 // The visible devices for --device cuda; InputError saying so when there are none (or no CUDA in
 // this build).
 std::vector<DeviceInfo> require_cuda_devices();
+
+// What --device names: "cpu" or "cuda" (InputError otherwise).
+enum class Device { cpu, cuda };
+Device parse_device(const std::string& name);
+
+// The device of a path that computes in PRECISION, checked before it is built: the CPU computes in
+// fp32 only, and CUDA needs a CUDA build and a visible GPU (require_cuda_devices). InputError
+// otherwise, with the same message in every tool.
+Device checked_device(const std::string& name, Precision precision);
 
 }  // namespace meg

@@ -1,5 +1,7 @@
 #include "eval/scorer.hpp"
 
+#include <stdexcept>
+
 #include "core/device.hpp"
 #include "core/error.hpp"
 #include "eval/cpu_scorer.hpp"
@@ -8,18 +10,12 @@ namespace meg {
 
 std::unique_ptr<Scorer> make_scorer(const CheckpointModel& checkpoint, const std::string& device, Precision precision,
                                     int max_batch) {
-  if (device == "cpu") {
-    if (precision != Precision::fp32)
-      input_error("--precision {}: the CPU path computes in fp32 only; use --device cuda", precision_name(precision));
-    return std::make_unique<CpuScorer>(checkpoint, max_batch);
-  }
-  if (device == "cuda") {
-    require_cuda_devices();
+  if (checked_device(device, precision) == Device::cpu) return std::make_unique<CpuScorer>(checkpoint, max_batch);
 #if MEG_CUDA
-    return make_cuda_scorer(checkpoint, precision, max_batch);
+  return make_cuda_scorer(checkpoint, precision, max_batch);
+#else
+  throw std::logic_error("make_scorer: checked_device let cuda through in a build without CUDA");
 #endif
-  }
-  input_error("--device '{}': expected cpu or cuda", device);
 }
 
 }  // namespace meg

@@ -2,6 +2,7 @@
 #include "infer/inference_model.hpp"
 
 #include <algorithm>
+#include <stdexcept>
 
 #include "core/device.hpp"
 #include "core/error.hpp"
@@ -42,18 +43,13 @@ std::vector<float> tensor_parallel_shard(const ModelConfig& config, std::span<co
 
 std::unique_ptr<InferenceModel> make_inference_model(const CheckpointModel& checkpoint, const std::string& device,
                                                      Precision precision, int slots, int max_length, Comm* tp) {
-  if (device == "cpu") {
-    if (precision != Precision::fp32)
-      input_error("--precision {}: the CPU path computes in fp32 only; use --device cuda", precision_name(precision));
+  if (checked_device(device, precision) == Device::cpu)
     return std::make_unique<CpuInferenceModel>(checkpoint.config, checkpoint.params, slots, max_length, tp);
-  }
-  if (device == "cuda") {
-    require_cuda_devices();
 #if MEG_CUDA
-    return make_cuda_inference_model(checkpoint, precision, slots, max_length, tp);
+  return make_cuda_inference_model(checkpoint, precision, slots, max_length, tp);
+#else
+  throw std::logic_error("make_inference_model: checked_device let cuda through in a build without CUDA");
 #endif
-  }
-  input_error("--device '{}': expected cpu or cuda", device);
 }
 
 }  // namespace meg

@@ -1,6 +1,7 @@
 #include "retro/embedder.hpp"
 
 #include <algorithm>
+#include <stdexcept>
 
 #include "core/device.hpp"
 #include "core/error.hpp"
@@ -18,18 +19,13 @@ CpuEmbedder::CpuEmbedder(CheckpointModel checkpoint, size_t batch)
 std::unique_ptr<ChunkEmbedder> make_chunk_embedder(CheckpointModel checkpoint, const std::string& device,
                                                    Precision precision, size_t batch,
                                                    [[maybe_unused]] size_t chunk_length) {
-  if (device == "cpu") {
-    if (precision != Precision::fp32)
-      input_error("--precision {}: the CPU path computes in fp32 only; use --device cuda", precision_name(precision));
+  if (checked_device(device, precision) == Device::cpu)
     return std::make_unique<CpuEmbedder>(std::move(checkpoint), batch);
-  }
-  if (device == "cuda") {
-    require_cuda_devices();
 #if MEG_CUDA
-    return make_cuda_embedder(checkpoint, precision, batch, chunk_length);
+  return make_cuda_embedder(checkpoint, precision, batch, chunk_length);
+#else
+  throw std::logic_error("make_chunk_embedder: checked_device let cuda through in a build without CUDA");
 #endif
-  }
-  input_error("--device '{}': expected cpu or cuda", device);
 }
 
 void embed_chunks(ChunkEmbedder& embedder, const ChunkReader& read, size_t chunk_length, uint64_t first, size_t n,

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <set>
+#include <stdexcept>
 #include <type_traits>
 
 #include "core/device.hpp"
@@ -86,14 +87,13 @@ void exact_search(const VectorSet& base, const VectorSet& queries, size_t k, con
 }
 
 std::unique_ptr<VectorIndex> make_exact_index(const VectorSet& base, const std::string& device) {
-  if (device == "cpu") return std::make_unique<ExactIndex>(base);
-  if (device == "cuda") {
-    require_cuda_devices();
+  // Both devices search in fp64: no precision for the CPU to refuse.
+  if (checked_device(device, Precision::fp32) == Device::cpu) return std::make_unique<ExactIndex>(base);
 #if MEG_CUDA
-    return make_cuda_exact_index(base);
+  return make_cuda_exact_index(base);
+#else
+  throw std::logic_error("make_exact_index: checked_device let cuda through in a build without CUDA");
 #endif
-  }
-  input_error("--device '{}': expected cpu or cuda", device);
 }
 
 double recall_at_k(const std::vector<int64_t>& found, const std::vector<int64_t>& truth, size_t k) {

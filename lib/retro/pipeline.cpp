@@ -7,6 +7,7 @@
 #include <iterator>
 #include <memory>
 
+#include "core/device.hpp"
 #include "core/error.hpp"
 #include "core/hash.hpp"
 #include "core/log.hpp"
@@ -40,7 +41,7 @@ class Pipeline {
     if (o.out.empty()) input_error("--out DIR is required");
     if (o.chunk_length == 0 || o.neighbors == 0 || o.batch == 0 || o.block_rows == 0)
       input_error("--chunk-length, --neighbors, --batch and --block-rows must be positive");
-    if (o.device != "cpu" && o.device != "cuda") input_error("--device '{}': expected cpu or cuda", o.device);
+    parse_device(o.device);
     if (last_ > 0 && o.load.empty())
       input_error("--load DIR (the embedder checkpoint) is required from the embed stage on");
   }

@@ -126,11 +126,10 @@ Trainer::Trainer(TrainOptions options) : opt_(std::move(options)) {
     log::set_program(fmt::format("{} (rank {})", log::program(), world_->rank()));
   }
   if (opt_.device.empty()) opt_.device = default_device();
-  if (opt_.device != "cpu" && opt_.device != "cuda") input_error("--device '{}': expected cpu or cuda", opt_.device);
+  parse_device(opt_.device);
   if (opt_.precision.empty()) opt_.precision = opt_.device == "cuda" ? "bf16" : "fp32";
   const Precision precision = parse_precision(opt_.precision);
-  if (opt_.device == "cpu" && precision != Precision::fp32)
-    input_error("--precision {}: the CPU path computes in fp32 only; use --device cuda", opt_.precision);
+  if (opt_.device == "cpu") checked_device(opt_.device, precision);  // a GPU is checked for by the backend
   if (opt_.device == "cpu" && opt_.recompute != "none")
     input_error("--recompute {}: recomputation is for the GPU's memory; the CPU path keeps its activations",
                 opt_.recompute);
