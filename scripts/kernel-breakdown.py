@@ -61,17 +61,18 @@ def main():
         key = kernel(name) if args.by_kernel else family(name)
         times[key] += ms
         counts[key] += 1
-    total = sum(times.values())
+    total, launches = sum(times.values()), sum(counts.values())
+    rows = sorted(times.items(), key=lambda kv: -kv[1])
     if args.by_kernel:
         print("| kernel | launches | us per launch | ms | share |\n|---|---|---|---|---|")
-        for key, ms in sorted(times.items(), key=lambda kv: -kv[1]):
+        for key, ms in rows:
             print(f"| `{key}` | {counts[key]} | {1e3 * ms / counts[key]:.2f} | {ms:.3f} | {100 * ms / total:.1f}% |")
+        print(f"| total | {launches} | | {total:.3f} | 100% |")
     else:
         print("| kernel family | kernels | ms | share |\n|---|---|---|---|")
-        for key, ms in sorted(times.items(), key=lambda kv: -kv[1]):
+        for key, ms in rows:
             print(f"| {key} | {counts[key]} | {ms:.2f} | {100 * ms / total:.1f}% |")
-    print(f"| total | {sum(counts.values())} | {total:.3f} | 100% |" if not args.by_kernel else
-          f"| total | {sum(counts.values())} | | {total:.3f} | 100% |")
+        print(f"| total | {launches} | {total:.2f} | 100% |")
 
 
 if __name__ == "__main__":
