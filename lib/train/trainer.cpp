@@ -126,11 +126,11 @@ Trainer::Trainer(TrainOptions options) : opt_(std::move(options)) {
     log::set_program(fmt::format("{} (rank {})", log::program(), world_->rank()));
   }
   if (opt_.device.empty()) opt_.device = default_device();
-  parse_device(opt_.device);
-  if (opt_.precision.empty()) opt_.precision = opt_.device == "cuda" ? "bf16" : "fp32";
+  const bool cpu = parse_device(opt_.device) == Device::cpu;
+  if (opt_.precision.empty()) opt_.precision = cpu ? "fp32" : "bf16";
   const Precision precision = parse_precision(opt_.precision);
-  if (opt_.device == "cpu") checked_device(opt_.device, precision);  // a GPU is checked for by the backend
-  if (opt_.device == "cpu" && opt_.recompute != "none")
+  if (cpu) checked_device(opt_.device, precision);  // its precision; the backend checks for a GPU
+  if (cpu && opt_.recompute != "none")
     input_error("--recompute {}: recomputation is for the GPU's memory; the CPU path keeps its activations",
                 opt_.recompute);
   if (opt_.data.empty()) input_error("--data BLEND is required");
