@@ -12,6 +12,10 @@
 // or four rows per warp, a grid capped to a few blocks per multiprocessor, and inputs read from
 // global memory.)
 //
+// The fused QKV projection of a decode step also does kv_cache_append's work in its epilogue
+// (kv_append): a warp's two rows are then a head's columns i and i + HS/2, which RoPE turns
+// together, and the rotated q, k and the v go where kv_cache_append would put them.
+//
 // The launch overlaps the kernel before it (kernels/overlapped_launch.cuh): a warp requests its
 // first weights, which no kernel writes, before it waits for that kernel, whose output is this
 // one's input. A decode step's chain of short kernels then streams weights through what would be
@@ -30,6 +34,7 @@
 #include <cstddef>
 #include <cstring>
 #include <mutex>
+#include <stdexcept>
 
 #include "activations.cuh"
 #include "common.cuh"
@@ -48,15 +53,23 @@ constexpr int kThreads = kWarps * kWarp;
 constexpr int kLoads = 8;  // 16-byte weight vectors a lane has in flight
 constexpr size_t kMaxStagedBytes = 96 * 1024;  // the staged rows' shared memory, at most
 
-// Weight rows of a task: SwiGLU's gate and up rows, one otherwise.
+// Weight rows of a task: SwiGLU's gate and up rows, kv_append's two halves of a head's pair of
+// columns (which RoPE turns together), one otherwise.
 template <SmallLinearEpilogue E>
-constexpr int kRows = E == SmallLinearEpilogue::swiglu ? 2 : 1;
+constexpr int kRows = E == SmallLinearEpilogue::swiglu || E == SmallLinearEpilogue::kv_append ? 2 : 1;
+
+// Tasks of a product of OC columns: a pair of columns each with two rows, else one.
+template <SmallLinearEpilogue E>
+__host__ __device__ int task_count(int OC) {
+  return kRows<E> == 2 ? OC / 2 : OC;
+}
 
 template <typename X>
 struct Args {
   X* out;
   const X *inp, *W, *bias;
   SmallLinearNorm<X> norm;
+  SmallLinearKvAppend<X> kv;  // the kv_append epilogue's
   int C, OC;
 };
 
@@ -156,12 +169,50 @@ __device__ void write_output(const Args<X>& a, int n, int col, float product) {
   else *o = from_float<X>(y);
 }
 
+// Row n's pair of columns (i, i + HS/2) of head h, which task TASK holds (y0, y1: products),
+// as kv_cache_append turns and caches them: rounded to X as a product's output, q and k rotated
+// by the row's position, all written to the projection, k and v to the cache.
+template <typename X>
+__device__ void append_kv(const Args<X>& a, int n, int task, float y0, float y1) {
+  const SmallLinearKvAppend<X>& kv = a.kv;
+  const int half = kv.HS / 2, h = task / half, i = task % half, col = h * kv.HS + i;
+  X lo = from_float<X>(y0 + (a.bias ? to_float(a.bias[col]) : 0.0f));
+  X hi = from_float<X>(y1 + (a.bias ? to_float(a.bias[col + half]) : 0.0f));
+  const int pos = kv.positions[n];
+  if (kv.rope_table && h < kv.NH + kv.NKV) {
+    const float2 cs = reinterpret_cast<const float2*>(kv.rope_table)[size_t(pos) * half + i];
+    const float x1 = to_float(lo), x2 = to_float(hi);
+    lo = from_float<X>(x1 * cs.x - x2 * cs.y);
+    hi = from_float<X>(x2 * cs.x + x1 * cs.y);
+  }
+  X* out = a.out + size_t(n) * a.OC + col;
+  out[0] = lo;
+  out[half] = hi;
+  if (h >= kv.NH) {
+    const bool key = h < kv.NH + kv.NKV;
+    const int g = key ? h - kv.NH : h - kv.NH - kv.NKV;
+    X* dst = (key ? kv.k_cache : kv.v_cache) +
+             ((size_t(kv.slots[n]) * kv.NKV + g) * kv.max_length + pos) * kv.HS + i;
+    dst[0] = lo;
+    dst[half] = hi;
+  }
+}
+
 // A task's weight rows: SwiGLU's task t is output column t, from rows t (gate) and t + OC / 2 (up);
-// the others' task t is column t.
-template <Epilogue E>
-__device__ void task_rows(int (&rows)[kRows<E>], int task, int OC) {
-  rows[0] = task;
-  if constexpr (E == Epilogue::swiglu) rows[1] = task + OC / 2;
+// kv_append's task t is the pair (i, i + HS/2) of head h = t / (HS/2), i = t % (HS/2); the
+// others' task t is column t.
+template <typename X, Epilogue E>
+__device__ void task_rows(int (&rows)[kRows<E>], int task, const Args<X>& a) {
+  if constexpr (E == Epilogue::swiglu) {
+    rows[0] = task;
+    rows[1] = task + a.OC / 2;
+  } else if constexpr (E == Epilogue::kv_append) {
+    const int half = a.kv.HS / 2;
+    rows[0] = task / half * a.kv.HS + task % half;
+    rows[1] = rows[0] + half;
+  } else {
+    rows[0] = task;
+  }
 }
 
 // Vectors I0, I0 + kWarp, ... (those below NVEC) of each of the task's rows.
@@ -189,14 +240,14 @@ __global__ void __launch_bounds__(kThreads) small_linear_kernel(const Args<X> a)
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int nvec = a.C / W;
   const uint4* w = reinterpret_cast<const uint4*>(a.W);
-  const int tasks = E == Epilogue::swiglu ? a.OC / 2 : a.OC;
+  const int tasks = task_count<E>(a.OC);
 
   // The first task's first weights are requested before the wait for the previous kernel.
   const int first = blockIdx.x * kWarps + warp;
   int rows[R];
   V wv[U][R];
   if (first < tasks) {
-    task_rows<E>(rows, first, a.OC);
+    task_rows<X, E>(rows, first, a);
     load_weights(wv, w, rows, nvec, lane);
   }
   wait_for_previous_kernel();
@@ -205,7 +256,7 @@ __global__ void __launch_bounds__(kThreads) small_linear_kernel(const Args<X> a)
   const V* x = reinterpret_cast<const V*>(xs);
 
   for (int task = first; task < tasks; task += gridDim.x * kWarps) {
-    task_rows<E>(rows, task, a.OC);
+    task_rows<X, E>(rows, task, a);
     float acc[R][N] = {};
     for (int i0 = lane; i0 < nvec; i0 += kWarp * U) {
       if (task != first || i0 != lane) load_weights(wv, w, rows, nvec, i0);
@@ -240,6 +291,8 @@ __global__ void __launch_bounds__(kThreads) small_linear_kernel(const Args<X> a)
         const float up = acc[1][n] + (a.bias ? to_float(a.bias[task + tasks]) : 0.0f);
         a.out[size_t(n) * tasks + task] =
             from_float<X>(silu(to_float(from_float<X>(gate))) * to_float(from_float<X>(up)));
+      } else if constexpr (E == Epilogue::kv_append) {
+        append_kv(a, n, task, acc[0][n], acc[1][n]);
       } else {
         write_output<X, E>(a, n, task, acc[0][n]);
       }
@@ -254,7 +307,7 @@ void launch(const Args<X>& a, size_t smem, cudaStream_t stream) {
     MEG_CUDA_CHECK(cudaFuncSetAttribute(small_linear_kernel<X, N, E>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         int(kMaxStagedBytes)));
   });
-  const int tasks = E == Epilogue::swiglu ? a.OC / 2 : a.OC;
+  const int tasks = task_count<E>(a.OC);
   launch_overlapped(small_linear_kernel<X, N, E>, dim3(ceil_div(tasks, kWarps)), dim3(kThreads), smem, stream, a);
 }
 
@@ -265,6 +318,7 @@ void launch_epilogue(const Args<X>& a, Epilogue e, size_t smem, cudaStream_t str
     case Epilogue::gelu: return launch<X, N, Epilogue::gelu>(a, smem, stream);
     case Epilogue::swiglu: return launch<X, N, Epilogue::swiglu>(a, smem, stream);
     case Epilogue::residual: return launch<X, N, Epilogue::residual>(a, smem, stream);
+    case Epilogue::kv_append: return launch<X, N, Epilogue::kv_append>(a, smem, stream);
   }
 }
 
@@ -272,15 +326,20 @@ void launch_epilogue(const Args<X>& a, Epilogue e, size_t smem, cudaStream_t str
 
 template <typename X>
 bool small_linear(X* out, const X* inp, const X* W, const X* bias, int N, int C, int OC,
-                  const SmallLinearNorm<X>& norm, SmallLinearEpilogue epilogue, cudaStream_t stream) {
+                  const SmallLinearNorm<X>& norm, SmallLinearEpilogue epilogue, cudaStream_t stream,
+                  const SmallLinearKvAppend<X>* kv_append) {
   constexpr int kVec = kVecWidth<X>;
   const size_t smem = size_t(N) * C * sizeof(X);
   if (N < 1 || N > kSmallLinearMaxRows || C <= 0 || OC <= 0 || C % kVec != 0 || smem > kMaxStagedBytes) return false;
   if (epilogue == Epilogue::swiglu && OC % 2 != 0) return false;
+  if ((epilogue == Epilogue::kv_append) != (kv_append != nullptr))
+    throw std::invalid_argument("small_linear: the kv_append epilogue and its arguments go together");
+  if (kv_append && (kv_append->HS % 2 != 0 || OC != (kv_append->NH + 2 * kv_append->NKV) * kv_append->HS))
+    throw std::invalid_argument("small_linear: kv_append: OC must be (NH + 2 NKV) HS, HS even");
   for (const void* p : {static_cast<const void*>(out), static_cast<const void*>(inp), static_cast<const void*>(W),
                         static_cast<const void*>(norm.weight), static_cast<const void*>(norm.bias)})
     if (!aligned16(p)) return false;
-  const Args<X> a{out, inp, W, bias, norm, C, OC};
+  const Args<X> a{out, inp, W, bias, norm, kv_append ? *kv_append : SmallLinearKvAppend<X>{}, C, OC};
   switch (N) {
     case 1: launch_epilogue<X, 1>(a, epilogue, smem, stream); break;
     case 2: launch_epilogue<X, 2>(a, epilogue, smem, stream); break;
@@ -292,7 +351,7 @@ bool small_linear(X* out, const X* inp, const X* W, const X* bias, int N, int C,
 
 #define MEG_INSTANTIATE(X)                                                                                   \
   template bool small_linear<X>(X*, const X*, const X*, const X*, int, int, int, const SmallLinearNorm<X>&, \
-                                SmallLinearEpilogue, cudaStream_t);
+                                SmallLinearEpilogue, cudaStream_t, const SmallLinearKvAppend<X>*);
 MEG_INSTANTIATE(float)
 MEG_INSTANTIATE(bf16)
 MEG_INSTANTIATE(fp16)

@@ -6,7 +6,7 @@
 //     a prompt is cut only when it is longer than a pass). Each pass is one forward of its rows.
 //   - A pass embeds its tokens at their own positions and runs the blocks (infer/cuda_transformer.hpp).
 //     In each block, kv_cache_append rotates q and k by the tokens' positions (Llama) and writes k
-//     and v to the cache; then a prompt of a fresh slot attends within itself through the flash
+//     and v to the cache (in the QKV projection's epilogue for a pass of a few rows); then a prompt of a fresh slot attends within itself through the flash
 //     attention of training (attention_forward over its rows, the fast path for long prompts; one
 //     launch for consecutive prompts of one length), and every other token (decode steps, prompt
 //     tokens after cached ones) attends to its slot's cache through cached_attention

@@ -315,15 +315,18 @@ void CudaInferenceModelImpl<X>::forward(const Pass& pass) {
                                s);
     cuda::add(x, x, rows_.get(), size_t(N) * d.C, s);
   }
-  net_.blocks(x, N, [&](size_t l, X* qkv, X* out) {
-    cuda::kv_cache_append(qkv, k_cache(l), v_cache(l), slots, positions, net_.rope_table(), N, d.NH, d.NKV, d.HS,
-                          max_length_, s);
+  const typename CudaTransformer<X>::KvCache cache{
+      [&](size_t l) { return std::make_pair(k_cache(l), v_cache(l)); }, slots, positions, max_length_};
+  // The blocks cache each layer's keys and values first: a fresh prompt then attends within
+  // itself, every other row against its slot's cache.
+  const auto attention = [&](size_t l, X* qkv, X* out) {
     for (const Prompts& p : pass.prompts)
       cuda::attention_forward(out + size_t(p.row) * d.CQ, lse_.get(), qkv + size_t(p.row) * d.QKV, p.count, p.length,
                               d.NH, d.NKV, d.HS, s);
     cuda::cached_attention(out, qkv, k_cache(l), v_cache(l), cached, slots, positions, pass.cached, d.NH, d.NKV,
                            d.HS, max_length_, scratch_.get(), s);
-  });
+  };
+  net_.blocks(x, N, attention, &cache);
   if (pass.outputs == 0) return;  // the middle of a prompt longer than a pass
   const X* h = x;
   if (pass.outputs != N) {  // the requests' last rows, gathered (a lookup of x's rows by row number)

@@ -25,6 +25,7 @@
 
 #include <cstddef>
 #include <functional>
+#include <utility>
 #include <vector>
 
 #include "model/config.hpp"
@@ -104,8 +105,18 @@ class CudaTransformer {
   // projection, which it may rotate in place) to out [N, CQ].
   using Attention = std::function<void(size_t layer, X* qkv, X* out)>;
 
-  // Runs every block on the residual stream x [N, C] (N <= max_rows()), in place.
-  void blocks(X* x, int N, const Attention& attention);
+  // A KV cache the blocks write each layer's new keys and values into (kv_cache_append's
+  // arguments, ops/cuda/ops.hpp), before the attention, which then finds them there.
+  struct KvCache {
+    std::function<std::pair<X*, X*>(size_t layer)> arrays;  // the layer's K and V arrays
+    const int32_t *slots, *positions;                       // of the rows
+    int max_length;
+  };
+
+  // Runs every block on the residual stream x [N, C] (N <= max_rows()), in place. With CACHE, the
+  // rows' keys and values go to it first (rotated by their positions with RoPE), fused into the
+  // QKV projection's epilogue for a few rows.
+  void blocks(X* x, int N, const Attention& attention, const KvCache* cache = nullptr);
 
   // out [N, Vp] = final_norm(x) @ Wout^T, for N <= max_rows() rows x [N, C]: with tensor
   // parallelism, the columns of this member's vocabulary rows.
@@ -125,7 +136,7 @@ class CudaTransformer {
   // OUT = EPILOGUE(norm(X) @ W^T + B), X [N, C], for the layers that follow a norm (the fused
   // QKV, the MLP's first layer and its activation, the output layer).
   void norm_linear(X* out, const X* x, size_t norm_w, size_t norm_b, size_t w, size_t b, int N, int OC,
-                   cuda::SmallLinearEpilogue epilogue);
+                   cuda::SmallLinearEpilogue epilogue, const cuda::SmallLinearKvAppend<X>* kv_append = nullptr);
   // X [N, C] += INP [N, IN] @ W^T + B: the layers that end a branch (a row-parallel layer, its
   // parts summed over the group).
   void residual_linear(X* x, const X* inp, size_t w, size_t b, int N, int in);

@@ -124,15 +124,23 @@ void CudaTransformer<X>::norm(X* out, const X* inp, size_t w, size_t b, int N) {
 }
 
 template <typename X>
-void CudaTransformer<X>::blocks(X* x, int N, const Attention& attention) {
+void CudaTransformer<X>::blocks(X* x, int N, const Attention& attention, const KvCache* cache) {
   if (N > max_rows_) throw std::invalid_argument("CudaTransformer: more rows than allocated");
   const auto [C, NH, NKV, HS, CQ, QKV, Fh, FC, V, Vp, V0] = dims_;
   const auto activation =
       config_.activation == Activation::swiglu ? cuda::SmallLinearEpilogue::swiglu : cuda::SmallLinearEpilogue::gelu;
   for (size_t l = 0; l < offsets_.layers.size(); ++l) {
     const GptOffsets::Layer& w = offsets_.layers[l];
-    // Attention: x = x + proj(attention(qkv(norm1(x)))).
-    norm_linear(qkv_.get(), x, w.ln1_w, w.ln1_b, w.qkv_w, w.qkv_b, N, QKV, cuda::SmallLinearEpilogue::store);
+    // Attention: x = x + proj(attention(qkv(norm1(x)))), the keys and values cached first.
+    if (cache) {
+      const auto [k, v] = cache->arrays(l);
+      const cuda::SmallLinearKvAppend<X> append{k,  v,  cache->slots, cache->positions, rope_table(),
+                                                NH, NKV, HS, cache->max_length};
+      norm_linear(qkv_.get(), x, w.ln1_w, w.ln1_b, w.qkv_w, w.qkv_b, N, QKV, cuda::SmallLinearEpilogue::kv_append,
+                  &append);
+    } else {
+      norm_linear(qkv_.get(), x, w.ln1_w, w.ln1_b, w.qkv_w, w.qkv_b, N, QKV, cuda::SmallLinearEpilogue::store);
+    }
     attention(l, qkv_.get(), atty_.get());
     residual_linear(x, atty_.get(), w.proj_w, w.proj_b, N, CQ);
     // MLP: x = x + fc2(act(fc1(norm2(x)))).
@@ -145,14 +153,19 @@ void CudaTransformer<X>::blocks(X* x, int N, const Attention& attention) {
 // the activation's kernel (GELU in cuBLASLt's epilogue where it has one).
 template <typename X>
 void CudaTransformer<X>::norm_linear(X* out, const X* x, size_t norm_w, size_t norm_b, size_t w, size_t b, int N,
-                                     int OC, cuda::SmallLinearEpilogue epilogue) {
+                                     int OC, cuda::SmallLinearEpilogue epilogue,
+                                     const cuda::SmallLinearKvAppend<X>* kv_append) {
   using E = cuda::SmallLinearEpilogue;
   const int C = dims_.C;
   const cuda::SmallLinearNorm<X> n{px(norm_w), px(norm_b), float(config_.norm_eps), config_.norm == NormKind::rmsnorm};
-  if (small_linear_ && cuda::small_linear(out, x, px(w), px(b), N, C, OC, n, epilogue, stream())) return;
+  if (small_linear_ && cuda::small_linear(out, x, px(w), px(b), N, C, OC, n, epilogue, stream(), kv_append)) return;
   norm(ln_.get(), x, norm_w, norm_b, N);
-  if (epilogue == E::store) {
+  if (epilogue == E::store || epilogue == E::kv_append) {
     gemm_.linear_forward(out, ln_.get(), px(w), px(b), N, C, OC);
+    if (kv_append)
+      cuda::kv_cache_append(out, kv_append->k_cache, kv_append->v_cache, kv_append->slots, kv_append->positions,
+                            kv_append->rope_table, N, kv_append->NH, kv_append->NKV, kv_append->HS,
+                            kv_append->max_length, stream());
   } else if (epilogue == E::swiglu) {
     gemm_.linear_forward(fc1_.get(), ln_.get(), px(w), px(b), N, C, OC);
     cuda::swiglu_forward(out, fc1_.get(), N, OC / 2, stream());

@@ -91,6 +91,7 @@ void check_case(const Case& c, std::mt19937& rng) {
           want_scale[i] = 1.2 * scale[k] * std::abs(u) + std::abs(silu(g)) * scale[k + outputs];
           break;
         }
+        case SmallLinearEpilogue::kv_append: FAIL("kv_append has a test of its own");
       }
     }
 
@@ -149,4 +150,58 @@ TEST_CASE("small_linear declines what it does not handle, queueing nothing", "[g
                                       64, none, store, nullptr));  // rows too wide to stage
   CHECK_FALSE(meg::cuda::small_linear(out.get(), inp.get(), W.get(), static_cast<const float*>(nullptr), 1, 64, 63,
                                       none, SmallLinearEpilogue::swiglu, nullptr));  // no gate/up pairs
+}
+
+// The kv_append epilogue against what it fuses: the stored projection, then kv_cache_append. The
+// product's sums are the same (a lane adds its vectors in the same order whatever the rows of
+// its task), so everything must match bit for bit: the projection (q and k rotated in place) and
+// both caches.
+template <typename X>
+void check_kv_append(int N, int C, int NH, int NKV, int HS, bool rope, std::mt19937& rng) {
+  INFO("N=" << N << " C=" << C << " NH=" << NH << " NKV=" << NKV << " HS=" << HS << " rope=" << rope << " "
+            << meg::test::type_name<X>());
+  const int OC = (NH + 2 * NKV) * HS, slots = 3, max_length = 40;
+  DeviceBuffer<X> inp(round_to<X>(random_floats(size_t(N) * C, -1, 1, rng)));
+  DeviceBuffer<X> W(round_to<X>(random_floats(size_t(OC) * C, -0.5f, 0.5f, rng)));
+  DeviceBuffer<X> bias(round_to<X>(random_floats(size_t(OC), -1, 1, rng)));
+  DeviceBuffer<X> gamma(round_to<X>(random_floats(size_t(C), 0.5f, 1.5f, rng)));
+  const auto table = meg::cuda::rope_table(max_length, HS, 10000.0);
+  DeviceBuffer<float> d_table(table);
+  // Rows at scattered (slot, position) pairs, as a decode step's.
+  std::vector<float> slot_list = {2, 0, 1, 2}, position_list = {7, 39, 0, 21};
+  slot_list.resize(size_t(N));
+  position_list.resize(size_t(N));
+  DeviceBuffer<int32_t> slots_d(slot_list), positions_d(position_list);
+  const size_t cache = size_t(slots) * NKV * max_length * HS;
+  DeviceBuffer<X> qkv_want(size_t(N) * OC), qkv_got(size_t(N) * OC);
+  DeviceBuffer<X> k_want(cache), v_want(cache), k_got(cache), v_got(cache);
+  for (auto* b : {&k_want, &v_want, &k_got, &v_got}) b->upload(std::vector<float>(cache, 0.25f));
+  meg::cuda::SmallLinearNorm<X> norm;
+  norm.weight = gamma.get();
+  norm.eps = 1e-5f;
+  norm.rms = true;
+  const float* t = rope ? d_table.get() : nullptr;
+
+  REQUIRE(meg::cuda::small_linear(qkv_want.get(), inp.get(), W.get(), bias.get(), N, C, OC, norm,
+                                  SmallLinearEpilogue::store, nullptr));
+  meg::cuda::kv_cache_append(qkv_want.get(), k_want.get(), v_want.get(), slots_d.get(), positions_d.get(), t, N, NH,
+                             NKV, HS, max_length, nullptr);
+  const meg::cuda::SmallLinearKvAppend<X> append{k_got.get(), v_got.get(), slots_d.get(), positions_d.get(), t,
+                                                 NH,          NKV,         HS,           max_length};
+  REQUIRE(meg::cuda::small_linear(qkv_got.get(), inp.get(), W.get(), bias.get(), N, C, OC, norm,
+                                  SmallLinearEpilogue::kv_append, nullptr, &append));
+  CHECK(meg::test::same_bits(qkv_got.download_raw(), qkv_want.download_raw()));
+  CHECK(meg::test::same_bits(k_got.download_raw(), k_want.download_raw()));
+  CHECK(meg::test::same_bits(v_got.download_raw(), v_want.download_raw()));
+}
+
+TEST_CASE("small_linear's kv_append epilogue equals the projection followed by kv_cache_append", "[gpu][kernels]") {
+  std::mt19937 rng(41);
+  for (int N = 1; N <= meg::cuda::kSmallLinearMaxRows; ++N) {
+    // GPT-2 (no RoPE, as many kv heads as heads) and Llama (RoPE, grouped-query) shapes.
+    check_kv_append<float>(N, 64, 4, 4, 16, false, rng);
+    check_kv_append<__nv_bfloat16>(N, 64, 4, 4, 16, false, rng);
+    check_kv_append<float>(N, 128, 8, 2, 16, true, rng);
+    check_kv_append<__nv_bfloat16>(N, 256, 4, 1, 64, true, rng);
+  }
 }

@@ -310,18 +310,35 @@ struct SmallLinearNorm {
 //             GELU epilogue)
 //   swiglu    out[N, OC / 2] = silu(y_gate) * y_up, W's rows [gate (OC / 2) | up (OC / 2)]
 //   residual  out += y: the residual stream updated in place
-enum class SmallLinearEpilogue { store, gelu, swiglu, residual };
+//   kv_append out = y, the fused QKV projection [N, (NH + 2 NKV) HS], then as kv_cache_append:
+//             q and k rotated in place by each row's position (with a RoPE table), k and v
+//             written to the cache (SmallLinearKvAppend), in the same values and rounding
+enum class SmallLinearEpilogue { store, gelu, swiglu, residual, kv_append };
+
+// kv_cache_append's arguments, for the kv_append epilogue: row n of the product is the token at
+// position positions[n] of slot slots[n].
+template <typename X>
+struct SmallLinearKvAppend {
+  X* k_cache = nullptr;
+  X* v_cache = nullptr;
+  const int32_t* slots = nullptr;
+  const int32_t* positions = nullptr;
+  const float* rope_table = nullptr;  // null: no rotation (GPT-2)
+  int NH = 0, NKV = 0, HS = 0, max_length = 0;
+};
 
 // The most rows small_linear takes: past it the products are compute-bound and cuBLASLt's.
 constexpr int kSmallLinearMaxRows = 4;
 
-// out = epilogue(norm(inp[N, C]) @ W[OC, C]^T + bias[OC]) (bias may be null). Returns false,
-// having queued nothing, for what it does not handle: N outside [1, kSmallLinearMaxRows], C not
-// a multiple of 16 bytes of X, a pointer not 16-byte aligned, or rows too wide to hold N of in
-// shared memory; the caller then runs the norm, the product and the epilogue separately.
+// out = epilogue(norm(inp[N, C]) @ W[OC, C]^T + bias[OC]) (bias may be null; KV_APPEND is the
+// kv_append epilogue's, null for the others). Returns false, having queued nothing, for what it
+// does not handle: N outside [1, kSmallLinearMaxRows], C not a multiple of 16 bytes of X, a
+// pointer not 16-byte aligned, or rows too wide to hold N of in shared memory; the caller then
+// runs the norm, the product and the epilogue separately.
 template <typename X>
 bool small_linear(X* out, const X* inp, const X* W, const X* bias, int N, int C, int OC,
-                  const SmallLinearNorm<X>& norm, SmallLinearEpilogue epilogue, cudaStream_t stream);
+                  const SmallLinearNorm<X>& norm, SmallLinearEpilogue epilogue, cudaStream_t stream,
+                  const SmallLinearKvAppend<X>* kv_append = nullptr);
 
 // ---- kernels/logits.cu -------------------------------------------------------------------------
 
