@@ -4,7 +4,7 @@
 //
 // Query q (of Q) is row rows[q] of the fused projection qkv [N, (NH + 2*NKV) * HS]; its token sits
 // at position p = positions[row] of slot slots[row], whose keys and values [0, p] are in the cache
-// (this batch's included: kv_cache_append runs first). With s = q.k / sqrt(HS),
+// (this batch's included: they are appended first). With s = q.k / sqrt(HS),
 //   out[row, h] = sum_t p_t v_t,  p = softmax(s) over the keys t <= p of kv head h / (NH / NKV).
 // A query at position p sees exactly the keys up to p, so a prompt's tokens appended in one batch
 // are causal among themselves without a mask.
@@ -17,8 +17,9 @@
 // depend on the order the blocks ran in). It knows it is last from a counter per (query, head
 // group) in the scratch, which it also sets back to zero for the next launch; merging there rather
 // than in a kernel of its own saves a launch and a round trip through memory per layer. A query
-// splits its keys into at most one share per kMinSplitKeys keys, so short contexts run unsplit,
-// and the grid's split count depends only on Q (cached_attention_splits): a decode step's launches
+// splits its keys into no more shares than it takes for a block to request all of its share at
+// once (one pass), so short contexts run unsplit and the merge has few partials; the grid's split
+// count depends only on Q (cached_attention_splits): a decode step's launches
 // keep their shape as the context grows, which CUDA graphs need. Blocks past a query's own split
 // count return at once.
 //
@@ -26,14 +27,19 @@
 // (16 bytes for bf16 with W = 8); P is HS / W rounded up to a power of two, lanes past the row
 // idle, so a warp reads 32 / P keys at once, kUnroll times over, before using any of them. The
 // P lanes of a key add their partial dot products with xor shuffles, which leave the same sum in
-// each of them; every lane then updates its own online softmax (m, l, and o for its W elements),
-// so the key groups never wait on each other. Grouped-query attention: a block takes G query heads
+// each of them; every lane then updates its own online softmax (m, l, and o for its W elements)
+// once for its kUnroll keys, so the key groups never wait on each other. Grouped-query attention: a block takes G query heads
 // of one kv head (G the largest of 4, 2, 1 dividing NH / NKV), so every key and value read
 // serves G heads. At the end the key groups of a warp merge their partials with shuffles, the warps
 // theirs through shared memory, in a fixed order.
 //
 // The launch overlaps the kernel before it (kernels/overlapped_launch.cuh): the decode step's
-// kernels are short, and each one's ramp-up would otherwise wait for the previous one's tail.
+// kernels are short, and each one's ramp-up would otherwise wait for the previous one's tail. The
+// previous kernel wrote this batch's q and its newest keys and values (at most new_keys of each
+// slot); the rows, slots and positions were staged before the step's first kernel and the older
+// keys by earlier launches. So a block finds its query and requests its first older keys and values
+// before it waits, and only the query and the new keys come after: the wait then overlaps the
+// block's first round trip to memory rather than preceding it.
 //
 // Scores are kept in base-2 units (q is pre-scaled by log2(e) / sqrt(HS)), so each exponential is
 // one ex2 instruction.
@@ -57,9 +63,8 @@ namespace {
 
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * kWarp;
-constexpr int kUnroll = 2;         // keys per lane group loaded before the first is used
-constexpr int kMaxSplits = 64;     // the merge reads up to this many partials per (query, head)
-constexpr int kMinSplitKeys = 64;  // a split takes at least this many keys
+constexpr int kUnroll = 4;      // keys per lane group loaded before the first is used
+constexpr int kMaxSplits = 64;  // the merge reads up to this many partials per (query, head)
 constexpr int kBlocksPerSM = 4;    // the grid the splits aim for (split_blocks())
 
 // Query heads per block: the largest of 4, 2, 1 that divides the group NH / NKV. Not 8: the block
@@ -74,9 +79,10 @@ int heads_per_block(int group) {
 // A split's partial result for one (query, head): m, l, then o[HS] (base-2 units, unnormalised).
 __host__ __device__ size_t partial_floats(int HS) { return size_t(HS) + 2; }
 
-// The splits query LEN keys use, within the grid's SPLITS.
-__device__ int query_splits(int len, int splits) {
-  return min(splits, ceil_div(len, kMinSplitKeys));
+// The splits query LEN keys use, within the grid's SPLITS: no more than it takes for each to read
+// its keys in one pass of PASS_KEYS (every key requested before any is used).
+__device__ int query_splits(int len, int splits, int pass_keys) {
+  return min(splits, ceil_div(len, pass_keys));
 }
 
 // Merges the partial (m2, l2, o2) into (m, l, o). Two empty partials (m = -inf) stay empty.
@@ -103,22 +109,14 @@ struct Args {
   const X *qkv, *k_cache, *v_cache;
   const int32_t *rows, *slots, *positions;
   int Q, NH, NKV, HS, max_length;
+  int new_keys;  // a slot's keys the previous kernel wrote, at most: the last new_keys of its query
 };
 
 template <typename X, int W, int G>
 __global__ void __launch_bounds__(kThreads)
     cached_attention_kernel(const Args<X> a, float scale_log2) {
   using V = Vec<X, W>;
-  wait_for_previous_kernel();  // kv_cache_append, which wrote this step's keys and values
-  allow_next_kernel();
   const int NH = a.NH, NKV = a.NKV, HS = a.HS;
-  const int q = blockIdx.z, split = blockIdx.x;
-  const int row = a.rows[q], len = a.positions[row] + 1;
-  const int splits = query_splits(len, gridDim.x);
-  if (split >= splits) return;  // the whole block: this query needs fewer splits
-  const int per_split = ceil_div(len, splits);
-  const int k_begin = split * per_split, k_end = min(len, k_begin + per_split);
-
   // The lane's place: chunk c of the key row (elements [c W, c W + W)), key `sub` of the warp's.
   const int chunks = HS / W;
   int P = 1;
@@ -126,9 +124,45 @@ __global__ void __launch_bounds__(kThreads)
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int c = lane % P, sub = lane / P, per_warp = kWarp / P;
   const bool has_chunk = c < chunks;
+  const int pass_keys = kWarps * per_warp * kUnroll;  // the keys a block requests at once
+
+  const int q = blockIdx.z, split = blockIdx.x;
+  const int row = a.rows[q], len = a.positions[row] + 1;
+  const int splits = query_splits(len, gridDim.x, pass_keys);
+  if (split >= splits) return;  // the whole block: this query needs fewer splits
+  const int per_split = ceil_div(len, splits);
+  const int k_begin = split * per_split, k_end = min(len, k_begin + per_split);
 
   // The block's query heads h0 .. h0 + G - 1, all of kv head g (G divides the group NH / NKV).
   const int h0 = blockIdx.y * G, g = h0 / (NH / NKV);
+
+  const size_t head_rows = (size_t(a.slots[row]) * NKV + g) * a.max_length;
+  const X* kp = a.k_cache + head_rows * HS + c * W;
+  const X* vp = a.v_cache + head_rows * HS + c * W;
+  // The keys [from, to) of the kUnroll groups of the warp's next keys from BASE; the lane's others
+  // keep what they hold (zeros at first: a lane without a chunk adds nothing to a dot product).
+  V kx[kUnroll], vx[kUnroll];
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+    for (int w = 0; w < W; ++w) kx[u].v[w] = vx[u].v[w] = from_float<X>(0.0f);
+  }
+  auto load_keys = [&](int base, int from, int to) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int t = base + u * per_warp + sub;
+      if (has_chunk && t >= from && t < to) {
+        kx[u] = *reinterpret_cast<const V*>(kp + size_t(t) * HS);
+        vx[u] = *reinterpret_cast<const V*>(vp + size_t(t) * HS);
+      }
+    }
+  };
+  const int first_base = k_begin + warp * per_warp * kUnroll;
+  const int old_end = min(k_end, len - a.new_keys);
+  load_keys(first_base, k_begin, old_end);
+  wait_for_previous_kernel();  // the projection (and kv_cache_append) that wrote q and the new keys
+  allow_next_kernel();
+  load_keys(first_base, old_end, k_end);
 
   float qv[G][W] = {};
   const X* qrow = a.qkv + size_t(row) * (NH + 2 * NKV) * HS + size_t(h0) * HS + c * W;
@@ -150,47 +184,52 @@ __global__ void __launch_bounds__(kThreads)
     for (int w = 0; w < W; ++w) o[j][w] = 0.0f;
   }
 
-  const size_t head_rows = (size_t(a.slots[row]) * NKV + g) * a.max_length;
-  const X* kp = a.k_cache + head_rows * HS + c * W;
-  const X* vp = a.v_cache + head_rows * HS + c * W;
-  // The loop condition depends on the warp only: every lane reaches the shuffles.
-  for (int base = k_begin + warp * per_warp * kUnroll; base < k_end;
-       base += kWarps * per_warp * kUnroll) {
-    V kx[kUnroll], vx[kUnroll];
+  // The loop condition depends on the warp only: every lane reaches the shuffles. Past k_end a
+  // lane keeps its last keys, whose scores are left out.
+  for (int base = first_base; base < k_end; base += pass_keys) {
+    if (base != first_base) load_keys(base, base, k_end);
+    // The kUnroll x G scores at once (independent dot products and shuffles), then one update of
+    // each head's running max for all of them: the dependent chain is per pass, not per key.
+    float s[kUnroll][G];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int t = base + u * per_warp + sub;
-      if (t < k_end && has_chunk) {
-        kx[u] = *reinterpret_cast<const V*>(kp + size_t(t) * HS);
-        vx[u] = *reinterpret_cast<const V*>(vp + size_t(t) * HS);
-      } else {
-#pragma unroll
-        for (int w = 0; w < W; ++w) {
-          kx[u].v[w] = from_float<X>(0.0f);
-          vx[u].v[w] = from_float<X>(0.0f);
-        }
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const bool valid = base + u * per_warp + sub < k_end;
 #pragma unroll
       for (int j = 0; j < G; ++j) {
-        float s = 0.0f;
+        s[u][j] = 0.0f;
 #pragma unroll
-        for (int w = 0; w < W; ++w) s += qv[j][w] * to_float(kx[u].v[w]);
-        for (int offset = P / 2; offset > 0; offset /= 2)
-          s += __shfl_xor_sync(0xffffffffu, s, offset);
-        if (valid) {
-          const float mx = fmaxf(m[j], s);
-          const float corr = fast_exp2(m[j] - mx);  // 0 for the first key, where m is -inf
-          const float p = fast_exp2(s - mx);
-          l[j] = l[j] * corr + p;
-#pragma unroll
-          for (int w = 0; w < W; ++w) o[j][w] = o[j][w] * corr + p * to_float(vx[u].v[w]);
-          m[j] = mx;
-        }
+        for (int w = 0; w < W; ++w) s[u][j] += qv[j][w] * to_float(kx[u].v[w]);
       }
+    }
+    for (int offset = P / 2; offset > 0; offset /= 2) {
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+        for (int j = 0; j < G; ++j) s[u][j] += __shfl_xor_sync(0xffffffffu, s[u][j], offset);
+      }
+    }
+    bool valid[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) valid[u] = base + u * per_warp + sub < k_end;
+    if (!valid[0]) continue;  // none of the lane's keys (they are in order)
+#pragma unroll
+    for (int j = 0; j < G; ++j) {
+      float mx = m[j];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+        if (valid[u]) mx = fmaxf(mx, s[u][j]);
+      const float corr = fast_exp2(m[j] - mx);  // 0 at the first keys, where m is -inf
+      l[j] *= corr;
+#pragma unroll
+      for (int w = 0; w < W; ++w) o[j][w] *= corr;
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        if (!valid[u]) continue;
+        const float p = fast_exp2(s[u][j] - mx);
+        l[j] += p;
+#pragma unroll
+        for (int w = 0; w < W; ++w) o[j][w] += p * to_float(vx[u].v[w]);
+      }
+      m[j] = mx;
     }
   }
 
@@ -260,22 +299,39 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
   if (!last) return;
   __threadfence();
-  // Thread per (head j, element d): the splits' partials, read from L2 (__ldcg: another block's
-  // writes are not in this multiprocessor's L1), merged in split order.
+  // The splits' partials, read from L2 (__ldcg: another block's writes are not in this
+  // multiprocessor's L1) with many loads in flight at a time: first every split's m and l, then
+  // a thread per (head j, element d) its column of o, kBatch splits at a time, merged in split order.
+  __shared__ float split_m[G][kMaxSplits], split_l[G][kMaxSplits];
+  const float* base = a.partials + (size_t(q) * NH + h0) * gridDim.x * rec;  // [G][grid splits][rec]
+  for (int e = threadIdx.x; e < G * splits; e += kThreads) {
+    const int j = e / splits, s = e % splits;
+    const float* p = base + (size_t(j) * gridDim.x + s) * rec;
+    split_m[j][s] = __ldcg(p);
+    split_l[j][s] = __ldcg(p + 1);
+  }
+  __syncthreads();
+  constexpr int kBatch = 8;
   for (int e = threadIdx.x; e < G * HS; e += kThreads) {
-    const int h = h0 + e / HS, d = e % HS;
-    const float* p = a.partials + (size_t(q) * NH + h) * gridDim.x * rec;
+    const int j = e / HS, d = e % HS;
+    const float* p = base + size_t(j) * gridDim.x * rec + 2 + d;
     float mx = -INFINITY;
-    for (int s = 0; s < splits; ++s) mx = fmaxf(mx, __ldcg(p + s * rec));
+    for (int s = 0; s < splits; ++s) mx = fmaxf(mx, split_m[j][s]);
     float sum = 0.0f, acc = 0.0f;
-    for (int s = 0; s < splits; ++s) {
-      const float m = __ldcg(p + s * rec);
-      if (m == -INFINITY) continue;  // a split that saw no key
-      const float f = fast_exp2(m - mx);
-      sum += __ldcg(p + s * rec + 1) * f;
-      acc += __ldcg(p + s * rec + 2 + d) * f;
+    for (int s0 = 0; s0 < splits; s0 += kBatch) {
+      float ov[kBatch];
+#pragma unroll
+      for (int k = 0; k < kBatch; ++k) ov[k] = s0 + k < splits ? __ldcg(p + size_t(s0 + k) * rec) : 0.0f;
+#pragma unroll
+      for (int k = 0; k < kBatch; ++k) {
+        const int s = s0 + k;
+        if (s >= splits || split_m[j][s] == -INFINITY) continue;  // past the splits, or one that saw no key
+        const float f = fast_exp2(split_m[j][s] - mx);
+        sum += split_l[j][s] * f;
+        acc += ov[k] * f;
+      }
     }
-    a.out[(size_t(row) * NH + h) * HS + d] = from_float<X>(acc / sum);
+    a.out[(size_t(row) * NH + h0 + j) * HS + d] = from_float<X>(acc / sum);
   }
 }
 
@@ -326,12 +382,13 @@ size_t cached_attention_scratch(int Q, int NH, int NKV, int HS) {
 template <typename X>
 void cached_attention(X* out, const X* qkv, const X* k_cache, const X* v_cache, const int32_t* rows,
                       const int32_t* slots, const int32_t* positions, int Q, int NH, int NKV,
-                      int HS, int max_length, float* scratch, cudaStream_t stream) {
+                      int HS, int max_length, int new_keys, float* scratch, cudaStream_t stream) {
   if (NH <= 0 || NKV <= 0 || NH % NKV != 0)
     throw std::invalid_argument(
         "cached_attention: query heads must be a multiple of key/value heads");
   if (Q > 65535) throw std::invalid_argument("cached_attention: at most 65535 queries per launch");
   if (Q <= 0) return;
+  if (new_keys < 1) throw std::invalid_argument("cached_attention: new_keys must be at least 1");
   const int w = lane_elements(HS);
   if (w == 0)
     throw std::invalid_argument("cached_attention: unsupported head size " + std::to_string(HS));
@@ -341,7 +398,7 @@ void cached_attention(X* out, const X* qkv, const X* k_cache, const X* v_cache, 
     if (!aligned(p, w * sizeof(X)))
       throw std::invalid_argument("cached_attention: misaligned array");
   const Args<X> a{out, reinterpret_cast<unsigned*>(scratch), scratch + split_blocks(), qkv, k_cache, v_cache,
-                  rows, slots, positions, Q, NH, NKV, HS, max_length};
+                  rows, slots, positions, Q, NH, NKV, HS, max_length, new_keys};
   switch (w) {
     case 8: return launch_heads<X, 8>(a, stream);
     case 4: return launch_heads<X, 4>(a, stream);
@@ -354,7 +411,7 @@ bool cached_attention_supports(int HS) { return lane_elements(HS) != 0; }
 #define MEG_INSTANTIATE(X)                                                                   \
   template void cached_attention<X>(X*, const X*, const X*, const X*, const int32_t*,        \
                                     const int32_t*, const int32_t*, int, int, int, int, int, \
-                                    float*, cudaStream_t);
+                                    int, float*, cudaStream_t);
 MEG_INSTANTIATE(float)
 MEG_INSTANTIATE(bf16)
 MEG_INSTANTIATE(fp16)

@@ -28,6 +28,7 @@
 
 #include "common.cuh"
 #include "overlapped_launch.cuh"
+#include "rotary.cuh"
 #include "ops/cuda/check.hpp"
 #include "ops/cuda/ops.hpp"
 
@@ -68,8 +69,9 @@ __global__ void kv_cache_append_kernel(X* qkv, X* k_cache, X* v_cache, const int
       for (int j = 0; j < W; ++j) {
         const float c = cs.v[j].x, s = cs.v[j].y;
         const float x1 = float(a.v[j]), x2 = float(b.v[j]);
-        a.v[j] = X(x1 * c - x2 * s);
-        b.v[j] = X(x2 * c + x1 * s);
+        const float2 y = rotate_pair(x1, x2, c, s);
+        a.v[j] = X(y.x);
+        b.v[j] = X(y.y);
       }
       *reinterpret_cast<V*>(x) = a;
       *reinterpret_cast<V*>(x + half) = b;

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "common.cuh"
+#include "rotary.cuh"
 #include "ops/cuda/check.hpp"
 #include "ops/cuda/ops.hpp"
 
@@ -58,8 +59,9 @@ __global__ void rope_kernel(X* qkv, const float2* table, int N, int T, int NH, i
     for (int j = 0; j < W; ++j) {
       const float c = cs.v[j].x, s = sign * cs.v[j].y;
       const float x1 = float(a.v[j]), x2 = float(b.v[j]);
-      ya.v[j] = X(x1 * c - x2 * s);
-      yb.v[j] = X(x2 * c + x1 * s);
+      const float2 y = rotate_pair(x1, x2, c, s);
+      ya.v[j] = X(y.x);
+      yb.v[j] = X(y.y);
     }
     *reinterpret_cast<V*>(x) = ya;
     *reinterpret_cast<V*>(x + half) = yb;

@@ -73,6 +73,7 @@ class CudaInferenceModelImpl final : public CudaInferenceModel {
   // requests' last rows, whose logits go to output rows [first_output, first_output + outputs))].
   struct Pass {
     int N = 0, cached = 0, outputs = 0, first_output = 0;
+    int new_keys = 0;  // the most tokens of one slot that go through the cache (cached_attention's)
     std::vector<Prompts> prompts;
     size_t staged() const { return 3 * size_t(N) + size_t(cached) + size_t(outputs); }
   };
@@ -222,6 +223,7 @@ typename CudaInferenceModelImpl<X>::Pass CudaInferenceModelImpl<X>::stage(const 
         pass.prompts.push_back({row, p.count, 1});
     } else {
       for (int t = 0; t < p.count; ++t) cached[pass.cached++] = row + t;
+      pass.new_keys = std::max(pass.new_keys, p.count);
     }
     if (p.last) last.push_back(row + p.count - 1);
     row += p.count;
@@ -324,7 +326,7 @@ void CudaInferenceModelImpl<X>::forward(const Pass& pass) {
       cuda::attention_forward(out + size_t(p.row) * d.CQ, lse_.get(), qkv + size_t(p.row) * d.QKV, p.count, p.length,
                               d.NH, d.NKV, d.HS, s);
     cuda::cached_attention(out, qkv, k_cache(l), v_cache(l), cached, slots, positions, pass.cached, d.NH, d.NKV,
-                           d.HS, max_length_, scratch_.get(), s);
+                           d.HS, max_length_, pass.new_keys, scratch_.get(), s);
   };
   net_.blocks(x, N, attention, &cache);
   if (pass.outputs == 0) return;  // the middle of a prompt longer than a pass

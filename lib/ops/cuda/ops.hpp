@@ -272,14 +272,16 @@ void kv_cache_append(X* qkv, X* k_cache, X* v_cache, const int32_t* slots, const
 // prompt tokens that follow cached ones). Query q is row rows[q] of qkv (as kv_cache_append takes
 // it, after that has run for the row); it attends, as query head h, to the keys and values
 // [0, positions[row]] of kv head h / (NH / NKV) of slot slots[row], scores scaled by 1/sqrt(HS),
-// and writes out[row] ([N, NH * HS] rows, as attention_forward's). SCRATCH holds
+// and writes out[row] ([N, NH * HS] rows, as attention_forward's). The kernel before it wrote
+// at most NEW_KEYS (>= 1) keys and values of each slot, the last ones of its queries; the older
+// ones are read before that kernel has finished (an overlapped launch). SCRATCH holds
 // cached_attention_scratch(Q, NH, NKV, HS) floats (null when that is 0), zeroed before its first
 // launch (every launch leaves the counters it holds at zero again). Head sizes: those of
 // cached_attention_supports (any even one up to 64, multiples of 4 up to 128, of 8 up to 256).
 template <typename X>
 void cached_attention(X* out, const X* qkv, const X* k_cache, const X* v_cache, const int32_t* rows,
                       const int32_t* slots, const int32_t* positions, int Q, int NH, int NKV, int HS,
-                      int max_length, float* scratch, cudaStream_t stream);
+                      int max_length, int new_keys, float* scratch, cudaStream_t stream);
 bool cached_attention_supports(int HS);
 // The grid's key splits for Q queries (a function of Q and the device alone, so that a captured
 // decode step keeps its shape as the context grows), and the scratch they need.
