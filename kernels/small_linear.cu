@@ -111,12 +111,14 @@ __device__ void stage_input(X* xs, const Args<X>& a) {
   V* x = reinterpret_cast<V*>(xs);
   const SmallLinearNorm<X>& norm = a.norm;
 
+  const bool layernorm = norm.weight && !norm.rms;  // which needs the rows' sums
   float sum[N] = {};
 #pragma unroll
   for (int n = 0; n < N; ++n) {
     for (int i = threadIdx.x; i < nvec; i += kThreads) {
       const V v = in[size_t(n) * nvec + i];
       x[n * nvec + i] = v;
+      if (!layernorm) continue;
 #pragma unroll
       for (int w = 0; w < W; ++w) sum[n] += to_float(v.v[w]);
     }
@@ -126,7 +128,7 @@ __device__ void stage_input(X* xs, const Args<X>& a) {
     return;
   }
   float mean[N] = {};
-  if (!norm.rms) {
+  if (layernorm) {
     block_sums<N>(sum, scratch);
 #pragma unroll
     for (int n = 0; n < N; ++n) mean[n] = sum[n] / a.C;

@@ -121,8 +121,10 @@ void check_case(const Case& c, std::mt19937& rng) {
 TEST_CASE("small_linear fuses norm, product and epilogue as the unfused ops compute them", "[gpu][kernels]") {
   std::mt19937 rng(31);
   // Shapes: tiny, ragged (OC odd: the last task's second row is past the end; C not a multiple of
-  // a warp's 16-byte vectors), and GPT-2 124M's and Llama's layer widths.
-  const int shapes[][2] = {{64, 96}, {200, 101}, {768, 2304}, {1024, 512}};
+  // a warp's 16-byte vectors), GPT-2 124M's and Llama's layer widths, and one with rows of several
+  // chunks (the last one partial) and more tasks than the persistent grid has warps, so that a
+  // warp's pipeline crosses from chunk to chunk and from task to task.
+  const int shapes[][2] = {{64, 96}, {200, 101}, {768, 2304}, {1024, 512}, {2600, 4500}};
   const SmallLinearEpilogue epilogues[] = {SmallLinearEpilogue::store, SmallLinearEpilogue::gelu,
                                            SmallLinearEpilogue::swiglu, SmallLinearEpilogue::residual};
   const NormKind norms[] = {NormKind::none, NormKind::layernorm, NormKind::layernorm_no_bias, NormKind::rmsnorm};
