@@ -56,33 +56,14 @@ CpuInferenceModel::CpuInferenceModel(const ModelConfig& config, std::vector<floa
   if (tp_) gathered_.resize(size_t(tp_size_) * logits_.size());
 }
 
-int CpuInferenceModel::length(int slot) const {
-  if (slot < 0 || slot >= slots_) input_error("inference model: slot {} outside [0, {})", slot, slots_);
-  return lengths_[size_t(slot)];
-}
+int CpuInferenceModel::length(int slot) const { return lengths_[size_t(checked_slot(slot, slots_))]; }
 
 void CpuInferenceModel::reset(int slot) {
-  if (slot < 0 || slot >= slots_) input_error("inference model: slot {} outside [0, {})", slot, slots_);
-  lengths_[size_t(slot)] = 0;  // the cached rows are overwritten before they are read again
+  lengths_[size_t(checked_slot(slot, slots_))] = 0;  // the cached rows are overwritten before they are read again
 }
 
 float* CpuInferenceModel::cache(std::vector<float>& kv, size_t l, int s) const {
   return kv.data() + ((l * size_t(slots_) + size_t(s)) * size_t(max_length_)) * size_t(KV_);
-}
-
-void CpuInferenceModel::check(std::span<const AppendRequest> requests) const {
-  std::vector<bool> seen(size_t(slots_), false);
-  for (const AppendRequest& r : requests) {
-    if (r.slot < 0 || r.slot >= slots_) input_error("inference model: slot {} outside [0, {})", r.slot, slots_);
-    if (seen[size_t(r.slot)]) input_error("inference model: slot {} appears twice in one append", r.slot);
-    seen[size_t(r.slot)] = true;
-    if (r.tokens.empty()) input_error("inference model: an append to slot {} has no tokens", r.slot);
-    const size_t total = size_t(lengths_[size_t(r.slot)]) + r.tokens.size();
-    if (total > size_t(max_length_))
-      input_error("inference model: slot {} would hold {} tokens, more than its {}", r.slot, total, max_length_);
-    for (const int32_t t : r.tokens)
-      if (t < 0 || t >= V_) input_error("inference model: token {} outside the vocabulary [0, {})", t, V_);
-  }
 }
 
 void CpuInferenceModel::reserve(int N, size_t scores) {
@@ -183,7 +164,7 @@ void CpuInferenceModel::sum_over_tp(float* data, size_t n) {
 }
 
 void CpuInferenceModel::append(std::span<const AppendRequest> requests, float* logits) {
-  check(requests);
+  check_append(requests, lengths_, max_length_, V_);
   if (requests.empty()) return;
   int N = 0;
   size_t scores = 0;

@@ -47,7 +47,6 @@ class CpuInferenceModel final : public InferenceModel {
   void append(std::span<const AppendRequest> requests, float* logits) override;
 
  private:
-  void check(std::span<const AppendRequest> requests) const;
   const float* param(size_t offset) const;  // null for a tensor the model lacks
   void norm(float* out, const float* inp, size_t w, size_t b, int N) const;
   // The cached keys (or values) of layer L, slot S, from position 0.

@@ -46,8 +46,8 @@ class CudaInferenceModelImpl final : public CudaInferenceModel {
   const ModelConfig& config() const override { return net_.config(); }
   int slots() const override { return slots_; }
   int max_length() const override { return max_length_; }
-  int length(int slot) const override { return lengths_[size_t(checked_slot(slot))]; }
-  void reset(int slot) override { lengths_[size_t(checked_slot(slot))] = 0; }
+  int length(int slot) const override { return lengths_[size_t(checked_slot(slot, slots_))]; }
+  void reset(int slot) override { lengths_[size_t(checked_slot(slot, slots_))] = 0; }
   void append(std::span<const AppendRequest> requests, float* logits) override;
   std::span<float> logits_buffer() override {
     const size_t n = size_t(slots_) * size_t(net_.dims().V);
@@ -78,8 +78,6 @@ class CudaInferenceModelImpl final : public CudaInferenceModel {
     size_t staged() const { return 3 * size_t(N) + size_t(cached) + size_t(outputs); }
   };
 
-  int checked_slot(int slot) const;
-  void check(std::span<const AppendRequest> requests) const;
   std::vector<std::vector<Piece>> plan(std::span<const AppendRequest> requests) const;
   Pass stage(const std::vector<Piece>& pieces, std::span<const AppendRequest> requests, int first_output,
              int32_t* host) const;
@@ -147,29 +145,6 @@ CudaInferenceModelImpl<X>::~CudaInferenceModelImpl() {
   for (auto& [n, exec] : graphs_) cudaGraphExecDestroy(exec);
 }
 
-template <typename X>
-int CudaInferenceModelImpl<X>::checked_slot(int slot) const {
-  if (slot < 0 || slot >= slots_) input_error("inference model: slot {} outside [0, {})", slot, slots_);
-  return slot;
-}
-
-template <typename X>
-void CudaInferenceModelImpl<X>::check(std::span<const AppendRequest> requests) const {
-  std::vector<char> used(size_t(slots_), 0);
-  const int V = int(config().vocab_size);
-  for (const AppendRequest& r : requests) {
-    const int slot = checked_slot(r.slot);
-    if (used[size_t(slot)]) input_error("inference model: slot {} appears twice in one append", slot);
-    used[size_t(slot)] = 1;
-    if (r.tokens.empty()) input_error("inference model: an append to slot {} has no tokens", slot);
-    const size_t total = size_t(lengths_[size_t(slot)]) + r.tokens.size();
-    if (total > size_t(max_length_))
-      input_error("inference model: slot {} would hold {} tokens, more than its {}", slot, total, max_length_);
-    for (const int32_t t : r.tokens)
-      if (t < 0 || t >= V) input_error("inference model: token {} outside the vocabulary [0, {})", t, V);
-  }
-}
-
 // The requests' tokens in order, cut into passes of at most pass_rows_ rows. A request that does not
 // fit in what is left of a pass but fits in a whole one starts the next pass, so that a prompt is cut
 // only when it is longer than a pass; each request then ends in one pass, in request order.
@@ -235,7 +210,7 @@ typename CudaInferenceModelImpl<X>::Pass CudaInferenceModelImpl<X>::stage(const 
 
 template <typename X>
 void CudaInferenceModelImpl<X>::append(std::span<const AppendRequest> requests, float* logits) {
-  check(requests);
+  check_append(requests, lengths_, max_length_, int(config().vocab_size));
   if (requests.empty()) return;
   const auto passes = plan(requests);
   size_t tokens = 0;

@@ -11,6 +11,26 @@
 
 namespace meg {
 
+int checked_slot(int slot, int slots) {
+  if (slot < 0 || slot >= slots) input_error("inference model: slot {} outside [0, {})", slot, slots);
+  return slot;
+}
+
+void check_append(std::span<const AppendRequest> requests, std::span<const int> lengths, int max_length, int V) {
+  std::vector<char> seen(lengths.size(), 0);
+  for (const AppendRequest& r : requests) {
+    const size_t slot = size_t(checked_slot(r.slot, int(lengths.size())));
+    if (seen[slot]) input_error("inference model: slot {} appears twice in one append", r.slot);
+    seen[slot] = 1;
+    if (r.tokens.empty()) input_error("inference model: an append to slot {} has no tokens", r.slot);
+    const size_t total = size_t(lengths[slot]) + r.tokens.size();
+    if (total > size_t(max_length))
+      input_error("inference model: slot {} would hold {} tokens, more than its {}", r.slot, total, max_length);
+    for (const int32_t t : r.tokens)
+      if (t < 0 || t >= V) input_error("inference model: token {} outside the vocabulary [0, {})", t, V);
+  }
+}
+
 ModelConfig tensor_parallel_config(const ModelConfig& config, size_t parameters, int tp) {
   ModelConfig c = config;
   c.validate();

@@ -63,6 +63,14 @@ class InferenceModel {
   std::vector<float> logits_buffer_;
 };
 
+// The checks every implementation makes, with the same messages. checked_slot: SLOT, or an
+// InputError when it is outside [0, SLOTS). check_append: REQUESTS as append() takes them, for slots
+// holding LENGTHS tokens of at most MAX_LENGTH and a vocabulary of V: InputError on a slot out of
+// range or named twice, a request without tokens, one that would pass MAX_LENGTH, or a token
+// outside [0, V).
+int checked_slot(int slot, int slots);
+void check_append(std::span<const AppendRequest> requests, std::span<const int> lengths, int max_length, int V);
+
 class Comm;
 
 // CONFIG as the members of a group of TP tensor-parallel ranks run it: validated, with PARAMETERS
