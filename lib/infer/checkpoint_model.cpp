@@ -3,10 +3,11 @@
 #include "ckpt/checkpoint.hpp"
 #include "convert/native_reader.hpp"
 #include "core/error.hpp"
+#include "infer/inference_model.hpp"
 
 namespace meg {
 
-CheckpointModel load_checkpoint_model(const std::string& dir) {
+CheckpointModel load_checkpoint_model(const std::string& dir, int tp, int rank) {
   // Only the parameter files are read, so only theirs are checksummed (the moments are not).
   const Checkpoint ck =
       load_checkpoint(dir, {.checksum_file = NativeLayout::holds_parameters, .verify_checksums = true});
@@ -17,8 +18,16 @@ CheckpointModel load_checkpoint_model(const std::string& dir) {
   CheckpointModel m;
   m.path = ck.path();
   m.config = src.config;
-  m.params.resize(m.config.num_parameters());
-  for (const ParamTensor& t : reader.table()) reader.read(t, StateKind::param, m.params.data() + t.offset);
+  const auto read = [&reader](const ParamTensor& t, float* out) { reader.read(t, StateKind::param, out); };
+  if (tp > 1) {
+    const ModelConfig sharded = tensor_parallel_config(m.config, size_t(m.config.num_parameters()), tp);
+    m.params = tensor_parallel_shard(m.config, sharded, tp, rank, read);
+    m.tp = tp;
+    m.rank = rank;
+  } else {
+    m.params.resize(m.config.num_parameters());
+    for (const ParamTensor& t : reader.table()) read(t, m.params.data() + t.offset);
+  }
   const auto& options = ck.record().value("options", nlohmann::ordered_json::object());
   if (options.is_object()) {
     if (options.contains("tokenizer") && options["tokenizer"].is_string()) m.tokenizer = options["tokenizer"];

@@ -342,6 +342,7 @@ void CudaInferenceModelImpl<X>::gather_logits(float* out, int R) {
 std::unique_ptr<CudaInferenceModel> make_cuda_inference_model(const CheckpointModel& checkpoint, Precision precision,
                                                               int slots, int max_length,
                                                               const CudaInferenceOptions& options, Comm* tp) {
+  check_checkpoint_shard(checkpoint, tp);
   use_rank_cuda_device();
   switch (precision) {
     case Precision::fp32:

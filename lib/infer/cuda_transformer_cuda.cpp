@@ -74,8 +74,9 @@ CudaTransformer<X>::CudaTransformer(const ModelConfig& config, const std::vector
   offsets_ = gpt_offsets(config_, gpt_parameter_table(config_, size_of(tp_)));
   const cudaStream_t s = stream_.get();
   std::vector<float> shard;
-  if (tp_) shard = tensor_parallel_shard(config, params, config_, tp_->size(), tp_->rank());
-  const std::vector<float>& local = tp_ ? shard : params;
+  const bool whole = params.size() == size_t(config.num_parameters());  // else already this rank's shard
+  if (tp_ && whole) shard = tensor_parallel_shard(config, params, config_, tp_->size(), tp_->rank());
+  const std::vector<float>& local = tp_ && whole ? shard : params;
 
   // The weights, through a bounded fp32 staging array when X is narrower: loading never holds a
   // whole fp32 copy on the device.

@@ -139,7 +139,8 @@ int run_generate(GenerateOptions o) {
   std::unique_ptr<InferenceModel> model;
   std::unique_ptr<Tokenizer> tokenizer;
   {
-    const CheckpointModel checkpoint = load_checkpoint_model(o.load);  // its host copy is freed below
+    // Each rank reads only its shard; the host copy is freed below, once the model has its own.
+    const CheckpointModel checkpoint = load_checkpoint_model(o.load, tp.size(), tp.rank());
     tokenizer = load_model_tokenizer(checkpoint, o.tokenizer, o.merges);
     model = make_inference_model(checkpoint, o.device, parse_precision(o.precision), *o.batch, o.max_length, &tp);
     const ModelConfig& c = checkpoint.config;

@@ -1,5 +1,8 @@
-// A model's tensor-parallel shards, and make_inference_model: the CPU model, or the CUDA one in a CUDA build.
+// A model's tensor-parallel shards, the checks every inference model makes, and make_inference_model:
+// the CPU model, or the CUDA one in a CUDA build.
 #include "infer/inference_model.hpp"
+
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <stdexcept>
@@ -8,6 +11,7 @@
 #include "core/error.hpp"
 #include "infer/cpu_inference_model.hpp"
 #include "model/tensor_parallel.hpp"
+#include "parallel/comm.hpp"
 
 namespace meg {
 
@@ -34,35 +38,56 @@ void check_append(std::span<const AppendRequest> requests, std::span<const int> 
 ModelConfig tensor_parallel_config(const ModelConfig& config, size_t parameters, int tp) {
   ModelConfig c = config;
   c.validate();
-  if (parameters != size_t(c.num_parameters()))
-    input_error("model: {} parameters given, the model has {}", parameters, c.num_parameters());
+  const size_t whole = size_t(c.num_parameters());
   if (tp > 1) c.pad_vocab(tp);
   check_tensor_parallel(c, tp);
+  if (parameters == whole) return c;
+  if (tp == 1) input_error("model: {} parameters given, the model has {}", parameters, whole);
+  const size_t shard = table_size(gpt_parameter_table(c, tp));
+  if (parameters != shard)
+    input_error("model: {} parameters given, the model has {} ({} on each of {} ranks)", parameters, whole, shard, tp);
   return c;
 }
 
-std::vector<float> tensor_parallel_shard(const ModelConfig& config, std::span<const float> params,
-                                         const ModelConfig& sharded, int tp, int rank) {
+std::vector<float> tensor_parallel_shard(const ModelConfig& config, const ModelConfig& sharded, int tp, int rank,
+                                         const std::function<void(const ParamTensor&, float*)>& read) {
   const std::vector<ParamTensor> from = gpt_parameter_table(config), to = gpt_parameter_table(sharded);
   const std::vector<ParamTensor> local = gpt_parameter_table(sharded, tp);
-  std::vector<float> shard(table_size(local));
+  std::vector<float> shard(table_size(local)), whole;
   // The tables differ only in the vocabulary's rows, which are contiguous: a tensor's elements past
   // the source's are the zero rows of a larger padding.
   for (size_t i = 0; i < to.size(); ++i) {
-    const float* src = params.data() + from[i].offset;
-    float* dst = shard.data() + local[i].offset;
     const size_t have = from[i].numel;
+    whole.resize(have);
+    read(from[i], whole.data());
+    float* dst = shard.data() + local[i].offset;
     for_each_shard_run(sharded, to[i], tp, rank, [&](size_t fi, size_t li, size_t n) {
       const size_t k = fi < have ? std::min(n, have - fi) : 0;
-      std::copy_n(src + fi, k, dst + li);
+      std::copy_n(whole.data() + fi, k, dst + li);
       std::fill_n(dst + li + k, n - k, 0.0f);
     });
   }
   return shard;
 }
 
+std::vector<float> tensor_parallel_shard(const ModelConfig& config, std::span<const float> params,
+                                         const ModelConfig& sharded, int tp, int rank) {
+  return tensor_parallel_shard(config, sharded, tp, rank, [&](const ParamTensor& t, float* out) {
+    std::copy_n(params.data() + t.offset, t.numel, out);
+  });
+}
+
+void check_checkpoint_shard(const CheckpointModel& checkpoint, const Comm* tp) {
+  if (checkpoint.tp == 1) return;
+  const int size = tp ? tp->size() : 1, rank = tp ? tp->rank() : 0;
+  if (checkpoint.tp != size || checkpoint.rank != rank)
+    throw std::invalid_argument(fmt::format("inference model: the checkpoint holds rank {}'s shard of {}, this is rank {} of {}",
+                                            checkpoint.rank, checkpoint.tp, rank, size));
+}
+
 std::unique_ptr<InferenceModel> make_inference_model(const CheckpointModel& checkpoint, const std::string& device,
                                                      Precision precision, int slots, int max_length, Comm* tp) {
+  check_checkpoint_shard(checkpoint, tp);
   if (checked_device(device, precision) == Device::cpu)
     return std::make_unique<CpuInferenceModel>(checkpoint.config, checkpoint.params, slots, max_length, tp);
 #if MEG_CUDA

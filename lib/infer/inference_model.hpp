@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -25,6 +26,7 @@
 #include "core/precision.hpp"
 #include "infer/checkpoint_model.hpp"
 #include "model/config.hpp"
+#include "model/param_tensor.hpp"
 
 namespace meg {
 
@@ -74,24 +76,32 @@ void check_append(std::span<const AppendRequest> requests, std::span<const int> 
 class Comm;
 
 // CONFIG as the members of a group of TP tensor-parallel ranks run it: validated, with PARAMETERS
-// (the length of the whole model's array) checked against it, and for TP above 1 its vocabulary
-// padded for TP as training pads it. InputError on an invalid model, another length, or a model
-// that does not split over TP ranks (heads, key/value heads, MLP width).
+// (the length of the array a member is given: the whole model's, or for TP above 1 a rank's shard,
+// as load_checkpoint_model reads it) checked against it, and for TP above 1 its vocabulary padded
+// for TP as training pads it. InputError on an invalid model, another length, or a model that does
+// not split over TP ranks (heads, key/value heads, MLP width).
 ModelConfig tensor_parallel_config(const ModelConfig& config, size_t parameters, int tp);
 
-// Rank RANK's shard, laid out as gpt_parameter_table(sharded, tp), of PARAMS: the whole model of
-// CONFIG (gpt_parameter_table(config)'s layout), SHARDED being tensor_parallel_config(config, ...,
-// tp). The vocabulary rows are cut or zero-extended to SHARDED's padding (rows past vocab_size are
-// never read).
+// Rank RANK's shard, laid out as gpt_parameter_table(sharded, tp), of the whole model of CONFIG
+// (gpt_parameter_table(config)'s layout), SHARDED being tensor_parallel_config(config, ..., tp).
+// The vocabulary rows are cut or zero-extended to SHARDED's padding (rows past vocab_size are
+// never read). From PARAMS, the whole model; or a tensor at a time from READ(t, out), which writes
+// the whole tensor T of CONFIG's table to OUT, so that only the largest tensor is ever held whole.
 std::vector<float> tensor_parallel_shard(const ModelConfig& config, std::span<const float> params,
                                          const ModelConfig& sharded, int tp, int rank);
+std::vector<float> tensor_parallel_shard(const ModelConfig& config, const ModelConfig& sharded, int tp, int rank,
+                                         const std::function<void(const ParamTensor&, float*)>& read);
 
 // The model of CHECKPOINT on DEVICE ("cpu" or "cuda"; PRECISION is the CUDA path's, the CPU
 // computes in fp32) with SLOTS slots of MAX_LENGTH tokens (0: the model's seq_length), split over
 // the members of TP when given (collective over them; null or a group of one: the whole model).
+// CHECKPOINT holds the whole model, or this member's shard for TP's size (load_checkpoint_model).
 std::unique_ptr<InferenceModel> make_inference_model(const CheckpointModel& checkpoint, const std::string& device,
                                                      Precision precision, int slots, int max_length,
                                                      Comm* tp = nullptr);
+
+// std::invalid_argument when CHECKPOINT holds a shard that is not this member's of TP.
+void check_checkpoint_shard(const CheckpointModel& checkpoint, const Comm* tp);
 
 #if MEG_CUDA
 std::unique_ptr<InferenceModel> make_cuda_inference_model(const CheckpointModel& checkpoint, Precision precision,

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <stdexcept>
 #include <vector>
 
 #include "catch.hpp"
@@ -201,6 +202,8 @@ TEST_CASE("inference model: tensor-parallel shards put together are the model, t
       CHECK(sharded.padded_vocab_size == 96);
       const std::vector<float> s0 = tensor_parallel_shard(c, params, sharded, 2, 0);
       const std::vector<float> s1 = tensor_parallel_shard(c, params, sharded, 2, 1);
+      // A member may be given its shard alone (load_checkpoint_model with the group's size and rank).
+      CHECK(tensor_parallel_config(c, s0.size(), 2).padded_vocab_size == 96);
       std::vector<float> whole(size_t(sharded.num_parameters()));
       unshard_parameters<float>(sharded, 2, {s0.data(), s1.data()}, whole.data());
       const auto from = gpt_parameter_table(c), to = gpt_parameter_table(sharded);
@@ -222,4 +225,13 @@ TEST_CASE("inference model: tensor-parallel shards put together are the model, t
         fmt::format("model: 10 parameters given, the model has {}", n));
   CHECK(input_error_of([&] { tensor_parallel_config(llama, n, 4); }) ==
         "--tp 4: the model's key/value heads (2) do not divide over 4 ranks");
+  ModelConfig padded = llama;
+  padded.pad_vocab(2);
+  const size_t shard = table_size(gpt_parameter_table(padded, 2));
+  CHECK(input_error_of([&] { tensor_parallel_config(llama, 10, 2); }) ==
+        fmt::format("model: 10 parameters given, the model has {} ({} on each of 2 ranks)", n, shard));
+
+  // A shard is only for the member it was read for.
+  CheckpointModel part{"ck", llama, std::vector<float>(shard), "", "", 2, 1};
+  CHECK_THROWS_AS(make_inference_model(part, "cpu", Precision::fp32, 1, 16), std::invalid_argument);
 }
