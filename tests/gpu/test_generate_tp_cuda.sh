@@ -5,11 +5,7 @@
 # graphs with the collectives in them); bf16 completions mostly agree; GPT-2 over 4 GPUs where
 # there are 4. Needs 2 GPUs; with fewer it says so and checks nothing.
 source "$(dirname "$0")/../tools/lib.sh"
-gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
-if [ "$gpus" -lt 2 ]; then
-  echo "meg-generate split over GPUs: skipped, $gpus GPU(s) visible, 2 needed"
-  exit 0
-fi
+require_gpus 2 "meg-generate split over GPUs"
 export NCCL_NVLS_ENABLE=0
 M=$MEG_TEST_DATA/megatron
 printf '%s\n' "The fortune" "A" "You will" "Never trust a" "Love is" "The best way to" > prompts.txt

@@ -6,11 +6,7 @@
 # uninterrupted one exactly; tensor- and pipeline-parallel checkpoints continue on one GPU. Needs 2
 # GPUs (4 for the 4-rank layouts); with fewer it says so and checks less.
 source "$(dirname "$0")/../tools/lib.sh"
-gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
-if [ "$gpus" -lt 2 ]; then
-  echo "meg-pretrain under mpirun on GPUs: skipped, $gpus GPU(s) visible, 2 needed"
-  exit 0
-fi
+require_gpus 2 "meg-pretrain under mpirun on GPUs"
 export NCCL_NVLS_ENABLE=0
 M=$MEG_TEST_DATA/megatron
 meg-blend -q --seq-length 64 --samples 400 -o run.blend 1 $M/fortunes_spm

@@ -81,3 +81,13 @@ mpi() {
   [ "$(id -u)" -eq 0 ] && root=(--allow-run-as-root)
   mpirun "${root[@]}" --oversubscribe -np "$n" -x OPENBLAS_NUM_THREADS=1 -x MEG_NUM_THREADS=1 -x PATH "$@"
 }
+
+# require_gpus N WHAT: sets gpus to the GPUs visible; with fewer than N, says WHAT was skipped and
+# ends the test as passed (multi-GPU tests on a machine with fewer).
+require_gpus() {
+  gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+  if [ "$gpus" -lt "$1" ]; then
+    echo "$2: skipped, $gpus GPU(s) visible, $1 needed"
+    exit 0
+  fi
+}
