@@ -28,10 +28,10 @@
 // idle, so a warp reads 32 / P keys at once, kUnroll times over, before using any of them. The
 // P lanes of a key add their partial dot products with xor shuffles, which leave the same sum in
 // each of them; every lane then updates its own online softmax (m, l, and o for its W elements)
-// once for its kUnroll keys, so the key groups never wait on each other. Grouped-query attention: a block takes G query heads
-// of one kv head (G the largest of 4, 2, 1 dividing NH / NKV), so every key and value read
-// serves G heads. At the end the key groups of a warp merge their partials with shuffles, the warps
-// theirs through shared memory, in a fixed order.
+// once for its kUnroll keys, so the key groups never wait on each other. Grouped-query
+// attention: a block takes G query heads of one kv head (G the largest of 4, 2, 1 dividing
+// NH / NKV), so every key and value read serves G heads. At the end the key groups of a warp
+// merge their partials with shuffles, the warps theirs through shared memory, in a fixed order.
 //
 // The launch overlaps the kernel before it (kernels/overlapped_launch.cuh): the decode step's
 // kernels are short, and each one's ramp-up would otherwise wait for the previous one's tail. The

@@ -6,11 +6,12 @@
 //     a prompt is cut only when it is longer than a pass). Each pass is one forward of its rows.
 //   - A pass embeds its tokens at their own positions and runs the blocks (infer/cuda_transformer.hpp).
 //     In each block, kv_cache_append rotates q and k by the tokens' positions (Llama) and writes k
-//     and v to the cache (in the QKV projection's epilogue for a pass of a few rows); then a prompt of a fresh slot attends within itself through the flash
-//     attention of training (attention_forward over its rows, the fast path for long prompts; one
-//     launch for consecutive prompts of one length), and every other token (decode steps, prompt
-//     tokens after cached ones) attends to its slot's cache through cached_attention
-//     (flash-decoding, kernels/cached_attention.cu).
+//     and v to the cache (in the QKV projection's epilogue for a pass of a few rows); then a prompt
+//     of a fresh slot attends within itself through the flash attention of training
+//     (attention_forward over its rows, the fast path for long prompts; one launch for consecutive
+//     prompts of one length), and every other token (decode steps, prompt tokens after cached ones)
+//     attends to its slot's cache through cached_attention (flash-decoding,
+//     kernels/cached_attention.cu).
 //   - Only each request's last row goes through the final norm and the output layer; its logits are
 //     converted to fp32 on the device and copied to the caller's array once, at the end.
 // The host waits for the device once per append(), for the logits.

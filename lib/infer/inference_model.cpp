@@ -81,8 +81,9 @@ void check_checkpoint_shard(const CheckpointModel& checkpoint, const Comm* tp) {
   if (checkpoint.tp == 1) return;
   const int size = tp ? tp->size() : 1, rank = tp ? tp->rank() : 0;
   if (checkpoint.tp != size || checkpoint.rank != rank)
-    throw std::invalid_argument(fmt::format("inference model: the checkpoint holds rank {}'s shard of {}, this is rank {} of {}",
-                                            checkpoint.rank, checkpoint.tp, rank, size));
+    throw std::invalid_argument(fmt::format(
+        "inference model: the checkpoint holds rank {}'s shard of {}, this is rank {} of {}", checkpoint.rank,
+        checkpoint.tp, rank, size));
 }
 
 std::unique_ptr<InferenceModel> make_inference_model(const CheckpointModel& checkpoint, const std::string& device,
