@@ -18,11 +18,13 @@
 // step replayed from a CUDA graph) and the copy of the fp32 logits out.
 //
 // Usage: bench_generate [--precision bf16|fp16|fp32] [--prompt N] [--steps N] [--warmup N]
-//                       [--no-graphs] [--no-small-linear] [--phase prefill|decode] [--batch B] [--profile]
-//                       [MODEL ...]
-// --phase and --batch keep to one phase and one batch size; --profile brackets the last decode step
-// of each batch size with cudaProfilerStart/Stop, for a profiler started with profiling off (ncu
-// --profile-from-start off) to see one step.
+//                       [--no-graphs] [--no-small-linear] [--phase prefill|decode] [--batch B] [--layers L]
+//                       [--profile] [MODEL ...]
+// --phase and --batch keep to one phase and one batch size; --layers gives the models L layers
+// (timing two depths splits a step into its per-layer time and the rest: embedding, output layer,
+// logits copy); --profile brackets the last decode step of each batch size with
+// cudaProfilerStart/Stop, for a profiler started with profiling off (ncu --profile-from-start off)
+// to see one step.
 #include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
@@ -53,6 +55,7 @@ constexpr int kPrefillRuns = 10, kPrefillWarmup = 2;
 struct Options {
   meg::Precision precision = meg::Precision::bf16;
   int prompt = 512, steps = 64, warmup = 8;
+  int layers = 0;  // the preset's when 0
   meg::CudaInferenceOptions model;
   bool prefill = true, decode = true;
   bool profile = false;
@@ -70,6 +73,8 @@ void print_row(const std::string& model, const char* phase, int batch, int conte
 void bench(const std::string& name, const Options& o) {
   meg::CheckpointModel ck;
   ck.config = meg::ModelConfig::preset(name);
+  if (o.layers > 0) ck.config.num_layers = o.layers;
+  const std::string label = o.layers > 0 ? name + ", " + std::to_string(o.layers) + " layers" : name;
   const meg::ModelConfig& c = ck.config;
   ck.params.resize(size_t(c.num_parameters()));
   meg::gpt_init_parameters(c, meg::gpt_parameter_table(c), 1, ck.params.data());
@@ -107,7 +112,7 @@ void bench(const std::string& name, const Options& o) {
   const double prefill_flops_per_token = double(c.flops_per_token(o.prompt)) / 3;
   for (const int B : o.prefill ? o.batches : std::vector<int>{}) {
     const double ms = meg::bench::median(meg::bench::time_calls(stream, kPrefillWarmup, kPrefillRuns, [&] { prefill(B); }));
-    print_row(name, "prefill", B, o.prompt, ms, double(B) * o.prompt,
+    print_row(label, "prefill", B, o.prompt, ms, double(B) * o.prompt,
               kMatmulRate / prefill_flops_per_token, "compute");
   }
   for (const int B : o.decode ? o.batches : std::vector<int>{}) {
@@ -125,7 +130,7 @@ void bench(const std::string& name, const Options& o) {
     }));
     const int context = o.prompt + o.warmup + o.steps / 2;  // the median step's
     const double step_bytes = weight_bytes + double(B) * context * kv_bytes_per_token;
-    print_row(name, "decode", B, context, ms, B, B / (step_bytes / kBandwidth), "bandwidth");
+    print_row(label, "decode", B, context, ms, B, B / (step_bytes / kBandwidth), "bandwidth");
   }
 }
 
@@ -147,18 +152,20 @@ int main(int argc, char** argv) {
       o.prefill = phase == "prefill";
       o.decode = phase == "decode";
     } else if (a == "--batch" && i + 1 < argc) o.batches = {std::atoi(argv[++i])};
+    else if (a == "--layers" && i + 1 < argc) o.layers = std::atoi(argv[++i]);
     else if (a == "--profile") o.profile = true;
     else if (a.rfind("--", 0) != 0) models.push_back(a);
     else {
       std::fprintf(stderr, "usage: bench_generate [--precision P] [--prompt N] [--steps N] [--warmup N] [--no-graphs] "
-                           "[--no-small-linear] [--phase prefill|decode] [--batch B] [--profile] [MODEL ...]\n");
+                           "[--no-small-linear] [--phase prefill|decode] [--batch B] [--layers L] [--profile] "
+                           "[MODEL ...]\n");
       return 2;
     }
   }
   const bool batch_ok = o.batches.size() > 1 || (o.batches[0] >= 1 && o.batches[0] <= kSlots);
-  if (o.prompt < 1 || o.steps < 1 || o.warmup < 0 || !batch_ok || !(o.prefill || o.decode)) {
-    std::fprintf(stderr, "bench_generate: --prompt and --steps must be positive, --batch in [1, %d], --phase prefill "
-                         "or decode\n", kSlots);
+  if (o.prompt < 1 || o.steps < 1 || o.warmup < 0 || o.layers < 0 || !batch_ok || !(o.prefill || o.decode)) {
+    std::fprintf(stderr, "bench_generate: --prompt, --steps and --layers must be positive, --batch in [1, %d], "
+                         "--phase prefill or decode\n", kSlots);
     return 2;
   }
   if (models.empty()) models = {"gpt2-124m", "gpt2-1.5b", "llama-1b"};
