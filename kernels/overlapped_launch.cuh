@@ -12,9 +12,10 @@
 //
 // The alternative, the step's products as phases of one persistent kernel with a grid-wide barrier
 // between them (each phase requesting its first weights before the barrier, as here before the
-// wait), was measured slower on an H100: a decode-shaped chain of 4 products a layer took 19.1,
-// 34.7 and 53.4 us a layer at GPT-2 124M's, GPT-2 1.5B's and Llama 1B's shapes, against 10.3, 26.0
-// and 44.4 us as overlapped kernels replayed from a CUDA graph; about 2 us a barrier.
+// wait), was measured slower on an H100 (tests/bench/cuda/bench_decode_chain.cu times both): a
+// decode-shaped chain of 4 products a layer took 19.1, 34.7 and 53.4 us a layer at GPT-2 124M's,
+// GPT-2 1.5B's and Llama 1B's shapes, against 10.3, 26.0 and 44.4 us as overlapped kernels
+// replayed from a CUDA graph; about 2 us a barrier.
 #pragma once
 
 #include <cuda_runtime.h>

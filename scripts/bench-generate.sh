@@ -4,8 +4,10 @@
 # bandwidth limit of a decode step and the compute limit of prefill (tests/bench/cuda/bench_generate.cpp
 # says how they are counted), then batch-1 decode with the linear layers as cuBLASLt products and
 # separate norm, activation and add kernels (small_linear off), and without CUDA graphs: what the
-# fused layers and the graphs save. Where Nsight Compute is present, one batch-1 decode step of each
-# model kernel by kernel (its kernels timed one at a time, so without the overlap of their launches).
+# fused layers and the graphs save; then a decode step's products alone (bench_decode_chain:
+# overlapped kernels against one persistent kernel with grid-wide barriers). Where Nsight Compute
+# is present, one batch-1 decode step of each model kernel by kernel (its kernels timed one at a
+# time, so without the overlap of their launches).
 # Markdown tables on stdout; copies under OUT_DIR (default .bench/generate).
 #   scripts/bench-generate.sh BUILD_DIR [bench_generate options]
 set -euo pipefail
@@ -21,6 +23,8 @@ echo; echo "## Batch-1 decode without small_linear"
 "$bench" --no-small-linear --phase decode --batch 1 "$@" | tee "$out/generate-no-small-linear.md"
 echo; echo "## Without CUDA graphs"
 "$bench" --no-graphs "$@" gpt2-124m | tee "$out/generate-no-graphs.md"
+echo; echo "## A batch-1 decode step's linear layers alone, as overlapped kernels and as one persistent kernel"
+"$build/tests/bench_decode_chain" | tee "$out/decode-chain.md"
 
 if command -v ncu >/dev/null 2>&1; then
   for model in gpt2-124m gpt2-1.5b llama-1b; do

@@ -1,0 +1,291 @@
+// The linear layers of a batch-1 decode step alone, on a CUDA machine: for GPT-2 124M, GPT-2 1.56B
+// and Llama 1B (the shapes of model/config.hpp's presets, which this file, compiled as CUDA C++17,
+// cannot include) in bf16, each layer's four products (QKV, attention
+// projection, FC1 with SwiGLU's gate and up rows together, FC2) against weights of their own, one
+// row each, for all the model's layers: the weights a decode step streams, without its attention,
+// embedding and output layer. Per layer, the time and the fraction of 3.35 TB/s (H100 SXM's HBM3)
+// the weights' bytes make of it. Three ways to run the chain:
+//   small_linear         the inference model's: a small_linear launch per product, each
+//                        overlapping the one before (kernels/overlapped_launch.cuh), the whole
+//                        chain replayed from a CUDA graph;
+//   small_linear, norms  the same with the norms a block has before QKV and FC1 (LayerNorm);
+//   persistent           every product a phase of one cooperative launch, a grid-wide barrier
+//                        between phases, each phase requesting its first weights before its
+//                        barrier: the same streaming loop as small_linear's (two register buffers
+//                        of 8 16-byte vectors a lane, 8 warps, 2 blocks a multiprocessor), with
+//                        barriers in place of kernel boundaries.
+// The third is why a decode step is a chain of kernels (overlapped_launch.cuh): on an H100 the
+// barrier costs more than the boundary it replaces.
+//
+// Each figure is the median of kRuns timed runs of the whole chain after kWarmup untimed ones.
+// Weights and inputs are pseudo-random, never zeros; the products' values are not checked here
+// (tests/gpu/test_small_linear.cpp does that).
+//
+// Usage: bench_decode_chain [MODEL ...]
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "ops/cuda/check.hpp"
+#include "ops/cuda/device_memory.hpp"
+#include "ops/cuda/ops.hpp"
+#include "event_timer.hpp"
+
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+constexpr int kWarmup = 5;
+constexpr int kRuns = 30;
+constexpr double kBandwidth = 3.35e12;  // B/s
+
+constexpr int kWarp = 32;
+constexpr int kWarps = 8;            // the persistent kernel's, as small_linear's
+constexpr int kBlocksPerSM = 2;
+constexpr int kLoads = 8;            // 16-byte weight vectors a lane has in flight per buffer
+
+// Values in [-1/64, 1/64) from a hash of the index: nothing zero, nothing large enough for the
+// chain's products to overflow, and no host round trip for the gigabytes of weights.
+__global__ void fill_kernel(bf16* x, size_t n, uint32_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    uint32_t h = uint32_t(i) * 2654435761u ^ seed;
+    h ^= h >> 15;
+    h *= 2246822519u;
+    h ^= h >> 13;
+    x[i] = __float2bfloat16((float(h & 0xffff) + 1.0f) / 65536.0f / 32.0f - 1.0f / 64.0f);
+  }
+}
+
+void fill(bf16* x, size_t n, uint32_t seed) {
+  fill_kernel<<<1024, 256>>>(x, n, seed);
+  MEG_CUDA_CHECK(cudaGetLastError());
+}
+
+// A model's shape: hidden size, fused QKV width, FC1 rows (SwiGLU's gate and up together), FC2's
+// input width, layers.
+struct Shape {
+  const char* name;
+  int C, QKV, FC1, FC2, L;
+};
+constexpr Shape kShapes[] = {
+    {"gpt2-124m", 768, 3 * 768, 3072, 3072, 12},
+    {"gpt2-1.5b", 1600, 3 * 1600, 6400, 6400, 48},
+    {"llama-1b", 2048, (32 + 2 * 8) * 64, 2 * 8192, 8192, 16},
+};
+
+// One product of the chain: out[OC] = W[OC, C] @ in[C].
+struct Product {
+  const bf16* W;
+  const bf16* in;
+  bf16* out;
+  int C, OC;
+};
+
+// ---- the persistent variant ---------------------------------------------------------------------
+
+// A barrier across the grid's blocks, all resident (a cooperative launch): the blocks that have
+// arrived and a generation that the last to arrive advances; the others spin until it does.
+struct GridBarrier {
+  unsigned* words;  // [arrived, generation], zero before the launch
+
+  __device__ void wait() const {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      volatile unsigned* generation = words + 1;
+      const unsigned seen = *generation;
+      __threadfence();
+      if (atomicAdd(words, 1u) == gridDim.x - 1) {
+        words[0] = 0;
+        __threadfence();
+        atomicAdd(words + 1, 1u);
+      } else {
+        while (*generation == seen) {
+        }
+      }
+      __threadfence();
+    }
+    __syncthreads();
+  }
+};
+
+__device__ float dot8(const uint4& w, const uint4& x) {
+  bf16 a[8], b[8];
+  memcpy(a, &w, sizeof(a));
+  memcpy(b, &x, sizeof(b));
+  float s = 0.0f;
+#pragma unroll
+  for (int k = 0; k < 8; ++k) s += __bfloat162float(a[k]) * __bfloat162float(b[k]);
+  return s;
+}
+
+// The products in order, one phase each. A warp takes rows first, first + stride, ... of a
+// product in chunks of kLoads vectors a lane, two buffers alternating as small_linear's; the first
+// two chunks of a phase are requested before the barrier that waits for the phase before, whose
+// output is this phase's input, read through L2 after it.
+__global__ void __launch_bounds__(kWarps * kWarp, kBlocksPerSM)
+    persistent_chain_kernel(const Product* products, int count, GridBarrier barrier) {
+  extern __shared__ uint4 xs[];
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  constexpr int span = kWarp * kLoads;
+  const int first = blockIdx.x * kWarps + warp, stride = gridDim.x * kWarps;
+  for (int p = 0; p < count; ++p) {
+    const Product pr = products[p];
+    const int nvec = pr.C / 8, chunks = (nvec + span - 1) / span;
+    const int items = first < pr.OC ? (pr.OC - first + stride - 1) / stride * chunks : 0;
+    const uint4* w = reinterpret_cast<const uint4*>(pr.W);
+    auto load = [&](uint4(&buf)[kLoads], int item) {
+      const uint4* row = w + size_t(first + item / chunks * stride) * nvec;
+      const int i0 = item % chunks * span + lane;
+#pragma unroll
+      for (int u = 0; u < kLoads; ++u)
+        if (i0 + u * kWarp < nvec) buf[u] = __ldcs(row + i0 + u * kWarp);
+    };
+    float acc = 0.0f;
+    auto use = [&](const uint4(&buf)[kLoads], int item) {
+      const int i0 = item % chunks * span + lane;
+#pragma unroll
+      for (int u = 0; u < kLoads; ++u)
+        if (i0 + u * kWarp < nvec) acc += dot8(buf[u], xs[i0 + u * kWarp]);
+      if (item % chunks == chunks - 1) {
+        for (int o = kWarp / 2; o > 0; o /= 2) acc += __shfl_xor_sync(~0u, acc, o);
+        if (lane == 0) pr.out[first + item / chunks * stride] = __float2bfloat16(acc);
+        acc = 0.0f;
+      }
+    };
+    uint4 a[kLoads], b[kLoads];
+    if (items > 0) load(a, 0);
+    if (items > 1) load(b, 1);
+    if (p > 0) barrier.wait();
+    for (int i = threadIdx.x; i < nvec; i += blockDim.x) xs[i] = __ldcg(reinterpret_cast<const uint4*>(pr.in) + i);
+    __syncthreads();
+    for (int item = 0; item < items; item += 2) {
+      use(a, item);
+      if (item + 2 < items) load(a, item + 2);
+      if (item + 1 < items) {
+        use(b, item + 1);
+        if (item + 3 < items) load(b, item + 3);
+      }
+    }
+    __syncthreads();  // every warp is done with xs before the next phase stages its input
+  }
+}
+
+// ---- the benchmark ------------------------------------------------------------------------------
+
+void print_row(const std::string& model, const char* variant, double ms, int layers, double layer_bytes) {
+  const double us = ms * 1e3 / layers;
+  std::printf("| %s | %s | %.2f | %.1f | %.2f | %.2f |\n", model.c_str(), variant, us, layer_bytes / 1e6,
+              layer_bytes / (us * 1e-6) / 1e12, layer_bytes / (us * 1e-6) / kBandwidth);
+  std::fflush(stdout);
+}
+
+void bench(const Shape& m) {
+  const std::string name = m.name;
+  const int C = m.C, L = m.L;
+  // Per layer: QKV, projection, FC1, FC2.
+  const int in[4] = {C, C, C, m.FC2}, out[4] = {m.QKV, C, m.FC1, C};
+  size_t per_layer = 0;
+  for (int k = 0; k < 4; ++k) per_layer += size_t(in[k]) * out[k];
+
+  // The chain's activations, each its own row: x -> qkv -> y (as if the attention's output) -> x,
+  // x -> h -> x.
+  const size_t width = size_t(std::max({C, m.QKV, m.FC1}));
+  meg::cuda::DeviceAllocator alloc;
+  meg::cuda::DeviceArray<bf16> weights(alloc, per_layer * L), acts(alloc, 4 * width), norm(alloc, 2 * size_t(C));
+  fill(weights.get(), per_layer * L, 1);
+  fill(acts.get(), 4 * width, 2);
+  fill(norm.get(), 2 * size_t(C), 3);
+  bf16 *x = acts.get(), *qkv = x + width, *y = qkv + width, *h = y + width;
+  bf16* const ins[4] = {x, qkv, y, h};
+  bf16* const outs[4] = {qkv, y, h, x};
+  std::vector<Product> chain;
+  const bf16* w = weights.get();
+  for (int l = 0; l < L; ++l)
+    for (int k = 0; k < 4; ++k) {
+      chain.push_back({w, ins[k], outs[k], in[k], out[k]});
+      w += size_t(in[k]) * out[k];
+    }
+  const double layer_bytes = double(per_layer) * sizeof(bf16);
+
+  cudaStream_t stream;
+  MEG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  MEG_CUDA_CHECK(cudaDeviceSynchronize());
+
+  for (const bool norms : {false, true}) {
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    MEG_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    for (size_t i = 0; i < chain.size(); ++i) {
+      const Product& p = chain[i];
+      meg::cuda::SmallLinearNorm<bf16> n{};
+      if (norms && (i % 4 == 0 || i % 4 == 2)) n = {norm.get(), norm.get() + C, 1e-5f, false};
+      if (!meg::cuda::small_linear<bf16>(p.out, p.in, p.W, nullptr, 1, p.C, p.OC, n,
+                                         meg::cuda::SmallLinearEpilogue::store, stream))
+        throw std::runtime_error("small_linear declined a product of the chain");
+    }
+    MEG_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+    MEG_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    const double ms = meg::bench::median(
+        meg::bench::time_calls(stream, kWarmup, kRuns, [&] { MEG_CUDA_CHECK(cudaGraphLaunch(exec, stream)); }));
+    print_row(name, norms ? "small_linear, norms" : "small_linear", ms, L, layer_bytes);
+    MEG_CUDA_CHECK(cudaGraphExecDestroy(exec));
+    MEG_CUDA_CHECK(cudaGraphDestroy(graph));
+  }
+
+  meg::cuda::DeviceArray<Product> products(alloc, chain.size());
+  MEG_CUDA_CHECK(cudaMemcpy(products.get(), chain.data(), chain.size() * sizeof(Product), cudaMemcpyHostToDevice));
+  meg::cuda::DeviceArray<unsigned> words(alloc, 2);
+  MEG_CUDA_CHECK(cudaMemset(words.get(), 0, 2 * sizeof(unsigned)));
+  const size_t smem = size_t(std::max(C, m.FC2)) * sizeof(bf16);
+  MEG_CUDA_CHECK(cudaFuncSetAttribute(persistent_chain_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  int per_sm = 0, sms = 0, device = 0;
+  MEG_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, persistent_chain_kernel, kWarps * kWarp, smem));
+  MEG_CUDA_CHECK(cudaGetDevice(&device));
+  MEG_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const int blocks = std::min(per_sm, kBlocksPerSM) * sms;
+  const Product* list = products.get();
+  int count = int(chain.size());
+  GridBarrier barrier{words.get()};
+  void* args[] = {&list, &count, &barrier};
+  const double ms = meg::bench::median(meg::bench::time_calls(stream, kWarmup, kRuns, [&] {
+    MEG_CUDA_CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(persistent_chain_kernel), dim3(blocks),
+                                               dim3(kWarps * kWarp), args, smem, stream));
+  }));
+  print_row(name, "persistent, grid barrier", ms, L, layer_bytes);
+  MEG_CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<Shape> models;
+  for (int i = 1; i < argc; ++i) {
+    const auto it = std::find_if(std::begin(kShapes), std::end(kShapes),
+                                 [&](const Shape& s) { return std::strcmp(s.name, argv[i]) == 0; });
+    if (it == std::end(kShapes)) {
+      std::fprintf(stderr, "usage: bench_decode_chain [gpt2-124m | gpt2-1.5b | llama-1b ...]\n");
+      return 2;
+    }
+    models.push_back(*it);
+  }
+  if (models.empty()) models.assign(std::begin(kShapes), std::end(kShapes));
+  cudaDeviceProp prop;
+  MEG_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("%s, bf16, one row; median of %d runs of each model's whole chain\n\n", prop.name, kRuns);
+  std::printf("| model | variant | us/layer | MB/layer | TB/s | of 3.35 TB/s |\n|---|---|---|---|---|---|\n");
+  for (const Shape& m : models) {
+    try {
+      bench(m);
+    } catch (const std::exception& e) {
+      std::printf("| %s | failed: %s |\n", m.name, e.what());
+    }
+  }
+  return 0;
+}
