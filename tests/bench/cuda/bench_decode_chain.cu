@@ -51,15 +51,16 @@ constexpr int kWarps = 8;            // the persistent kernel's, as small_linear
 constexpr int kBlocksPerSM = 2;
 constexpr int kLoads = 8;            // 16-byte weight vectors a lane has in flight per buffer
 
-// Values in [-1/64, 1/64) from a hash of the index: nothing zero, nothing large enough for the
-// chain's products to overflow, and no host round trip for the gigabytes of weights.
+// Values in (-1/64, 1/64) from a hash of the index: none zero (k + 1/2 is never 2^15 for an
+// integer k), none large enough for the chain's products to overflow, and no host round trip for
+// the gigabytes of weights.
 __global__ void fill_kernel(bf16* x, size_t n, uint32_t seed) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
     uint32_t h = uint32_t(i) * 2654435761u ^ seed;
     h ^= h >> 15;
     h *= 2246822519u;
     h ^= h >> 13;
-    x[i] = __float2bfloat16((float(h & 0xffff) + 1.0f) / 65536.0f / 32.0f - 1.0f / 64.0f);
+    x[i] = __float2bfloat16(((float(h & 0xffff) + 0.5f) / 65536.0f - 0.5f) / 32.0f);
   }
 }
 
