@@ -91,6 +91,22 @@ inline std::vector<float> random_floats(size_t n, float lo, float hi, std::mt199
 
 inline std::vector<double> widen(const std::vector<float>& v) { return {v.begin(), v.end()}; }
 
+// Per output (n, o) of x[N, C] @ W[OC, C]^T + bias[OC]: the sum of the absolute values of its
+// terms and of the bias, the natural scale of a product's rounding error (whatever order the
+// terms are added in).
+template <typename T>
+std::vector<double> product_error_scale(const std::vector<T>& x, const std::vector<float>& W,
+                                        const std::vector<float>& bias, int N, int C, int OC) {
+  std::vector<double> s(size_t(N) * OC);
+  for (int n = 0; n < N; ++n)
+    for (int o = 0; o < OC; ++o) {
+      double a = std::abs(double(bias[o]));
+      for (int c = 0; c < C; ++c) a += std::abs(double(x[size_t(n) * C + c]) * W[size_t(o) * C + c]);
+      s[size_t(n) * OC + o] = a;
+    }
+  return s;
+}
+
 // A device array of n elements of T, freed on scope exit. Host data goes in and comes out as
 // float (converted to and from T), or as T itself through the raw overloads.
 template <typename T>

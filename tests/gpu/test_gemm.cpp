@@ -34,18 +34,6 @@ Case make_case(int N, int C, int OC, std::mt19937& rng) {
           round_to<X>(random_floats(size_t(N) * OC, -1, 1, rng))};
 }
 
-// Per output element of inp[N,C] @ W^T: the sum of |terms| (and |bias|), the natural error scale.
-std::vector<double> product_scale(const Case& t) {
-  std::vector<double> s(size_t(t.N) * t.OC);
-  for (int i = 0; i < t.N; ++i)
-    for (int o = 0; o < t.OC; ++o) {
-      double a = std::abs(t.bias[o]);
-      for (int c = 0; c < t.C; ++c) a += std::abs(double(t.inp[size_t(i) * t.C + c]) * t.W[size_t(o) * t.C + c]);
-      s[size_t(i) * t.OC + o] = a;
-    }
-  return s;
-}
-
 template <typename X>
 double tolerance() {
   return std::is_same_v<X, float> ? 1e-5 : 1e-2;
@@ -57,7 +45,7 @@ void check_forward(const Case& t) {
   DeviceBuffer<X> inp(t.inp), W(t.W), bias(t.bias), out(size_t(t.N) * t.OC), pre(size_t(t.N) * t.OC);
   std::vector<double> ref(size_t(t.N) * t.OC);
   meg::cpu::linear_forward(ref.data(), widen(t.inp).data(), widen(t.W).data(), widen(t.bias).data(), t.N, t.C, t.OC);
-  const auto scale = product_scale(t);
+  const auto scale = meg::test::product_error_scale(t.inp, t.W, t.bias, t.N, t.C, t.OC);
 
   out.poison();
   gemm.linear_forward(out.get(), inp.get(), W.get(), bias.get(), t.N, t.C, t.OC);

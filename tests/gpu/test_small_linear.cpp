@@ -63,14 +63,9 @@ void check_case(const Case& c, std::mt19937& rng) {
     meg::cpu::layernorm_forward(x.data(), static_cast<double*>(nullptr), static_cast<double*>(nullptr),
                                 widen(inp).data(), widen(gamma).data(), has_bias ? widen(beta).data() : nullptr,
                                 c.N, c.C, double(eps));
-  std::vector<double> y(size_t(c.N) * c.OC), scale(y.size());
+  std::vector<double> y(size_t(c.N) * c.OC);
   meg::cpu::linear_forward(y.data(), x.data(), widen(W).data(), widen(bias).data(), c.N, c.C, c.OC);
-  for (int n = 0; n < c.N; ++n)
-    for (int o = 0; o < c.OC; ++o) {
-      double s = std::abs(double(bias[o]));
-      for (int i = 0; i < c.C; ++i) s += std::abs(x[size_t(n) * c.C + i] * W[size_t(o) * c.C + i]);
-      scale[size_t(n) * c.OC + o] = s;
-    }
+  const std::vector<double> scale = meg::test::product_error_scale(x, W, bias, c.N, c.C, c.OC);
   std::vector<double> want(size_t(c.N) * outputs), want_scale(want.size());
   for (int n = 0; n < c.N; ++n)
     for (int o = 0; o < outputs; ++o) {
