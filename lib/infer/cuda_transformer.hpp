@@ -33,23 +33,11 @@
 #include "ops/cuda/device_memory.hpp"
 #include "ops/cuda/gemm.hpp"
 #include "ops/cuda/ops.hpp"
+#include "ops/cuda/stream.hpp"
 
 namespace meg {
 
 class NcclComm;
-
-// A CUDA stream of its own, destroyed with its owner (after everything else: declare it first).
-class CudaStream {
- public:
-  CudaStream();
-  ~CudaStream();
-  CudaStream(const CudaStream&) = delete;
-  CudaStream& operator=(const CudaStream&) = delete;
-  cudaStream_t get() const { return stream_; }
-
- private:
-  cudaStream_t stream_ = nullptr;
-};
 
 // Pinned (page-locked) host memory for the transfers of a step, grown on demand. Growing frees the
 // old block, so call grow() only when no copy out of or into it is queued.
@@ -146,7 +134,7 @@ class CudaTransformer {
   Dims dims_;
   int max_rows_;
   bool small_linear_ = true;
-  CudaStream stream_;  // first in, last out: the members below queue work on it
+  cuda::Stream stream_;  // first in, last out: the members below queue work on it
   cuda::DeviceAllocator alloc_;
   cuda::Gemm gemm_;
   GptOffsets offsets_;

@@ -16,10 +16,6 @@
 
 namespace meg {
 
-CudaStream::CudaStream() { MEG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)); }
-
-CudaStream::~CudaStream() { cudaStreamDestroy(stream_); }
-
 template <typename T>
 PinnedArray<T>::~PinnedArray() {
   cudaFreeHost(p_);

@@ -24,9 +24,9 @@
 #include <stdexcept>
 
 #include "core/error.hpp"
-#include "infer/cuda_transformer.hpp"
 #include "ops/cuda/check.hpp"
 #include "ops/cuda/device_memory.hpp"
+#include "ops/cuda/stream.hpp"
 #include "retro/cuda_kernels.hpp"
 #include "retro/exact_search.hpp"
 
@@ -70,7 +70,7 @@ class CudaExactIndex final : public VectorIndex {
                    float* dists) const;
 
   size_t n_, dim_;
-  CudaStream stream_;  // first in, last out: the members below queue work on it
+  cuda::Stream stream_;  // first in, last out: the members below queue work on it
   BlasHandle blas_;
   mutable cuda::DeviceAllocator alloc_;  // before the arrays: they go back to it
   cuda::DeviceArray<float> base_;

@@ -72,6 +72,7 @@
 #include "catch.hpp"
 #include "gpu_test_util.hpp"
 #include "ops/cuda/ops.hpp"
+#include "ops/cuda/stream.hpp"
 
 namespace {
 
@@ -167,18 +168,6 @@ std::vector<X> to_raw(const std::vector<float>& v) {
   for (size_t i = 0; i < v.size(); ++i) x[i] = to_x<X>(v[i]);
   return x;
 }
-
-class Stream {
- public:
-  Stream() { MEG_CUDA_CHECK(cudaStreamCreate(&s_)); }
-  ~Stream() { cudaStreamDestroy(s_); }
-  Stream(const Stream&) = delete;
-  Stream& operator=(const Stream&) = delete;
-  cudaStream_t get() const { return s_; }
-
- private:
-  cudaStream_t s_ = nullptr;
-};
 
 // One batch on the device, with the initial contents of the arrays a decode step writes (qkv, the
 // caches), which every run starts from.
@@ -349,7 +338,7 @@ void check_shape(const Shape& s, std::mt19937& rng) {
   MEG_CUDA_CHECK(cudaMemset(scratch.get(), 0, floats * sizeof(float)));
   float* scratch_ptr = floats > 0 ? scratch.get() : nullptr;
   DeviceBuffer<float> table(meg::cuda::rope_table(max_length, s.HS, 10000.0));
-  const Stream stream;
+  const meg::cuda::Stream stream(cudaStreamDefault);  // ordered with the buffers' plain copies
 
   std::vector<std::vector<X>> first;
   for (const auto& step : steps) {

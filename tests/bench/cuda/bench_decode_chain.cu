@@ -36,6 +36,7 @@
 #include "ops/cuda/check.hpp"
 #include "ops/cuda/device_memory.hpp"
 #include "ops/cuda/ops.hpp"
+#include "ops/cuda/stream.hpp"
 #include "event_timer.hpp"
 
 namespace {
@@ -215,9 +216,9 @@ void bench(const Shape& m) {
     }
   const double layer_bytes = double(per_layer) * sizeof(bf16);
 
-  cudaStream_t stream;
-  MEG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  MEG_CUDA_CHECK(cudaDeviceSynchronize());
+  const meg::cuda::Stream owned_stream;
+  const cudaStream_t stream = owned_stream.get();
+  MEG_CUDA_CHECK(cudaDeviceSynchronize());  // the fills, on the default stream
 
   for (const bool norms : {false, true}) {
     cudaGraph_t graph;
@@ -260,7 +261,6 @@ void bench(const Shape& m) {
                                                dim3(kWarps * kWarp), args, smem, stream));
   }));
   print_row(name, "persistent, grid barrier", ms, L, layer_bytes);
-  MEG_CUDA_CHECK(cudaStreamDestroy(stream));
 }
 
 }  // namespace
