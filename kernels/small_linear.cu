@@ -166,30 +166,29 @@ __device__ void stage_input(X* xs, const Args<X>& a) {
   __syncthreads();
 }
 
-// Output (n, col) of y = product + bias (fp32), through the epilogue (not SwiGLU's).
+// Output (n, col) of y = product + BIAS (fp32), through the epilogue (not SwiGLU's).
 template <typename X, Epilogue E>
-__device__ void write_output(const Args<X>& a, int n, int col, float product) {
-  const float y = product + (a.bias ? to_float(a.bias[col]) : 0.0f);
+__device__ void write_output(const Args<X>& a, int n, int col, float product, float bias) {
+  const float y = product + bias;
   X* o = a.out + size_t(n) * a.OC + col;
   if constexpr (E == Epilogue::gelu) *o = from_float<X>(gelu(y));
   else if constexpr (E == Epilogue::residual) *o = from_float<X>(to_float(*o) + to_float(from_float<X>(y)));
   else *o = from_float<X>(y);
 }
 
-// Row n's pair of columns (i, i + HS/2) of head h, which task TASK holds (y0, y1: products),
-// as kv_cache_append turns and caches them: rounded to X as a product's output, q and k rotated
-// by the row's position, all written to the projection, k and v to the cache.
+// Row n's pair of columns (i, i + HS/2) of head h, which task TASK holds (y0, y1: products plus
+// biases), as kv_cache_append turns and caches them: rounded to X as a product's output, q and k
+// rotated by the row's position, all written to the projection, k and v to the cache.
 template <typename X>
 __device__ void append_kv(const Args<X>& a, int n, int task, float y0, float y1) {
   const SmallLinearKvAppend<X>& kv = a.kv;
   const int half = kv.HS / 2, h = task / half, i = task % half, col = h * kv.HS + i;
-  X lo = from_float<X>(y0 + (a.bias ? to_float(a.bias[col]) : 0.0f));
-  X hi = from_float<X>(y1 + (a.bias ? to_float(a.bias[col + half]) : 0.0f));
+  X lo = from_float<X>(y0);
+  X hi = from_float<X>(y1);
   const int pos = kv.positions[n];
   if (kv.rope_table && h < kv.NH + kv.NKV) {
     const float2 cs = reinterpret_cast<const float2*>(kv.rope_table)[size_t(pos) * half + i];
-    const float x1 = to_float(lo), x2 = to_float(hi);
-    const float2 y = rotate_pair(x1, x2, cs.x, cs.y);
+    const float2 y = rotate_pair(to_float(lo), to_float(hi), cs.x, cs.y);
     lo = from_float<X>(y.x);
     hi = from_float<X>(y.y);
   }
@@ -239,9 +238,19 @@ __device__ void load_weights(V (&wv)[U][R], const uint4* w, const int (&rows)[R]
   }
 }
 
-// Task TASK's outputs from its lanes' sums ACC: summed over the warp, and lane n writes row n's.
+// The biases of a task's weight rows ROWS (whose indices are theirs too), 0 without a bias. A warp
+// requests them with the task's last chunk of weights, so that they arrive with it: read after
+// the last sum, they would add a memory round trip to every warp's end, the kernel's tail.
+template <typename X, int R>
+__device__ void load_biases(float (&bias)[R], const Args<X>& a, const int (&rows)[R]) {
+#pragma unroll
+  for (int r = 0; r < R; ++r) bias[r] = a.bias ? to_float(a.bias[rows[r]]) : 0.0f;
+}
+
+// Task TASK's outputs from its lanes' sums ACC and its rows' biases: summed over the warp, and
+// lane n writes row n's.
 template <typename X, int N, Epilogue E>
-__device__ void finish_task(const Args<X>& a, int task, float (&acc)[kRows<E>][N]) {
+__device__ void finish_task(const Args<X>& a, int task, float (&acc)[kRows<E>][N], const float (&bias)[kRows<E>]) {
   const int lane = threadIdx.x % kWarp;
 #pragma unroll
   for (int r = 0; r < kRows<E>; ++r) {
@@ -253,14 +262,13 @@ __device__ void finish_task(const Args<X>& a, int task, float (&acc)[kRows<E>][N
     if (lane != n) continue;
     if constexpr (E == Epilogue::swiglu) {
       const int tasks = task_count<E>(a.OC);
-      const float gate = acc[0][n] + (a.bias ? to_float(a.bias[task]) : 0.0f);
-      const float up = acc[1][n] + (a.bias ? to_float(a.bias[task + tasks]) : 0.0f);
+      const float gate = acc[0][n] + bias[0], up = acc[1][n] + bias[1];
       a.out[size_t(n) * tasks + task] =
           from_float<X>(silu(to_float(from_float<X>(gate))) * to_float(from_float<X>(up)));
     } else if constexpr (E == Epilogue::kv_append) {
-      append_kv(a, n, task, acc[0][n], acc[1][n]);
+      append_kv(a, n, task, acc[0][n] + bias[0], acc[1][n] + bias[1]);
     } else {
-      write_output<X, E>(a, n, task, acc[0][n]);
+      write_output<X, E>(a, n, task, acc[0][n], bias[0]);
     }
   }
 }
@@ -285,22 +293,25 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSM) small_linear_kernel(co
   // The warp's work items k: chunk k % chunks of task first + (k / chunks) * stride.
   const int items = first < tasks ? ceil_div(tasks - first, stride) * chunks : 0;
   auto task_of = [&](int k) { return first + k / chunks * stride; };
-  auto load = [&](V(&wv)[U][R], int k) {
+  // Work item K's chunk of weights, and with a task's last chunk, the task's biases.
+  auto load = [&](V(&wv)[U][R], float(&bias)[R], int k) {
     int rows[R];
     task_rows<X, E>(rows, task_of(k), a);
     load_weights(wv, w, rows, nvec, k % chunks * kWarp * U + lane);
+    if (k % chunks == chunks - 1) load_biases<X, R>(bias, a, rows);
   };
 
   V wa[U][R], wb[U][R];
-  if (items > 0) load(wa, 0);
-  if (items > 1) load(wb, 1);
+  float ta[R], tb[R];  // the biases that go with wa's and wb's chunks
+  if (items > 0) load(wa, ta, 0);
+  if (items > 1) load(wb, tb, 1);
   wait_for_previous_kernel();
   allow_next_kernel();
   stage_input<X, N>(xs, a);
   const V* x = reinterpret_cast<const V*>(xs);
 
   float acc[R][N] = {};
-  auto use = [&](const V(&wv)[U][R], int k) {
+  auto use = [&](const V(&wv)[U][R], const float(&bias)[R], int k) {
     const int i0 = k % chunks * kWarp * U + lane;
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -318,7 +329,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSM) small_linear_kernel(co
       }
     }
     if (k % chunks == chunks - 1) {
-      finish_task<X, N, E>(a, task_of(k), acc);
+      finish_task<X, N, E>(a, task_of(k), acc, bias);
 #pragma unroll
       for (int r = 0; r < R; ++r) {
 #pragma unroll
@@ -327,11 +338,11 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSM) small_linear_kernel(co
     }
   };
   for (int k = 0; k < items; k += 2) {
-    use(wa, k);
-    if (k + 2 < items) load(wa, k + 2);
+    use(wa, ta, k);
+    if (k + 2 < items) load(wa, ta, k + 2);
     if (k + 1 < items) {
-      use(wb, k + 1);
-      if (k + 3 < items) load(wb, k + 3);
+      use(wb, tb, k + 1);
+      if (k + 3 < items) load(wb, tb, k + 3);
     }
   }
 }
