@@ -166,13 +166,14 @@ __device__ void stage_input(X* xs, const Args<X>& a) {
   __syncthreads();
 }
 
-// Output (n, col) of y = product + BIAS (fp32), through the epilogue (not SwiGLU's).
+// Output (n, col) of y = product + BIAS (fp32), through the epilogue (not SwiGLU's); RESIDUAL is
+// the residual epilogue's out[n, col] before the add.
 template <typename X, Epilogue E>
-__device__ void write_output(const Args<X>& a, int n, int col, float product, float bias) {
+__device__ void write_output(const Args<X>& a, int n, int col, float product, float bias, float residual) {
   const float y = product + bias;
   X* o = a.out + size_t(n) * a.OC + col;
   if constexpr (E == Epilogue::gelu) *o = from_float<X>(gelu(y));
-  else if constexpr (E == Epilogue::residual) *o = from_float<X>(to_float(*o) + to_float(from_float<X>(y)));
+  else if constexpr (E == Epilogue::residual) *o = from_float<X>(residual + to_float(from_float<X>(y)));
   else *o = from_float<X>(y);
 }
 
@@ -238,19 +239,33 @@ __device__ void load_weights(V (&wv)[U][R], const uint4* w, const int (&rows)[R]
   }
 }
 
-// The biases of a task's weight rows ROWS (whose indices are theirs too), of a biased product. A
-// warp requests them with the task's last chunk of weights, so that they arrive with it: read
-// after the last sum, they would add a memory round trip to every warp's end, the kernel's tail.
-template <typename X, int R>
-__device__ void load_biases(float (&bias)[R], const Args<X>& a, const int (&rows)[R]) {
+// What a task's epilogue reads besides its sums: its rows' biases (0 without), and for the
+// residual epilogue, each row's residual out[n, task]. A warp requests them with the task's last
+// chunk of weights, so that they arrive with it: read after the last sum, they would add a memory
+// round trip to every warp's end, the kernel's tail. The residual is read through L2: the kernel
+// may read it before it waits for the previous one (ops.hpp: that one did not write it).
+template <int N, Epilogue E>
+struct TaskInputs {
+  float bias[kRows<E>] = {};
+  float residual[N] = {};  // the residual epilogue's
+};
+
+template <typename X, int N, Epilogue E, bool Biased>
+__device__ void load_inputs(TaskInputs<N, E>& t, const Args<X>& a, int task, const int (&rows)[kRows<E>]) {
+  if constexpr (Biased) {
 #pragma unroll
-  for (int r = 0; r < R; ++r) bias[r] = to_float(a.bias[rows[r]]);
+    for (int r = 0; r < kRows<E>; ++r) t.bias[r] = to_float(a.bias[rows[r]]);
+  }
+  if constexpr (E == Epilogue::residual) {
+#pragma unroll
+    for (int n = 0; n < N; ++n) t.residual[n] = to_float(__ldcg(a.out + size_t(n) * a.OC + task));
+  }
 }
 
-// Task TASK's outputs from its lanes' sums ACC and its rows' biases: summed over the warp, and
-// lane n writes row n's.
+// Task TASK's outputs from its lanes' sums ACC and its inputs T: summed over the warp, and lane n
+// writes row n's.
 template <typename X, int N, Epilogue E>
-__device__ void finish_task(const Args<X>& a, int task, float (&acc)[kRows<E>][N], const float (&bias)[kRows<E>]) {
+__device__ void finish_task(const Args<X>& a, int task, float (&acc)[kRows<E>][N], const TaskInputs<N, E>& t) {
   const int lane = threadIdx.x % kWarp;
 #pragma unroll
   for (int r = 0; r < kRows<E>; ++r) {
@@ -262,13 +277,13 @@ __device__ void finish_task(const Args<X>& a, int task, float (&acc)[kRows<E>][N
     if (lane != n) continue;
     if constexpr (E == Epilogue::swiglu) {
       const int tasks = task_count<E>(a.OC);
-      const float gate = acc[0][n] + bias[0], up = acc[1][n] + bias[1];
+      const float gate = acc[0][n] + t.bias[0], up = acc[1][n] + t.bias[1];
       a.out[size_t(n) * tasks + task] =
           from_float<X>(silu(to_float(from_float<X>(gate))) * to_float(from_float<X>(up)));
     } else if constexpr (E == Epilogue::kv_append) {
-      append_kv(a, n, task, acc[0][n] + bias[0], acc[1][n] + bias[1]);
+      append_kv(a, n, task, acc[0][n] + t.bias[0], acc[1][n] + t.bias[1]);
     } else {
-      write_output<X, E>(a, n, task, acc[0][n], bias[0]);
+      write_output<X, E>(a, n, task, acc[0][n], t.bias[0], t.residual[n]);
     }
   }
 }
@@ -280,9 +295,9 @@ __device__ void finish_task(const Args<X>& a, int task, float (&acc)[kRows<E>][N
 // are requested before the wait for the previous kernel, and keep the memory busy while the block
 // stages its input.
 //
-// BIASED: the product has a bias (a.bias not null). Without one the kernel has no biases to
-// request, and is compiled without the branch that would: measured on an H100, Llama 1B's
-// unbiased products were 6% slower a decode step with it.
+// BIASED: the product has a bias (a.bias not null). An unbiased product without a residual has
+// no inputs to request with its chunks, and is compiled without the branch that would: measured
+// on an H100, Llama 1B's unbiased products were 6% slower a decode step with it.
 template <typename X, int N, Epilogue E, bool Biased>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSM) small_linear_kernel(const Args<X> a) {
   constexpr int W = kVecWidth<X>, R = kRows<E>, U = kLoads / R;
@@ -297,18 +312,19 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSM) small_linear_kernel(co
   // The warp's work items k: chunk k % chunks of task first + (k / chunks) * stride.
   const int items = first < tasks ? ceil_div(tasks - first, stride) * chunks : 0;
   auto task_of = [&](int k) { return first + k / chunks * stride; };
-  // Work item K's chunk of weights, and with a task's last chunk, the task's biases.
-  auto load = [&](V(&wv)[U][R], float(&bias)[R], int k) {
+  // Work item K's chunk of weights, and with a task's last chunk, the task's other inputs.
+  constexpr bool kInputs = Biased || E == Epilogue::residual;
+  auto load = [&](V(&wv)[U][R], TaskInputs<N, E>& t, int k) {
     int rows[R];
     task_rows<X, E>(rows, task_of(k), a);
     load_weights(wv, w, rows, nvec, k % chunks * kWarp * U + lane);
-    if constexpr (Biased) {
-      if (k % chunks == chunks - 1) load_biases<X, R>(bias, a, rows);
+    if constexpr (kInputs) {
+      if (k % chunks == chunks - 1) load_inputs<X, N, E, Biased>(t, a, task_of(k), rows);
     }
   };
 
   V wa[U][R], wb[U][R];
-  float ta[R] = {}, tb[R] = {};  // the biases that go with wa's and wb's chunks (0 unbiased)
+  TaskInputs<N, E> ta, tb;  // the inputs that go with wa's and wb's chunks
   if (items > 0) load(wa, ta, 0);
   if (items > 1) load(wb, tb, 1);
   wait_for_previous_kernel();
@@ -317,7 +333,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSM) small_linear_kernel(co
   const V* x = reinterpret_cast<const V*>(xs);
 
   float acc[R][N] = {};
-  auto use = [&](const V(&wv)[U][R], const float(&bias)[R], int k) {
+  auto use = [&](const V(&wv)[U][R], const TaskInputs<N, E>& t, int k) {
     const int i0 = k % chunks * kWarp * U + lane;
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -335,7 +351,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSM) small_linear_kernel(co
       }
     }
     if (k % chunks == chunks - 1) {
-      finish_task<X, N, E>(a, task_of(k), acc, bias);
+      finish_task<X, N, E>(a, task_of(k), acc, t);
 #pragma unroll
       for (int r = 0; r < R; ++r) {
 #pragma unroll
