@@ -27,7 +27,7 @@ CpuInferenceModel::CpuInferenceModel(const ModelConfig& config, std::vector<floa
     tp_rank_ = tp_->rank();
   }
   config_ = tensor_parallel_config(config, params.size(), tp_size_);
-  const bool whole = params.size() == size_t(config.num_parameters());  // else already this rank's shard
+  const bool whole = holds_whole_model(config, params.size());
   params_ = tp_ && whole ? tensor_parallel_shard(config, params, config_, tp_size_, tp_rank_) : std::move(params);
   if (slots < 1) input_error("--batch {}: must be at least 1", slots);
   if (max_length < 0) input_error("--max-length {}: must be positive", max_length);

@@ -70,7 +70,7 @@ CudaTransformer<X>::CudaTransformer(const ModelConfig& config, const std::vector
   offsets_ = gpt_offsets(config_, gpt_parameter_table(config_, size_of(tp_)));
   const cudaStream_t s = stream_.get();
   std::vector<float> shard;
-  const bool whole = params.size() == size_t(config.num_parameters());  // else already this rank's shard
+  const bool whole = holds_whole_model(config, params.size());
   if (tp_ && whole) shard = tensor_parallel_shard(config, params, config_, tp_->size(), tp_->rank());
   const std::vector<float>& local = tp_ && whole ? shard : params;
 

@@ -49,6 +49,10 @@ ModelConfig tensor_parallel_config(const ModelConfig& config, size_t parameters,
   return c;
 }
 
+bool holds_whole_model(const ModelConfig& config, size_t parameters) {
+  return parameters == size_t(config.num_parameters());
+}
+
 std::vector<float> tensor_parallel_shard(const ModelConfig& config, const ModelConfig& sharded, int tp, int rank,
                                          const std::function<void(const ParamTensor&, float*)>& read) {
   const std::vector<ParamTensor> from = gpt_parameter_table(config), to = gpt_parameter_table(sharded);

@@ -82,6 +82,11 @@ class Comm;
 // not split over TP ranks (heads, key/value heads, MLP width).
 ModelConfig tensor_parallel_config(const ModelConfig& config, size_t parameters, int tp);
 
+// Whether PARAMETERS values are CONFIG's whole model, rather than one rank's shard of it (which
+// tensor_parallel_config has checked them to be otherwise): a member given the whole model cuts
+// its own shard with tensor_parallel_shard.
+bool holds_whole_model(const ModelConfig& config, size_t parameters);
+
 // Rank RANK's shard, laid out as gpt_parameter_table(sharded, tp), of the whole model of CONFIG
 // (gpt_parameter_table(config)'s layout), SHARDED being tensor_parallel_config(config, ..., tp).
 // The vocabulary rows are cut or zero-extended to SHARDED's padding (rows past vocab_size are
