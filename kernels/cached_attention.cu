@@ -12,16 +12,22 @@
 // Decoding reads the whole cache for one query, and at batch 1 there are few (query, head) pairs:
 // too few blocks to keep the memory busy. So the keys are split (flash-decoding): block (split,
 // head group, query) takes a contiguous share of the query's keys and keeps a partial result, the
-// running max m, sum l and unnormalised output o of an online softmax, and the last block of the
-// query's splits to finish merges them (in split order, whichever block it is: the result does not
-// depend on the order the blocks ran in). It knows it is last from a counter per (query, head
-// group) in the scratch, which it also sets back to zero for the next launch; merging there rather
-// than in a kernel of its own saves a launch and a round trip through memory per layer. A query
-// splits its keys into no more shares than it takes for a block to request all of its share at
-// once (one pass), so short contexts run unsplit and the merge has few partials; the grid's split
-// count depends only on Q (cached_attention_splits): a decode step's launches
-// keep their shape as the context grows, which CUDA graphs need. Blocks past a query's own split
-// count return at once.
+// running max m, sum l and unnormalised output o of an online softmax, and the partials are merged
+// in split order (the result does not depend on the order the blocks ran in), in two levels:
+//   - the splits come in thread block clusters of up to 8 (Hopper and later; 1 before), and a
+//     cluster's first block merges its blocks' partials from their shared memory (distributed
+//     shared memory), between two cluster barriers;
+//   - when a query needs more than one cluster, the clusters' merged partials go to the scratch,
+//     and the last cluster to finish merges them there. It knows it is last from a counter per
+//     (query, head group) in the scratch, which it also sets back to zero for the next launch.
+// Merging in the kernel rather than in one of its own saves a launch and a round trip through
+// memory per layer; merging within a cluster, where the partials never leave the multiprocessors,
+// also saves the fence, the counter and the reads from L2 of the merge through memory (at batch 1
+// a cluster takes 1024 keys of HS 64 in one pass). A query uses no more clusters than it takes for
+// each block to request all of its share at once (one pass), so short contexts run in one cluster,
+// some of whose blocks may have no keys; the grid's split count depends only on Q
+// (cached_attention_splits): a decode step's launches keep their shape as the context grows, which
+// CUDA graphs need. Clusters past a query's own count return at once.
 //
 // Inside a block. A key row of HS elements is read by P lanes, each holding W consecutive elements
 // (16 bytes for bf16 with W = 8); P is HS / W rounded up to a power of two, lanes past the row
@@ -52,6 +58,8 @@
 #include <stdexcept>
 #include <string>
 
+#include <cooperative_groups.h>
+
 #include "common.cuh"
 #include "overlapped_launch.cuh"
 #include "ops/cuda/check.hpp"
@@ -61,11 +69,19 @@ namespace meg::cuda {
 
 namespace {
 
-constexpr int kWarps = 4;
-constexpr int kThreads = kWarps * kWarp;
-constexpr int kUnroll = 4;      // keys per lane group loaded before the first is used
-constexpr int kMaxSplits = 64;  // the merge reads up to this many partials per (query, head)
-constexpr int kBlocksPerSM = 4;    // the grid the splits aim for (split_blocks())
+// The grid aims for kWarpsPerSM warps per multiprocessor, in blocks of 4 warps (kFewWarps); a
+// grid of fewer (query, head group) blocks splits their keys. When even clusters of 8 such blocks
+// per (query, head group) fall short (batch-1 decode), the blocks have 8 warps (kManyWarps), so
+// that a cluster takes 1024 keys of HS 64 in one pass.
+constexpr int kWarpsPerSM = 16;
+constexpr int kFewWarps = 4, kManyWarps = 8;
+// Blocks of one query head (GPT-2's) compile to 128 registers a thread, as kWarpsPerSM needs.
+// Without the limit the kernel took 129, which left room for 3 blocks of 4 warps rather than 4,
+// and the 800 blocks of a batch of 32 GPT-2 1.5B decode rows 3 waves rather than 2 (8% slower).
+// Blocks of 2 and 4 heads keep their q and o in registers and take what they need.
+constexpr int kUnroll = 4;        // keys per lane group loaded before the first is used
+constexpr int kMaxCluster = 8;    // blocks of a cluster (the portable most)
+constexpr int kMaxClusters = 64;  // the merge through memory reads up to this many partials per (query, head)
 
 // Query heads per block: the largest of 4, 2, 1 that divides the group NH / NKV. Not 8: the block
 // would hold 8 heads' q and o in registers (over 200 with W = 8, two blocks per multiprocessor),
@@ -79,10 +95,27 @@ int heads_per_block(int group) {
 // A split's partial result for one (query, head): m, l, then o[HS] (base-2 units, unnormalised).
 __host__ __device__ size_t partial_floats(int HS) { return size_t(HS) + 2; }
 
-// The splits query LEN keys use, within the grid's SPLITS: no more than it takes for each to read
-// its keys in one pass of PASS_KEYS (every key requested before any is used).
-__device__ int query_splits(int len, int splits, int pass_keys) {
-  return min(splits, ceil_div(len, pass_keys));
+// The clusters query LEN keys use, within the grid's CLUSTERS of CLUSTER blocks: no more than it
+// takes for each block to read its keys in one pass of PASS_KEYS (every key requested before any
+// is used).
+__device__ int query_clusters(int len, int clusters, int cluster, int pass_keys) {
+  return min(clusters, ceil_div(len, cluster * pass_keys));
+}
+
+// The barrier of the block's cluster of CLUSTER blocks (every thread of its blocks arrives, shared
+// memory writes before it visible to the cluster's blocks after it), and the address of V in
+// block RANK's shared memory. A cluster of one block (the only kind before Hopper) needs neither.
+__device__ void cluster_barrier(int cluster) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (cluster > 1) cooperative_groups::this_cluster().sync();
+#endif
+}
+
+__device__ const float* cluster_shared(const float* v, int cluster, int rank) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (cluster > 1) return cooperative_groups::this_cluster().map_shared_rank(const_cast<float*>(v), rank);
+#endif
+  return v;
 }
 
 // Merges the partial (m2, l2, o2) into (m, l, o). Two empty partials (m = -inf) stay empty.
@@ -101,19 +134,20 @@ __device__ void merge(float& m, float& l, float (&o)[W], float m2, float l2, con
 template <typename X>
 struct Args {
   X* out;
-  // The scratch: the counters of splits done, one per (query, head group) block of the grid's
-  // first split: fewer than split_blocks() whenever the keys are split, so the counters stay at
-  // the same place whatever Q is; then the [Q, NH, grid splits] partial results.
+  // The scratch: the counters of clusters done, one per (query, head group) block of the grid's
+  // first split: fewer than split_below() whenever the keys are split, so the counters stay at
+  // the same place whatever Q is; then the [Q, NH, grid clusters] partial results.
   unsigned* counters;
   float* partials;
   const X *qkv, *k_cache, *v_cache;
   const int32_t *rows, *slots, *positions;
   int Q, NH, NKV, HS, max_length;
   int new_keys;  // a slot's keys the previous kernel wrote, at most: the last new_keys of its query
+  int cluster;   // blocks per cluster, along the splits
 };
 
-template <typename X, int W, int G>
-__global__ void __launch_bounds__(kThreads)
+template <typename X, int W, int G, int Warps>
+__global__ void __launch_bounds__(Warps * kWarp, G == 1 ? kWarpsPerSM / Warps : 1)
     cached_attention_kernel(const Args<X> a, float scale_log2) {
   using V = Vec<X, W>;
   const int NH = a.NH, NKV = a.NKV, HS = a.HS;
@@ -124,12 +158,17 @@ __global__ void __launch_bounds__(kThreads)
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int c = lane % P, sub = lane / P, per_warp = kWarp / P;
   const bool has_chunk = c < chunks;
-  const int pass_keys = kWarps * per_warp * kUnroll;  // the keys a block requests at once
+  const int pass_keys = Warps * per_warp * kUnroll;  // the keys a block requests at once
 
+  // The block is split `split` of the query's `splits`, block `rank` of cluster `unit` of its
+  // `units` (a cluster's blocks are consecutive along x).
   const int q = blockIdx.z, split = blockIdx.x;
+  const int rank = split % a.cluster, unit = split / a.cluster;
   const int row = a.rows[q], len = a.positions[row] + 1;
-  const int splits = query_splits(len, gridDim.x, pass_keys);
-  if (split >= splits) return;  // the whole block: this query needs fewer splits
+  const int units = query_clusters(len, gridDim.x / a.cluster, a.cluster, pass_keys);
+  if (unit >= units) return;  // the whole cluster: this query needs fewer
+  const int splits = units * a.cluster;
+  // A split may be empty (a short context in a cluster of several blocks): k_end <= k_begin.
   const int per_split = ceil_div(len, splits);
   const int k_begin = split * per_split, k_end = min(len, k_begin + per_split);
 
@@ -246,9 +285,11 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
 
-  // Then the warps, through shared memory: [warp][head j][m, l, o[HS]].
+  // Then the warps, through shared memory: [warp][head j][m, l, o[HS]], and the block's partial
+  // after them, [head j][m, l, o[HS]] (which the cluster's first block reads).
   extern __shared__ float smem[];
   const size_t rec = partial_floats(HS);
+  float* block_partial = smem + size_t(Warps) * G * rec;
   if (sub == 0 && has_chunk) {
 #pragma unroll
     for (int j = 0; j < G; ++j) {
@@ -262,12 +303,12 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
   __syncthreads();
-  for (int e = threadIdx.x; e < G * HS; e += kThreads) {
+  for (int e = threadIdx.x; e < G * HS; e += Warps * kWarp) {
     const int j = e / HS, d = e % HS, h = h0 + j;
     float mx = -INFINITY;
-    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, smem[(size_t(w) * G + j) * rec]);
+    for (int w = 0; w < Warps; ++w) mx = fmaxf(mx, smem[(size_t(w) * G + j) * rec]);
     float sum = 0.0f, acc = 0.0f;
-    for (int w = 0; w < kWarps; ++w) {
+    for (int w = 0; w < Warps; ++w) {
       const float* r = smem + (size_t(w) * G + j) * rec;
       if (r[0] == -INFINITY) continue;  // a warp that saw no key
       const float f = fast_exp2(r[0] - mx);
@@ -277,7 +318,7 @@ __global__ void __launch_bounds__(kThreads)
     if (splits == 1) {
       a.out[(size_t(row) * NH + h) * HS + d] = from_float<X>(acc / sum);
     } else {
-      float* p = a.partials + ((size_t(q) * NH + h) * gridDim.x + split) * rec;
+      float* p = block_partial + size_t(j) * rec;
       if (d == 0) {
         p[0] = mx;
         p[1] = sum;
@@ -287,47 +328,94 @@ __global__ void __launch_bounds__(kThreads)
   }
   if (splits == 1) return;
 
-  // Counted in once the partials are visible to every block; the last one in merges.
+  // The cluster's partials, merged by its first block in rank order; the others wait at the
+  // second barrier until it has read their shared memory, then leave.
+  cluster_barrier(a.cluster);
+  if (rank != 0) {
+    cluster_barrier(a.cluster);
+    return;
+  }
+  float* unit_partial = a.partials + ((size_t(q) * NH + h0) * (gridDim.x / a.cluster) + unit) * rec;
+  for (int e = threadIdx.x; e < G * HS; e += Warps * kWarp) {
+    const int j = e / HS, d = e % HS;
+    float pm[kMaxCluster], pl[kMaxCluster], po[kMaxCluster];
+#pragma unroll
+    for (int r = 0; r < kMaxCluster; ++r) {
+      if (r >= a.cluster) break;
+      const float* p = cluster_shared(block_partial, a.cluster, r) + size_t(j) * rec;
+      pm[r] = p[0];
+      pl[r] = p[1];
+      po[r] = p[2 + d];
+    }
+    float mx = -INFINITY;
+#pragma unroll
+    for (int r = 0; r < kMaxCluster; ++r)
+      if (r < a.cluster) mx = fmaxf(mx, pm[r]);
+    float sum = 0.0f, acc = 0.0f;
+#pragma unroll
+    for (int r = 0; r < kMaxCluster; ++r) {
+      if (r >= a.cluster || pm[r] == -INFINITY) continue;  // past the cluster, or a block that saw no key
+      const float f = fast_exp2(pm[r] - mx);
+      sum += pl[r] * f;
+      acc += po[r] * f;
+    }
+    if (units == 1) {
+      a.out[(size_t(row) * NH + h0 + j) * HS + d] = from_float<X>(acc / sum);
+    } else {
+      float* p = unit_partial + size_t(j) * (gridDim.x / a.cluster) * rec;
+      if (d == 0) {
+        p[0] = mx;
+        p[1] = sum;
+      }
+      p[2 + d] = acc;
+    }
+  }
+  cluster_barrier(a.cluster);
+  if (units == 1) return;
+
+  // Counted in once the partials are visible to every block; the last cluster in merges.
   __threadfence();
   __syncthreads();
   __shared__ bool last;
   if (threadIdx.x == 0) {
     unsigned* done = a.counters + size_t(q) * gridDim.y + blockIdx.y;
-    last = atomicAdd(done, 1u) == unsigned(splits - 1);
+    last = atomicAdd(done, 1u) == unsigned(units - 1);
     if (last) *done = 0;
   }
   __syncthreads();
   if (!last) return;
   __threadfence();
-  // The splits' partials, read from L2 (__ldcg: another block's writes are not in this
-  // multiprocessor's L1) with many loads in flight at a time: first every split's m and l, then
-  // a thread per (head j, element d) its column of o, kBatch splits at a time, merged in split order.
-  __shared__ float split_m[G][kMaxSplits], split_l[G][kMaxSplits];
-  const float* base = a.partials + (size_t(q) * NH + h0) * gridDim.x * rec;  // [G][grid splits][rec]
-  for (int e = threadIdx.x; e < G * splits; e += kThreads) {
-    const int j = e / splits, s = e % splits;
-    const float* p = base + (size_t(j) * gridDim.x + s) * rec;
-    split_m[j][s] = __ldcg(p);
-    split_l[j][s] = __ldcg(p + 1);
+  // The clusters' partials, read from L2 (__ldcg: another block's writes are not in this
+  // multiprocessor's L1) with many loads in flight at a time: first every cluster's m and l, then
+  // a thread per (head j, element d) its column of o, kBatch clusters at a time, merged in cluster
+  // order.
+  const int grid_units = gridDim.x / a.cluster;
+  __shared__ float unit_m[G][kMaxClusters], unit_l[G][kMaxClusters];
+  const float* base = a.partials + (size_t(q) * NH + h0) * grid_units * rec;  // [G][grid clusters][rec]
+  for (int e = threadIdx.x; e < G * units; e += Warps * kWarp) {
+    const int j = e / units, u = e % units;
+    const float* p = base + (size_t(j) * grid_units + u) * rec;
+    unit_m[j][u] = __ldcg(p);
+    unit_l[j][u] = __ldcg(p + 1);
   }
   __syncthreads();
   constexpr int kBatch = 8;
-  for (int e = threadIdx.x; e < G * HS; e += kThreads) {
+  for (int e = threadIdx.x; e < G * HS; e += Warps * kWarp) {
     const int j = e / HS, d = e % HS;
-    const float* p = base + size_t(j) * gridDim.x * rec + 2 + d;
+    const float* p = base + size_t(j) * grid_units * rec + 2 + d;
     float mx = -INFINITY;
-    for (int s = 0; s < splits; ++s) mx = fmaxf(mx, split_m[j][s]);
+    for (int u = 0; u < units; ++u) mx = fmaxf(mx, unit_m[j][u]);
     float sum = 0.0f, acc = 0.0f;
-    for (int s0 = 0; s0 < splits; s0 += kBatch) {
+    for (int u0 = 0; u0 < units; u0 += kBatch) {
       float ov[kBatch];
 #pragma unroll
-      for (int k = 0; k < kBatch; ++k) ov[k] = s0 + k < splits ? __ldcg(p + size_t(s0 + k) * rec) : 0.0f;
+      for (int k = 0; k < kBatch; ++k) ov[k] = u0 + k < units ? __ldcg(p + size_t(u0 + k) * rec) : 0.0f;
 #pragma unroll
       for (int k = 0; k < kBatch; ++k) {
-        const int s = s0 + k;
-        if (s >= splits || split_m[j][s] == -INFINITY) continue;  // past the splits, or one that saw no key
-        const float f = fast_exp2(split_m[j][s] - mx);
-        sum += split_l[j][s] * f;
+        const int u = u0 + k;
+        if (u >= units || unit_m[j][u] == -INFINITY) continue;  // past the clusters, or one that saw no key
+        const float f = fast_exp2(unit_m[j][u] - mx);
+        sum += unit_l[j][u] * f;
         acc += ov[k] * f;
       }
     }
@@ -335,21 +423,32 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-template <typename X, int W, int G>
-void launch(const Args<X>& a, cudaStream_t stream) {
-  const int splits = cached_attention_splits(a.Q, a.NH, a.NKV);
+// The grid's splits of a query's keys: `units` clusters of `cluster` blocks of `warps` warps.
+struct Splits {
+  int cluster = 1, units = 1, warps = kFewWarps;
+};
+
+template <typename X, int W, int G, int Warps>
+void launch(const Args<X>& a, const Splits& s, cudaStream_t stream) {
   const float scale_log2 = float(kLog2e / std::sqrt(double(a.HS)));
-  const size_t smem = size_t(kWarps) * G * partial_floats(a.HS) * sizeof(float);
-  const dim3 grid(splits, a.NH / G, a.Q);
-  launch_overlapped(cached_attention_kernel<X, W, G>, grid, dim3(kThreads), smem, stream, a, scale_log2);
+  const size_t smem = size_t(Warps + 1) * G * partial_floats(a.HS) * sizeof(float);
+  const dim3 grid(s.cluster * s.units, a.NH / G, a.Q);
+  launch_overlapped_clusters(cached_attention_kernel<X, W, G, Warps>, grid, unsigned(s.cluster), dim3(Warps * kWarp),
+                             smem, stream, a, scale_log2);
+}
+
+template <typename X, int W, int G>
+void launch_warps(const Args<X>& a, const Splits& s, cudaStream_t stream) {
+  if (s.warps == kManyWarps) return launch<X, W, G, kManyWarps>(a, s, stream);
+  launch<X, W, G, kFewWarps>(a, s, stream);
 }
 
 template <typename X, int W>
-void launch_heads(const Args<X>& a, cudaStream_t stream) {
+void launch_heads(const Args<X>& a, const Splits& s, cudaStream_t stream) {
   switch (heads_per_block(a.NH / a.NKV)) {
-    case 4: return launch<X, W, 4>(a, stream);
-    case 2: return launch<X, W, 2>(a, stream);
-    default: return launch<X, W, 1>(a, stream);
+    case 4: return launch_warps<X, W, 4>(a, s, stream);
+    case 2: return launch_warps<X, W, 2>(a, s, stream);
+    default: return launch_warps<X, W, 1>(a, s, stream);
   }
 }
 
@@ -361,22 +460,37 @@ int lane_elements(int HS) {
   return 0;
 }
 
-// The blocks the splits aim for: enough warps to hide latency. Fewer (query, head group) blocks
-// than this split their keys.
-long split_blocks() { return long(kBlocksPerSM) * multiprocessors(); }
+// The (query, head group) blocks of 4 warps the grid aims for: fewer split their keys. Also the
+// counters the scratch holds.
+long split_below() { return long(kWarpsPerSM / kFewWarps) * multiprocessors(); }
+
+Splits grid_splits(int Q, int NH, int NKV) {
+  const long blocks = long(Q) * NKV * (NH / NKV / heads_per_block(NH / NKV));
+  Splits s;
+  if (blocks >= split_below()) return s;
+  // Here blocks < split_below(): a few thousand at most.
+  const bool clusters = clusters_supported();
+  const int warps = kWarpsPerSM * multiprocessors(), few = int(blocks);
+  int splits = ceil_div(warps, few * kFewWarps);
+  if (clusters && splits > kMaxCluster) {
+    s.warps = kManyWarps;
+    splits = ceil_div(warps, few * kManyWarps);
+  }
+  s.cluster = clusters ? std::min(kMaxCluster, splits) : 1;
+  s.units = std::min(kMaxClusters, ceil_div(splits, s.cluster));
+  return s;
+}
 
 }  // namespace
 
 int cached_attention_splits(int Q, int NH, int NKV) {
-  const long blocks = long(Q) * NKV * (NH / NKV / heads_per_block(NH / NKV));
-  const long target = split_blocks();
-  if (blocks >= target) return 1;
-  return int(std::min<long>(kMaxSplits, (target + blocks - 1) / blocks));
+  const Splits s = grid_splits(Q, NH, NKV);
+  return s.cluster * s.units;
 }
 
 size_t cached_attention_scratch(int Q, int NH, int NKV, int HS) {
-  const int splits = cached_attention_splits(Q, NH, NKV);
-  return splits > 1 ? size_t(split_blocks()) + size_t(Q) * NH * splits * partial_floats(HS) : 0;
+  const int units = grid_splits(Q, NH, NKV).units;
+  return units > 1 ? size_t(split_below()) + size_t(Q) * NH * units * partial_floats(HS) : 0;
 }
 
 template <typename X>
@@ -397,12 +511,14 @@ void cached_attention(X* out, const X* qkv, const X* k_cache, const X* v_cache, 
                         static_cast<const void*>(v_cache)})
     if (!aligned(p, w * sizeof(X)))
       throw std::invalid_argument("cached_attention: misaligned array");
-  const Args<X> a{out, reinterpret_cast<unsigned*>(scratch), scratch + split_blocks(), qkv, k_cache, v_cache,
-                  rows, slots, positions, Q, NH, NKV, HS, max_length, new_keys};
+  const Splits splits = grid_splits(Q, NH, NKV);
+  float* partials = scratch ? scratch + split_below() : nullptr;
+  const Args<X> a{out, reinterpret_cast<unsigned*>(scratch), partials, qkv, k_cache, v_cache, rows, slots, positions,
+                  Q,   NH, NKV, HS, max_length, new_keys, splits.cluster};
   switch (w) {
-    case 8: return launch_heads<X, 8>(a, stream);
-    case 4: return launch_heads<X, 4>(a, stream);
-    default: return launch_heads<X, 2>(a, stream);
+    case 8: return launch_heads<X, 8>(a, splits, stream);
+    case 4: return launch_heads<X, 4>(a, splits, stream);
+    default: return launch_heads<X, 2>(a, splits, stream);
   }
 }
 

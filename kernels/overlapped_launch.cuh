@@ -38,27 +38,45 @@ __device__ inline void allow_next_kernel() {
 #endif
 }
 
-inline bool overlapped_launches_supported() {
+// Overlapped launches and thread block clusters both need Hopper (compute capability 9.0) or later.
+inline bool hopper_or_later() {
   int device = 0, major = 0;
   MEG_CUDA_CHECK(cudaGetDevice(&device));
   MEG_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   return major >= 9;
 }
+inline bool overlapped_launches_supported() { return hopper_or_later(); }
+inline bool clusters_supported() { return hopper_or_later(); }
 
+// launch_overlapped with the grid in thread block clusters of CLUSTER blocks along x (which must
+// divide grid.x; 1 before Hopper).
 template <typename... Params, typename... Args>
-void launch_overlapped(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                       Args&&... args) {
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
+void launch_overlapped_clusters(void (*kernel)(Params...), dim3 grid, unsigned cluster, dim3 block, size_t smem,
+                                cudaStream_t stream, Args&&... args) {
+  cudaLaunchAttribute attributes[2]{};
+  unsigned count = 0;
+  if (overlapped_launches_supported()) {
+    attributes[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attributes[count++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  if (cluster > 1) {
+    attributes[count].id = cudaLaunchAttributeClusterDimension;
+    attributes[count++].val.clusterDim = {cluster, 1, 1};
+  }
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = smem;
   config.stream = stream;
-  config.attrs = &attribute;
-  config.numAttrs = overlapped_launches_supported() ? 1 : 0;
+  config.attrs = attributes;
+  config.numAttrs = count;
   MEG_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
+}
+
+template <typename... Params, typename... Args>
+void launch_overlapped(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                       Args&&... args) {
+  launch_overlapped_clusters(kernel, grid, 1, block, smem, stream, std::forward<Args>(args)...);
 }
 
 }  // namespace meg::cuda

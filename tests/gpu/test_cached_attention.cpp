@@ -27,11 +27,14 @@
 //     took a stale partial (between a batch's two runs the other batches overwrote the partials).
 //
 // Batches, for every shape:
-//   - one query with 701 keys: the keys split across blocks, then merged;
-//   - one query with 5001 keys: more than the grid's splits take in one pass each (passes of 64
-//     keys or fewer, at most 64 splits), for every shape but the HS 16 one (passes of 256 keys);
+//   - one query with 701 keys: the keys split across the blocks of one cluster (on Hopper), then
+//     merged there;
+//   - one query with 5001 keys: more than the grid's splits take in one pass each (passes of 128
+//     keys or fewer, at most 8 clusters of 8 splits), for every shape but the HS 16 one (passes of
+//     512 keys): several clusters, merged through the scratch;
 //   - queries of 5 slots at positions 0 (a single key), 1, 37, 300 and 999, split and unsplit in
-//     one launch, beside the 4 rows of a fresh prompt in a sixth slot (new_keys = 1);
+//     one launch (the short ones leave blocks of their cluster without keys), beside the 4 rows of
+//     a fresh prompt in a sixth slot (new_keys = 1);
 //   - Q queries of slots of their own with 600 to 1000 keys, Q the least from 40 on for which the
 //     grid does not split (cached_attention_splits(Q) == 1, which depends on the device), so that a
 //     block takes a query's keys in many passes;
