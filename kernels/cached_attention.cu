@@ -14,9 +14,12 @@
 // head group, query) takes a contiguous share of the query's keys and keeps a partial result, the
 // running max m, sum l and unnormalised output o of an online softmax, and the partials are merged
 // in split order (the result does not depend on the order the blocks ran in), in two levels:
-//   - the splits come in thread block clusters of up to 8 (Hopper and later; 1 before), and a
-//     cluster's first block merges its blocks' partials from their shared memory (distributed
-//     shared memory), between two cluster barriers;
+//   - where the grid has too few (query, head group) pairs to fill the device even with 8 splits
+//     each (batch-1 decode), the splits come in thread block clusters of up to 8 (Hopper and
+//     later), and a cluster's first block merges its blocks' partials from their shared memory
+//     (distributed shared memory), between two cluster barriers. Larger grids split less and
+//     without clusters, which there measured slower (clusters of 3 made a batch of 32 Llama 1B
+//     decode rows 5% slower): each block is a cluster of its own;
 //   - when a query needs more than one cluster, the clusters' merged partials go to the scratch,
 //     and the last cluster to finish merges them there. It knows it is last from a counter per
 //     (query, head group) in the scratch, which it also sets back to zero for the next launch.
@@ -70,9 +73,9 @@ namespace meg::cuda {
 namespace {
 
 // The grid aims for kWarpsPerSM warps per multiprocessor, in blocks of 4 warps (kFewWarps); a
-// grid of fewer (query, head group) blocks splits their keys. When even clusters of 8 such blocks
-// per (query, head group) fall short (batch-1 decode), the blocks have 8 warps (kManyWarps), so
-// that a cluster takes 1024 keys of HS 64 in one pass.
+// grid of fewer (query, head group) blocks splits their keys. When even 8 such splits per (query,
+// head group) fall short (batch-1 decode), the blocks have 8 warps (kManyWarps) and come in
+// clusters, so that a cluster takes 1024 keys of HS 64 in one pass.
 constexpr int kWarpsPerSM = 16;
 constexpr int kFewWarps = 4, kManyWarps = 8;
 // Blocks of one query head (GPT-2's) compile to 128 registers a thread, as kWarpsPerSM needs.
@@ -161,13 +164,16 @@ __global__ void __launch_bounds__(Warps * kWarp, G == 1 ? kWarpsPerSM / Warps : 
   const int pass_keys = Warps * per_warp * kUnroll;  // the keys a block requests at once
 
   // The block is split `split` of the query's `splits`, block `rank` of cluster `unit` of its
-  // `units` (a cluster's blocks are consecutive along x).
+  // `units` (a cluster's blocks are consecutive along x). Only blocks of 8 warps come in clusters
+  // of more than one (grid_splits()): the others' code is that of a block of its own.
+  constexpr bool kClustered = Warps == kManyWarps;
+  const int cluster = kClustered ? a.cluster : 1;
   const int q = blockIdx.z, split = blockIdx.x;
-  const int rank = split % a.cluster, unit = split / a.cluster;
+  const int rank = split % cluster, unit = split / cluster;
   const int row = a.rows[q], len = a.positions[row] + 1;
-  const int units = query_clusters(len, gridDim.x / a.cluster, a.cluster, pass_keys);
+  const int units = query_clusters(len, gridDim.x / cluster, cluster, pass_keys);
   if (unit >= units) return;  // the whole cluster: this query needs fewer
-  const int splits = units * a.cluster;
+  const int splits = units * cluster;
   // A split may be empty (a short context in a cluster of several blocks): k_end <= k_begin.
   const int per_split = ceil_div(len, splits);
   const int k_begin = split * per_split, k_end = min(len, k_begin + per_split);
@@ -285,10 +291,12 @@ __global__ void __launch_bounds__(Warps * kWarp, G == 1 ? kWarpsPerSM / Warps : 
     }
   }
 
-  // Then the warps, through shared memory: [warp][head j][m, l, o[HS]], and the block's partial
-  // after them, [head j][m, l, o[HS]] (which the cluster's first block reads).
+  // Then the warps, through shared memory: [warp][head j][m, l, o[HS]]. A block of a cluster
+  // keeps its partial after them, [head j][m, l, o[HS]], for the cluster's first block to read;
+  // any other writes it to the scratch (its cluster is itself).
   extern __shared__ float smem[];
   const size_t rec = partial_floats(HS);
+  const int grid_units = gridDim.x / cluster;
   float* block_partial = smem + size_t(Warps) * G * rec;
   if (sub == 0 && has_chunk) {
 #pragma unroll
@@ -318,7 +326,8 @@ __global__ void __launch_bounds__(Warps * kWarp, G == 1 ? kWarpsPerSM / Warps : 
     if (splits == 1) {
       a.out[(size_t(row) * NH + h) * HS + d] = from_float<X>(acc / sum);
     } else {
-      float* p = block_partial + size_t(j) * rec;
+      float* p = kClustered ? block_partial + size_t(j) * rec
+                            : a.partials + ((size_t(q) * NH + h) * grid_units + unit) * rec;
       if (d == 0) {
         p[0] = mx;
         p[1] = sum;
@@ -330,19 +339,20 @@ __global__ void __launch_bounds__(Warps * kWarp, G == 1 ? kWarpsPerSM / Warps : 
 
   // The cluster's partials, merged by its first block in rank order; the others wait at the
   // second barrier until it has read their shared memory, then leave.
-  cluster_barrier(a.cluster);
+  if constexpr (kClustered) {
+  cluster_barrier(cluster);
   if (rank != 0) {
-    cluster_barrier(a.cluster);
+    cluster_barrier(cluster);
     return;
   }
-  float* unit_partial = a.partials + ((size_t(q) * NH + h0) * (gridDim.x / a.cluster) + unit) * rec;
+  float* unit_partial = a.partials + ((size_t(q) * NH + h0) * grid_units + unit) * rec;
   for (int e = threadIdx.x; e < G * HS; e += Warps * kWarp) {
     const int j = e / HS, d = e % HS;
     float pm[kMaxCluster], pl[kMaxCluster], po[kMaxCluster];
 #pragma unroll
     for (int r = 0; r < kMaxCluster; ++r) {
-      if (r >= a.cluster) break;
-      const float* p = cluster_shared(block_partial, a.cluster, r) + size_t(j) * rec;
+      if (r >= cluster) break;
+      const float* p = cluster_shared(block_partial, cluster, r) + size_t(j) * rec;
       pm[r] = p[0];
       pl[r] = p[1];
       po[r] = p[2 + d];
@@ -350,11 +360,11 @@ __global__ void __launch_bounds__(Warps * kWarp, G == 1 ? kWarpsPerSM / Warps : 
     float mx = -INFINITY;
 #pragma unroll
     for (int r = 0; r < kMaxCluster; ++r)
-      if (r < a.cluster) mx = fmaxf(mx, pm[r]);
+      if (r < cluster) mx = fmaxf(mx, pm[r]);
     float sum = 0.0f, acc = 0.0f;
 #pragma unroll
     for (int r = 0; r < kMaxCluster; ++r) {
-      if (r >= a.cluster || pm[r] == -INFINITY) continue;  // past the cluster, or a block that saw no key
+      if (r >= cluster || pm[r] == -INFINITY) continue;  // past the cluster, or a block that saw no key
       const float f = fast_exp2(pm[r] - mx);
       sum += pl[r] * f;
       acc += po[r] * f;
@@ -362,7 +372,7 @@ __global__ void __launch_bounds__(Warps * kWarp, G == 1 ? kWarpsPerSM / Warps : 
     if (units == 1) {
       a.out[(size_t(row) * NH + h0 + j) * HS + d] = from_float<X>(acc / sum);
     } else {
-      float* p = unit_partial + size_t(j) * (gridDim.x / a.cluster) * rec;
+      float* p = unit_partial + size_t(j) * grid_units * rec;
       if (d == 0) {
         p[0] = mx;
         p[1] = sum;
@@ -370,8 +380,9 @@ __global__ void __launch_bounds__(Warps * kWarp, G == 1 ? kWarpsPerSM / Warps : 
       p[2 + d] = acc;
     }
   }
-  cluster_barrier(a.cluster);
+  cluster_barrier(cluster);
   if (units == 1) return;
+  }
 
   // Counted in once the partials are visible to every block; the last cluster in merges.
   __threadfence();
@@ -389,7 +400,6 @@ __global__ void __launch_bounds__(Warps * kWarp, G == 1 ? kWarpsPerSM / Warps : 
   // multiprocessor's L1) with many loads in flight at a time: first every cluster's m and l, then
   // a thread per (head j, element d) its column of o, kBatch clusters at a time, merged in cluster
   // order.
-  const int grid_units = gridDim.x / a.cluster;
   __shared__ float unit_m[G][kMaxClusters], unit_l[G][kMaxClusters];
   const float* base = a.partials + (size_t(q) * NH + h0) * grid_units * rec;  // [G][grid clusters][rec]
   for (int e = threadIdx.x; e < G * units; e += Warps * kWarp) {
@@ -431,7 +441,7 @@ struct Splits {
 template <typename X, int W, int G, int Warps>
 void launch(const Args<X>& a, const Splits& s, cudaStream_t stream) {
   const float scale_log2 = float(kLog2e / std::sqrt(double(a.HS)));
-  const size_t smem = size_t(Warps + 1) * G * partial_floats(a.HS) * sizeof(float);
+  const size_t smem = size_t(Warps + (Warps == kManyWarps)) * G * partial_floats(a.HS) * sizeof(float);
   const dim3 grid(s.cluster * s.units, a.NH / G, a.Q);
   launch_overlapped_clusters(cached_attention_kernel<X, W, G, Warps>, grid, unsigned(s.cluster), dim3(Warps * kWarp),
                              smem, stream, a, scale_log2);
@@ -476,7 +486,7 @@ Splits grid_splits(int Q, int NH, int NKV) {
     s.warps = kManyWarps;
     splits = ceil_div(warps, few * kManyWarps);
   }
-  s.cluster = clusters ? std::min(kMaxCluster, splits) : 1;
+  s.cluster = s.warps == kManyWarps ? std::min(kMaxCluster, splits) : 1;
   s.units = std::min(kMaxClusters, ceil_div(splits, s.cluster));
   return s;
 }
