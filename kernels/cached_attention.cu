@@ -340,48 +340,48 @@ __global__ void __launch_bounds__(Warps * kWarp, G == 1 ? kWarpsPerSM / Warps : 
   // The cluster's partials, merged by its first block in rank order; the others wait at the
   // second barrier until it has read their shared memory, then leave.
   if constexpr (kClustered) {
-  cluster_barrier(cluster);
-  if (rank != 0) {
     cluster_barrier(cluster);
-    return;
-  }
-  float* unit_partial = a.partials + ((size_t(q) * NH + h0) * grid_units + unit) * rec;
-  for (int e = threadIdx.x; e < G * HS; e += Warps * kWarp) {
-    const int j = e / HS, d = e % HS;
-    float pm[kMaxCluster], pl[kMaxCluster], po[kMaxCluster];
-#pragma unroll
-    for (int r = 0; r < kMaxCluster; ++r) {
-      if (r >= cluster) break;
-      const float* p = cluster_shared(block_partial, cluster, r) + size_t(j) * rec;
-      pm[r] = p[0];
-      pl[r] = p[1];
-      po[r] = p[2 + d];
+    if (rank != 0) {
+      cluster_barrier(cluster);
+      return;
     }
-    float mx = -INFINITY;
+    float* unit_partial = a.partials + ((size_t(q) * NH + h0) * grid_units + unit) * rec;
+    for (int e = threadIdx.x; e < G * HS; e += Warps * kWarp) {
+      const int j = e / HS, d = e % HS;
+      float pm[kMaxCluster], pl[kMaxCluster], po[kMaxCluster];
 #pragma unroll
-    for (int r = 0; r < kMaxCluster; ++r)
-      if (r < cluster) mx = fmaxf(mx, pm[r]);
-    float sum = 0.0f, acc = 0.0f;
-#pragma unroll
-    for (int r = 0; r < kMaxCluster; ++r) {
-      if (r >= cluster || pm[r] == -INFINITY) continue;  // past the cluster, or a block that saw no key
-      const float f = fast_exp2(pm[r] - mx);
-      sum += pl[r] * f;
-      acc += po[r] * f;
-    }
-    if (units == 1) {
-      a.out[(size_t(row) * NH + h0 + j) * HS + d] = from_float<X>(acc / sum);
-    } else {
-      float* p = unit_partial + size_t(j) * grid_units * rec;
-      if (d == 0) {
-        p[0] = mx;
-        p[1] = sum;
+      for (int r = 0; r < kMaxCluster; ++r) {
+        if (r >= cluster) break;
+        const float* p = cluster_shared(block_partial, cluster, r) + size_t(j) * rec;
+        pm[r] = p[0];
+        pl[r] = p[1];
+        po[r] = p[2 + d];
       }
-      p[2 + d] = acc;
+      float mx = -INFINITY;
+#pragma unroll
+      for (int r = 0; r < kMaxCluster; ++r)
+        if (r < cluster) mx = fmaxf(mx, pm[r]);
+      float sum = 0.0f, acc = 0.0f;
+#pragma unroll
+      for (int r = 0; r < kMaxCluster; ++r) {
+        if (r >= cluster || pm[r] == -INFINITY) continue;  // past the cluster, or a block that saw no key
+        const float f = fast_exp2(pm[r] - mx);
+        sum += pl[r] * f;
+        acc += po[r] * f;
+      }
+      if (units == 1) {
+        a.out[(size_t(row) * NH + h0 + j) * HS + d] = from_float<X>(acc / sum);
+      } else {
+        float* p = unit_partial + size_t(j) * grid_units * rec;
+        if (d == 0) {
+          p[0] = mx;
+          p[1] = sum;
+        }
+        p[2 + d] = acc;
+      }
     }
-  }
-  cluster_barrier(cluster);
-  if (units == 1) return;
+    cluster_barrier(cluster);
+    if (units == 1) return;
   }
 
   // Counted in once the partials are visible to every block; the last cluster in merges.
