@@ -38,7 +38,8 @@ constexpr int kPrefetch = 8;  // dout rows loaded ahead of their (in-order) adds
 // One thread per vector of W channels of the output, rows one after the other.
 template <typename X, int W>
 __global__ void embedding_forward_kernel(X* out, const int32_t* tokens, const X* wte, const X* wpe,
-                                         int N, int T, int C, int vocab_begin, int vocab_size) {
+                                         const int32_t* positions, int N, int T, int C, int vocab_begin,
+                                         int vocab_size) {
   using V = Vec<X, W>;
   const int nvec = C / W;
   const size_t total = size_t(N) * nvec;
@@ -54,7 +55,8 @@ __global__ void embedding_forward_kernel(X* out, const int32_t* tokens, const X*
       for (int j = 0; j < W; ++j) o.v[j] = X(0.0f);
     }
     if (wpe) {
-      const V p = reinterpret_cast<const V*>(wpe)[size_t(row % T) * nvec + i];
+      const int position = positions ? positions[row] : row % T;
+      const V p = reinterpret_cast<const V*>(wpe)[size_t(position) * nvec + i];
 #pragma unroll
       for (int j = 0; j < W; ++j) o.v[j] = X(float(o.v[j]) + float(p.v[j]));
     }
@@ -114,11 +116,11 @@ __global__ void embedding_backward_kernel(float* dwte, float* dwpe, const X* dou
 }
 
 template <typename X, int W>
-void launch_forward(X* out, const int32_t* tokens, const X* wte, const X* wpe, int B, int T, int C,
-                    int vocab_begin, int vocab_size, cudaStream_t stream) {
+void launch_forward(X* out, const int32_t* tokens, const X* wte, const X* wpe, const int32_t* positions, int B,
+                    int T, int C, int vocab_begin, int vocab_size, cudaStream_t stream) {
   const unsigned grid = grid_stride_blocks(size_t(B) * T * (C / W), kBlock);
-  embedding_forward_kernel<X, W><<<grid, kBlock, 0, stream>>>(out, tokens, wte, wpe, B * T, T, C, vocab_begin,
-                                                              vocab_size);
+  embedding_forward_kernel<X, W><<<grid, kBlock, 0, stream>>>(out, tokens, wte, wpe, positions, B * T, T, C,
+                                                              vocab_begin, vocab_size);
   MEG_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -139,13 +141,13 @@ void launch_backward(float* dwte, float* dwpe, const X* dout, const int32_t* uni
 
 template <typename X>
 void embedding_forward(X* out, const int32_t* tokens, const X* wte, const X* wpe, int B, int T,
-                       int C, int vocab_begin, int vocab_size, cudaStream_t stream) {
+                       int C, int vocab_begin, int vocab_size, cudaStream_t stream, const int32_t* positions) {
   if (B <= 0 || T <= 0 || C <= 0) return;
   constexpr int W = kVecWidth<X>;
   if (C % W == 0 && aligned16(out) && aligned16(wte) && aligned16(wpe))
-    launch_forward<X, W>(out, tokens, wte, wpe, B, T, C, vocab_begin, vocab_size, stream);
+    launch_forward<X, W>(out, tokens, wte, wpe, positions, B, T, C, vocab_begin, vocab_size, stream);
   else
-    launch_forward<X, 1>(out, tokens, wte, wpe, B, T, C, vocab_begin, vocab_size, stream);
+    launch_forward<X, 1>(out, tokens, wte, wpe, positions, B, T, C, vocab_begin, vocab_size, stream);
 }
 
 TokenGroups group_positions_by_token(const int32_t* tokens, int N, int vocab_begin, int vocab_size) {
@@ -187,7 +189,7 @@ void embedding_backward(float* dwte, float* dwpe, const X* dout, const int32_t* 
 
 #define MEG_INSTANTIATE(X)                                                                      \
   template void embedding_forward<X>(X*, const int32_t*, const X*, const X*, int, int, int, int, \
-                                     int, cudaStream_t);                                        \
+                                     int, cudaStream_t, const int32_t*);                        \
   template void embedding_backward<X>(float*, float*, const X*, const int32_t*, const int32_t*, \
                                       const int32_t*, int, int, int, int, cudaStream_t);
 MEG_INSTANTIATE(float)

@@ -282,15 +282,18 @@ void CudaInferenceModelImpl<X>::forward(const Pass& pass) {
   const int32_t *positions = tokens + N, *slots = positions + N, *cached = slots + N, *last = cached + pass.cached;
   X* x = x_.get();
 
-  // Vocabulary-parallel: each member looks up the tokens of its rows (zeros for the others), the
-  // sum over the group is the whole lookup; then the (replicated) position embedding.
-  cuda::embedding_forward<X>(x, tokens, net_.wte(), nullptr, 1, N, d.C, d.V0, d.Vp, s);
-  if (tp_) tp_->all_reduce_sum(x, size_t(N) * d.C, s);
-  if (net_.wpe()) {
-    // The positions' rows are a lookup of their own (positions index wpe as tokens index wte).
-    cuda::embedding_forward<X>(rows_.get(), positions, net_.wpe(), nullptr, 1, N, d.C, 0, int(config().seq_length),
-                               s);
-    cuda::add(x, x, rows_.get(), size_t(N) * d.C, s);
+  // The token and position embeddings (GPT-2's), each row's position from positions. Vocabulary-
+  // parallel: each member looks up the tokens of its rows (zeros for the others), the sum over the
+  // group is the whole lookup; then the (replicated) position embedding, added once.
+  cuda::embedding_forward<X>(x, tokens, net_.wte(), tp_ ? nullptr : net_.wpe(), 1, N, d.C, d.V0, d.Vp, s, positions);
+  if (tp_) {
+    tp_->all_reduce_sum(x, size_t(N) * d.C, s);
+    if (net_.wpe()) {
+      // The positions' rows are a lookup of their own (positions index wpe as tokens index wte).
+      cuda::embedding_forward<X>(rows_.get(), positions, net_.wpe(), nullptr, 1, N, d.C, 0,
+                                 int(config().seq_length), s);
+      cuda::add(x, x, rows_.get(), size_t(N) * d.C, s);
+    }
   }
   const typename CudaTransformer<X>::KvCache cache{
       [&](size_t l) { return std::make_pair(k_cache(l), v_cache(l)); }, slots, positions, max_length_};

@@ -161,6 +161,34 @@ TEMPLATE_TEST_CASE("CUDA embedding_forward matches the CPU reference", "[gpu][ke
   }
 }
 
+// A decode step's rows are single tokens at positions of their own: each adds its position's row
+// of wpe, given by the positions array rather than by its place in the batch.
+TEMPLATE_TEST_CASE("CUDA embedding_forward adds the wpe rows of given positions", "[gpu][kernels]", float,
+                   __nv_bfloat16, __half) {
+  using X = TestType;
+  std::mt19937 rng(2027);
+  const int N = 37, C = 64, V = 50, P = 1024;
+  const auto tokens = random_tokens(size_t(N), V, rng);
+  const auto positions = random_tokens(size_t(N), P, rng);
+  const auto wte = round_to<X>(random_floats(size_t(V) * C, -1.0f, 1.0f, rng));
+  const auto wpe = round_to<X>(random_floats(size_t(P) * C, -1.0f, 1.0f, rng));
+  std::vector<double> want(size_t(N) * C), scale(size_t(N) * C);
+  for (int i = 0; i < N; ++i)
+    for (int c = 0; c < C; ++c) {
+      const double e = wte[size_t(tokens[i]) * C + c], p = wpe[size_t(positions[i]) * C + c];
+      want[size_t(i) * C + c] = e + p;
+      scale[size_t(i) * C + c] = std::abs(e) + std::abs(p);
+    }
+  DeviceBuffer<int32_t> d_tokens{size_t(N)}, d_positions{size_t(N)};
+  d_tokens.upload_raw(tokens);
+  d_positions.upload_raw(positions);
+  DeviceBuffer<X> d_wte(wte), d_wpe(wpe), d_out(size_t(N) * C);
+  d_out.poison();
+  meg::cuda::embedding_forward(d_out.get(), d_tokens.get(), d_wte.get(), d_wpe.get(), 1, N, C, 0, V, nullptr,
+                               d_positions.get());
+  check_close("out", d_out.download(), want, scale, unit_roundoff<X>());
+}
+
 TEMPLATE_TEST_CASE("CUDA embedding_backward matches the CPU reference, accumulates, repeats",
                    "[gpu][kernels]", float, __nv_bfloat16, __half) {
   using X = TestType;

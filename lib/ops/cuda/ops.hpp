@@ -43,10 +43,13 @@ using fp16 = __half;
 // out[B,T,C] = wte[tokens[b,t] - vocab_begin] + wpe[t]; wpe may be null (Llama). wte holds the
 // rows of tokens [vocab_begin, vocab_begin + vocab_size) (all of them: 0 and V); a token outside
 // that range looks up a zero row (a vocabulary-parallel rank's part of the lookup). tokens
-// (device) must be in [0, V): the caller checks them on the host.
+// (device) must be in [0, V): the caller checks them on the host. POSITIONS (device, [B*T]; null:
+// row t of each sequence is at position t) gives each row's position, the wpe row it adds (a
+// decode step's rows are single tokens of their sequences); they must be rows of wpe.
 template <typename X>
 void embedding_forward(X* out, const int32_t* tokens, const X* wte, const X* wpe, int B, int T,
-                       int C, int vocab_begin, int vocab_size, cudaStream_t stream);
+                       int C, int vocab_begin, int vocab_size, cudaStream_t stream,
+                       const int32_t* positions = nullptr);
 
 // The positions of a batch whose tokens lie in [vocab_begin, vocab_begin + vocab_size), grouped
 // by token, built on the HOST from the host copy of the tokens, for a deterministic embedding
