@@ -21,7 +21,13 @@
 // Weights and inputs are pseudo-random, never zeros; the products' values are not checked here
 // (tests/gpu/test_small_linear.cpp does that).
 //
-// Usage: bench_decode_chain [MODEL ...]
+// With --sweep, it instead times chains of one product shape (kSweepProducts products of their own
+// weights, replayed from a CUDA graph) for a range of sizes, and fits time = boundary + bytes /
+// rate over them: what a kernel boundary costs and the rate at which small_linear streams within
+// a kernel, against the rate of a plain streaming read of kSweepReadBytes (the card's practical
+// ceiling for this access).
+//
+// Usage: bench_decode_chain [MODEL ...] | --sweep
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -263,9 +269,90 @@ void bench(const Shape& m) {
   print_row(name, "persistent, grid barrier", ms, L, layer_bytes);
 }
 
+// ---- the sweep ----------------------------------------------------------------------------------
+
+constexpr int kSweepProducts = 32;
+constexpr size_t kSweepReadBytes = size_t(1) << 30;
+
+// Sums the 16-byte vectors of IN (N of them) with the products' streaming hint, grid-striding,
+// into one float per thread, written only when it is exactly 12345 (never, for the fill's values)
+// so that the loads are not dead code.
+__global__ void read_kernel(const uint4* in, size_t n, float* sink) {
+  float s = 0.0f;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const uint4 v = __ldcs(in + i);
+    s += __uint_as_float(v.x) + __uint_as_float(v.y) + __uint_as_float(v.z) + __uint_as_float(v.w);
+  }
+  if (s == 12345.0f) *sink = s;
+}
+
+void sweep() {
+  struct Size {
+    int C, OC;
+  };
+  const Size sizes[] = {{1600, 1600}, {1600, 3200}, {1600, 4800}, {1600, 6400}, {6400, 1600},
+                        {1600, 12800}, {1600, 25600}, {768, 768}, {768, 3072}, {3072, 768}, {2048, 16384}};
+  size_t most = 0;
+  for (const Size& z : sizes) most = std::max(most, size_t(z.C) * z.OC);
+  meg::cuda::DeviceAllocator alloc;
+  meg::cuda::DeviceArray<bf16> weights(alloc, std::max(most * kSweepProducts, kSweepReadBytes / sizeof(bf16)));
+  meg::cuda::DeviceArray<bf16> acts(alloc, 2 * 25600);
+  meg::cuda::DeviceArray<float> sink(alloc, 1);
+  fill(weights.get(), std::max(most * kSweepProducts, kSweepReadBytes / sizeof(bf16)), 1);
+  fill(acts.get(), 2 * 25600, 2);
+  const meg::cuda::Stream owned_stream;
+  const cudaStream_t stream = owned_stream.get();
+  MEG_CUDA_CHECK(cudaDeviceSynchronize());
+
+  int sms = 0, device = 0;
+  MEG_CUDA_CHECK(cudaGetDevice(&device));
+  MEG_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const double read_ms = meg::bench::median(meg::bench::time_calls(stream, 3, 20, [&] {
+    read_kernel<<<4 * sms, 512, 0, stream>>>(reinterpret_cast<const uint4*>(weights.get()), kSweepReadBytes / 16,
+                                             sink.get());
+    MEG_CUDA_CHECK(cudaGetLastError());
+  }));
+  const double ceiling = double(kSweepReadBytes) / (read_ms * 1e-3);
+  std::printf("plain streaming read of %zu MB: %.2f TB/s (%.2f of 3.35)\n\n", kSweepReadBytes >> 20, ceiling / 1e12,
+              ceiling / kBandwidth);
+  std::printf("| C | OC | MB | us/product | TB/s |\n|---|---|---|---|---|\n");
+  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (const Size& z : sizes) {
+    const size_t elems = size_t(z.C) * z.OC;
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    MEG_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    for (int k = 0; k < kSweepProducts; ++k)  // alternating between two rows, as a chain does
+      if (!meg::cuda::small_linear<bf16>(acts.get() + (k % 2 ? 0 : 25600), acts.get() + (k % 2 ? 25600 : 0),
+                                         weights.get() + size_t(k) * elems, nullptr, 1, z.C, z.OC, {},
+                                         meg::cuda::SmallLinearEpilogue::store, stream))
+        throw std::runtime_error("small_linear declined a product of the sweep");
+    MEG_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+    MEG_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    const double ms = meg::bench::median(
+        meg::bench::time_calls(stream, 5, 30, [&] { MEG_CUDA_CHECK(cudaGraphLaunch(exec, stream)); }));
+    MEG_CUDA_CHECK(cudaGraphExecDestroy(exec));
+    MEG_CUDA_CHECK(cudaGraphDestroy(graph));
+    const double us = ms * 1e3 / kSweepProducts, mb = double(elems) * sizeof(bf16) / 1e6;
+    std::printf("| %d | %d | %.1f | %.2f | %.2f |\n", z.C, z.OC, mb, us, mb / us);
+    sx += mb;
+    sy += us;
+    sxx += mb * mb;
+    sxy += mb * us;
+  }
+  const double n = double(std::size(sizes)), slope = (n * sxy - sx * sy) / (n * sxx - sx * sx);
+  const double boundary = (sy - slope * sx) / n;
+  std::printf("\nfit: %.2f us a boundary + bytes at %.2f TB/s (%.2f of the plain read)\n", boundary,
+              1.0 / slope, 1e12 / slope / ceiling);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc == 2 && std::strcmp(argv[1], "--sweep") == 0) {
+    sweep();
+    return 0;
+  }
   std::vector<Shape> models;
   for (int i = 1; i < argc; ++i) {
     const auto it = std::find_if(std::begin(kShapes), std::end(kShapes),
