@@ -66,6 +66,7 @@
 #include <stdexcept>
 #include <type_traits>
 
+#include "async_copy.cuh"
 #include "common.cuh"
 #include "ops/cpu/dropout_mask.hpp"
 #include "ops/cuda/check.hpp"
@@ -345,27 +346,6 @@ __global__ void attention_backward_dkv_fallback_kernel(X* dqkv, const X* dout, c
 }
 
 // ---- the tensor-core path: PTX wrappers --------------------------------------------------------
-
-__device__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// Asynchronous global -> shared copies; with VALID false nothing is read and the destination is
-// zero-filled (the source-size operand is 0).
-__device__ void cp_async_16(uint32_t dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-               "r"(valid ? 16 : 0));
-}
-__device__ void cp_async_4(uint32_t dst, const void* src, bool valid) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
-               "r"(valid ? 4 : 0));
-}
-__device__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-// Waits until at most N of this thread's committed groups are still in flight.
-template <int N>
-__device__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
 
 // Four 8x8 matrices of 2-byte elements; lane i gives the address of row i % 8 of matrix i / 8 and
 // receives, in r[j], its two elements of matrix j (row lane / 4, columns 2 * (lane % 4) and +1).

@@ -341,8 +341,8 @@ constexpr int kSmallLinearMaxRows = 4;
 // out = epilogue(norm(inp[N, C]) @ W[OC, C]^T + bias[OC]) (bias may be null; KV_APPEND is the
 // kv_append epilogue's, null for the others). Returns false, having queued nothing, for what it
 // does not handle: N outside [1, kSmallLinearMaxRows], C not a multiple of 16 bytes of X, a
-// pointer not 16-byte aligned, or rows too wide to hold N of in shared memory; the caller then
-// runs the norm, the product and the epilogue separately.
+// pointer not 16-byte aligned, or rows too wide to hold N of (and the norm's weight and bias) in
+// shared memory; the caller then runs the norm, the product and the epilogue separately.
 template <typename X>
 bool small_linear(X* out, const X* inp, const X* W, const X* bias, int N, int C, int OC,
                   const SmallLinearNorm<X>& norm, SmallLinearEpilogue epilogue, cudaStream_t stream,
