@@ -497,6 +497,14 @@ Splits grid_splits(int Q, int NH, int NKV) {
 
 }  // namespace
 
+// The keys a block of WARPS warps reads in one pass (the kernel's pass_keys).
+int pass_keys(int HS, int warps) {
+  const int chunks = HS / lane_elements(HS);
+  int P = 1;
+  while (P < chunks) P *= 2;
+  return warps * (kWarp / P) * kUnroll;
+}
+
 int cached_attention_splits(int Q, int NH, int NKV) {
   const Splits s = grid_splits(Q, NH, NKV);
   return s.cluster * s.units;
@@ -525,7 +533,11 @@ void cached_attention(X* out, const X* qkv, const X* k_cache, const X* v_cache, 
                         static_cast<const void*>(v_cache)})
     if (!aligned(p, w * sizeof(X)))
       throw std::invalid_argument("cached_attention: misaligned array");
-  const Splits splits = grid_splits(Q, NH, NKV);
+  Splits splits = grid_splits(Q, NH, NKV);
+  // Clusters of 8-warp blocks past what a cache of max_length keys needs, each block reading in one
+  // pass, would only return: the grid leaves them out (its scratch fits in the one sized for all).
+  if (splits.warps == kManyWarps)
+    splits.units = std::min(splits.units, ceil_div(max_length, splits.cluster * pass_keys(HS, kManyWarps)));
   float* partials = scratch ? scratch + split_below() : nullptr;
   const Args<X> a{out, reinterpret_cast<unsigned*>(scratch), partials, qkv, k_cache, v_cache, rows, slots, positions,
                   Q,   NH, NKV, HS, max_length, new_keys, splits.cluster};
