@@ -29,8 +29,9 @@
 // a cluster takes 1024 keys of HS 64 in one pass). A query uses no more clusters than it takes for
 // each block to request all of its share at once (one pass), so short contexts run in one cluster,
 // some of whose blocks may have no keys; the grid's split count depends only on Q
-// (cached_attention_splits): a decode step's launches keep their shape as the context grows, which
-// CUDA graphs need. Clusters past a query's own count return at once.
+// (cached_attention_splits), less the clusters that no cache of max_length keys needs: a decode
+// step's launches keep their shape as the context grows, which CUDA graphs need. Clusters past a
+// query's own count return at once.
 //
 // Inside a block. A key row of HS elements is read by P lanes, each holding W consecutive elements
 // (16 bytes for bf16 with W = 8); P is HS / W rounded up to a power of two, lanes past the row
