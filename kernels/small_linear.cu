@@ -63,15 +63,17 @@ constexpr int kThreads = kWarps * kWarp;
 constexpr int kLoads = 8;  // 16-byte weight vectors a lane has in flight
 constexpr size_t kMaxStagedBytes = 96 * 1024;  // the staged rows' and norm's shared memory, at most
 
-// Weight rows of a task: SwiGLU's gate and up rows, kv_append's two halves of a head's pair of
-// columns (which RoPE turns together), one otherwise.
+// Weight rows of a task the epilogue needs: SwiGLU's gate and up rows, kv_append's two halves of
+// a head's pair of columns (which RoPE turns together), one otherwise. The others may take two
+// consecutive rows a task too (R = 2, launch()): rows short enough that a chunk of one would
+// leave most of a lane's loads idle then fill more of them.
 template <SmallLinearEpilogue E>
 constexpr int kRows = E == SmallLinearEpilogue::swiglu || E == SmallLinearEpilogue::kv_append ? 2 : 1;
 
-// Tasks of a product of OC columns: a pair of columns each with two rows, else one.
-template <SmallLinearEpilogue E>
+// Tasks of a product of OC rows, R rows a task.
+template <int R>
 __host__ __device__ int task_count(int OC) {
-  return kRows<E> == 2 ? OC / 2 : OC;
+  return OC / R;
 }
 
 template <typename X>
@@ -228,9 +230,9 @@ __device__ void append_kv(const Args<X>& a, int n, int task, float y0, float y1)
 
 // A task's weight rows: SwiGLU's task t is output column t, from rows t (gate) and t + OC / 2 (up);
 // kv_append's task t is the pair (i, i + HS/2) of head h = t / (HS/2), i = t % (HS/2); the
-// others' task t is column t.
-template <typename X, Epilogue E>
-__device__ void task_rows(int (&rows)[kRows<E>], int task, const Args<X>& a) {
+// others' task t is columns t R .. t R + R - 1.
+template <typename X, Epilogue E, int R>
+__device__ void task_rows(int (&rows)[R], int task, const Args<X>& a) {
   if constexpr (E == Epilogue::swiglu) {
     rows[0] = task;
     rows[1] = task + a.OC / 2;
@@ -239,7 +241,8 @@ __device__ void task_rows(int (&rows)[kRows<E>], int task, const Args<X>& a) {
     rows[0] = task / half * a.kv.HS + task % half;
     rows[1] = rows[0] + half;
   } else {
-    rows[0] = task;
+#pragma unroll
+    for (int r = 0; r < R; ++r) rows[r] = task * R + r;
   }
 }
 
@@ -260,35 +263,38 @@ __device__ void load_weights(V (&wv)[U][R], const uint4* w, const int (&rows)[R]
 }
 
 // What a task's epilogue reads besides its sums: its rows' biases (0 without), and for the
-// residual epilogue, each row's residual out[n, task]. A warp requests them with the task's last
+// residual epilogue, each input row n's residual out[n, column] of the task's columns. A warp requests them with the task's last
 // chunk of weights, so that they arrive with it: read after the last sum, they would add a memory
 // round trip to every warp's end, the kernel's tail. The residual is read through L2: the kernel
 // may read it before it waits for the previous one (ops.hpp: that one did not write it).
-template <int N, Epilogue E>
+template <int N, int R>
 struct TaskInputs {
-  float bias[kRows<E>] = {};
-  float residual[N] = {};  // the residual epilogue's
+  float bias[R] = {};
+  float residual[R][N] = {};  // the residual epilogue's
 };
 
-template <typename X, int N, Epilogue E, bool Biased>
-__device__ void load_inputs(TaskInputs<N, E>& t, const Args<X>& a, int task, const int (&rows)[kRows<E>]) {
+template <typename X, int N, Epilogue E, int R, bool Biased>
+__device__ void load_inputs(TaskInputs<N, R>& t, const Args<X>& a, const int (&rows)[R]) {
   if constexpr (Biased) {
 #pragma unroll
-    for (int r = 0; r < kRows<E>; ++r) t.bias[r] = to_float(a.bias[rows[r]]);
+    for (int r = 0; r < R; ++r) t.bias[r] = to_float(a.bias[rows[r]]);
   }
   if constexpr (E == Epilogue::residual) {
 #pragma unroll
-    for (int n = 0; n < N; ++n) t.residual[n] = to_float(__ldcg(a.out + size_t(n) * a.OC + task));
+    for (int r = 0; r < R; ++r) {
+#pragma unroll
+      for (int n = 0; n < N; ++n) t.residual[r][n] = to_float(__ldcg(a.out + size_t(n) * a.OC + rows[r]));
+    }
   }
 }
 
 // Task TASK's outputs from its lanes' sums ACC and its inputs T: summed over the warp, and lane n
 // writes row n's.
-template <typename X, int N, Epilogue E>
-__device__ void finish_task(const Args<X>& a, int task, float (&acc)[kRows<E>][N], const TaskInputs<N, E>& t) {
+template <typename X, int N, Epilogue E, int R>
+__device__ void finish_task(const Args<X>& a, int task, float (&acc)[R][N], const TaskInputs<N, R>& t) {
   const int lane = threadIdx.x % kWarp;
 #pragma unroll
-  for (int r = 0; r < kRows<E>; ++r) {
+  for (int r = 0; r < R; ++r) {
 #pragma unroll
     for (int n = 0; n < N; ++n) acc[r][n] = warp_sum(acc[r][n]);
   }
@@ -296,14 +302,15 @@ __device__ void finish_task(const Args<X>& a, int task, float (&acc)[kRows<E>][N
   for (int n = 0; n < N; ++n) {
     if (lane != n) continue;
     if constexpr (E == Epilogue::swiglu) {
-      const int tasks = task_count<E>(a.OC);
+      const int tasks = task_count<R>(a.OC);
       const float gate = acc[0][n] + t.bias[0], up = acc[1][n] + t.bias[1];
       a.out[size_t(n) * tasks + task] =
           from_float<X>(silu(to_float(from_float<X>(gate))) * to_float(from_float<X>(up)));
     } else if constexpr (E == Epilogue::kv_append) {
       append_kv(a, n, task, acc[0][n] + t.bias[0], acc[1][n] + t.bias[1]);
     } else {
-      write_output<X, E>(a, n, task, acc[0][n], t.bias[0], t.residual[n]);
+#pragma unroll
+      for (int r = 0; r < R; ++r) write_output<X, E>(a, n, task * R + r, acc[r][n], t.bias[r], t.residual[r][n]);
     }
   }
 }
@@ -318,9 +325,10 @@ __device__ void finish_task(const Args<X>& a, int task, float (&acc)[kRows<E>][N
 // BIASED: the product has a bias (a.bias not null). An unbiased product without a residual has
 // no inputs to request with its chunks, and is compiled without the branch that would: measured
 // on an H100, Llama 1B's unbiased products were 6% slower a decode step with it.
-template <typename X, int N, Epilogue E, bool Biased>
+template <typename X, int N, Epilogue E, bool Biased, int R>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSM) small_linear_kernel(const Args<X> a) {
-  constexpr int W = kVecWidth<X>, R = kRows<E>, U = kLoads / R;
+  static_assert(R == kRows<E> || kRows<E> == 1, "the epilogue's rows per task");
+  constexpr int U = kLoads / R, W = kVecWidth<X>;
   using V = Vec<X, W>;
   extern __shared__ uint4 staged[];  // [N, C] of X, then the norm's [2, C], 16-byte aligned
   X* xs = reinterpret_cast<X*>(staged);
@@ -328,24 +336,24 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSM) small_linear_kernel(co
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int nvec = a.C / W, chunks = ceil_div(nvec, kWarp * U);
   const uint4* w = reinterpret_cast<const uint4*>(a.W);
-  const int tasks = task_count<E>(a.OC);
+  const int tasks = task_count<R>(a.OC);
   const int first = blockIdx.x * kWarps + warp, stride = gridDim.x * kWarps;
   // The warp's work items k: chunk k % chunks of task first + (k / chunks) * stride.
   const int items = first < tasks ? ceil_div(tasks - first, stride) * chunks : 0;
   auto task_of = [&](int k) { return first + k / chunks * stride; };
   // Work item K's chunk of weights, and with a task's last chunk, the task's other inputs.
   constexpr bool kInputs = Biased || E == Epilogue::residual;
-  auto load = [&](V(&wv)[U][R], TaskInputs<N, E>& t, int k) {
+  auto load = [&](V(&wv)[U][R], TaskInputs<N, R>& t, int k) {
     int rows[R];
-    task_rows<X, E>(rows, task_of(k), a);
+    task_rows<X, E, R>(rows, task_of(k), a);
     load_weights(wv, w, rows, nvec, k % chunks * kWarp * U + lane);
     if constexpr (kInputs) {
-      if (k % chunks == chunks - 1) load_inputs<X, N, E, Biased>(t, a, task_of(k), rows);
+      if (k % chunks == chunks - 1) load_inputs<X, N, E, R, Biased>(t, a, rows);
     }
   };
 
   V wa[U][R], wb[U][R];
-  TaskInputs<N, E> ta, tb;  // the inputs that go with wa's and wb's chunks
+  TaskInputs<N, R> ta, tb;  // the inputs that go with wa's and wb's chunks
   if (items > 0) load(wa, ta, 0);
   if (items > 1) load(wb, tb, 1);
   if (a.norm.weight) request_norm_params(norm_params, a);
@@ -355,7 +363,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSM) small_linear_kernel(co
   const V* x = reinterpret_cast<const V*>(xs);
 
   float acc[R][N] = {};
-  auto use = [&](const V(&wv)[U][R], const TaskInputs<N, E>& t, int k) {
+  auto use = [&](const V(&wv)[U][R], const TaskInputs<N, R>& t, int k) {
     const int i0 = k % chunks * kWarp * U + lane;
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -373,7 +381,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSM) small_linear_kernel(co
       }
     }
     if (k % chunks == chunks - 1) {
-      finish_task<X, N, E>(a, task_of(k), acc, t);
+      finish_task<X, N, E, R>(a, task_of(k), acc, t);
 #pragma unroll
       for (int r = 0; r < R; ++r) {
 #pragma unroll
@@ -391,9 +399,9 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSM) small_linear_kernel(co
   }
 }
 
-template <typename X, int N, Epilogue E, bool Biased>
+template <typename X, int N, Epilogue E, bool Biased, int R>
 void launch(const Args<X>& a, size_t smem, cudaStream_t stream) {
-  const auto kernel = small_linear_kernel<X, N, E, Biased>;
+  const auto kernel = small_linear_kernel<X, N, E, Biased, R>;
   static std::once_flag opted_in;  // to more than the default 48 KB of shared memory, once
   std::call_once(opted_in, [&] {
     MEG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxStagedBytes)));
@@ -403,26 +411,37 @@ void launch(const Args<X>& a, size_t smem, cudaStream_t stream) {
   // H100, a GPT-2 124M decode step went from 0.272 to 0.267 ms (its QKV and FC1 products take 2
   // rounds in 144 and 192 blocks rather than 264), GPT-2 1.5B's and Llama 1B's within noise; one
   // round more than that, in still fewer blocks, made every step 8 to 16% slower.
-  const int tasks = task_count<E>(a.OC);
+  const int tasks = task_count<R>(a.OC);
   const int rounds = ceil_div(tasks, kBlocksPerSM * multiprocessors() * kWarps);
   const int blocks = ceil_div(tasks, kWarps * rounds);
   launch_overlapped(kernel, dim3(blocks), dim3(kThreads), smem, stream, a);
 }
 
-template <typename X, int N, Epilogue E>
+template <typename X, int N, Epilogue E, int R>
 void launch_biased(const Args<X>& a, size_t smem, cudaStream_t stream) {
-  if (a.bias) launch<X, N, E, true>(a, smem, stream);
-  else launch<X, N, E, false>(a, smem, stream);
+  if (a.bias) launch<X, N, E, true, R>(a, smem, stream);
+  else launch<X, N, E, false, R>(a, smem, stream);
+}
+
+// Rows per task: the epilogue's, or for one input row, two where a row fills at most half a
+// chunk (measured on an H100, runs alternating: a GPT-2 124M decode step, whose rows of 768 fill
+// 96 of a chunk's 256 vectors, went from 0.266 to 0.262 ms).
+template <typename X, int N, Epilogue E>
+void launch_rows(const Args<X>& a, size_t smem, cudaStream_t stream) {
+  if constexpr (N == 1 && kRows<E> == 1) {
+    if (a.OC % 2 == 0 && a.C / kVecWidth<X> <= kWarp * kLoads / 2) return launch_biased<X, N, E, 2>(a, smem, stream);
+  }
+  launch_biased<X, N, E, kRows<E>>(a, smem, stream);
 }
 
 template <typename X, int N>
 void launch_epilogue(const Args<X>& a, Epilogue e, size_t smem, cudaStream_t stream) {
   switch (e) {
-    case Epilogue::store: return launch_biased<X, N, Epilogue::store>(a, smem, stream);
-    case Epilogue::gelu: return launch_biased<X, N, Epilogue::gelu>(a, smem, stream);
-    case Epilogue::swiglu: return launch_biased<X, N, Epilogue::swiglu>(a, smem, stream);
-    case Epilogue::residual: return launch_biased<X, N, Epilogue::residual>(a, smem, stream);
-    case Epilogue::kv_append: return launch_biased<X, N, Epilogue::kv_append>(a, smem, stream);
+    case Epilogue::store: return launch_rows<X, N, Epilogue::store>(a, smem, stream);
+    case Epilogue::gelu: return launch_rows<X, N, Epilogue::gelu>(a, smem, stream);
+    case Epilogue::swiglu: return launch_rows<X, N, Epilogue::swiglu>(a, smem, stream);
+    case Epilogue::residual: return launch_rows<X, N, Epilogue::residual>(a, smem, stream);
+    case Epilogue::kv_append: return launch_rows<X, N, Epilogue::kv_append>(a, smem, stream);
   }
 }
 

@@ -118,7 +118,9 @@ TEST_CASE("small_linear fuses norm, product and epilogue as the unfused ops comp
   // Shapes: tiny, ragged (OC odd: the last task's second row is past the end; C not a multiple of
   // a warp's 16-byte vectors), GPT-2 124M's and Llama's layer widths, and one with rows of several
   // chunks (the last one partial) and more tasks than the persistent grid has warps, so that a
-  // warp's pipeline crosses from chunk to chunk and from task to task.
+  // warp's pipeline crosses from chunk to chunk and from task to task. With one input row, the
+  // shapes of rows up to half a chunk (C <= 1024 in bf16, 512 in fp32) and an even OC take two
+  // rows a task; {200, 101}'s odd OC keeps one.
   const int shapes[][2] = {{64, 96}, {200, 101}, {768, 2304}, {1024, 512}, {2600, 4500}};
   const SmallLinearEpilogue epilogues[] = {SmallLinearEpilogue::store, SmallLinearEpilogue::gelu,
                                            SmallLinearEpilogue::swiglu, SmallLinearEpilogue::residual};
