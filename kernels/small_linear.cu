@@ -2,9 +2,9 @@
 // with fp32 arithmetic: N <= 4 rows against a weight matrix W [OC, C] that is read once, so the
 // time is the time to stream W, and what matters is keeping enough of its bytes in flight.
 //
-// Each warp takes a task at a time: one weight row (for SwiGLU two, a gate row and its up row),
-// its lanes striding along the row in 16-byte vectors, kLoads vectors per lane (a chunk) at a
-// time. Each lane keeps one fp32 partial sum per row and input row; a butterfly of shuffles adds
+// Each warp takes a task at a time: one weight row (for SwiGLU two, a gate row and its up row; at
+// batch 1, two consecutive rows where rows are short), its lanes striding along the rows in
+// 16-byte vectors, kLoads vectors per lane (a chunk) at a time. Each lane keeps one fp32 partial sum per row and input row; a butterfly of shuffles adds
 // them over the warp, and one lane per output applies the epilogue and writes it. The grid is
 // persistent, at most kBlocksPerSM blocks of kWarps warps per multiprocessor (fewer where that
 // leaves each warp as many tasks: launch()), and a warp walks its tasks chunk by chunk with two
