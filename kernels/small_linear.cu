@@ -4,19 +4,20 @@
 //
 // Each warp takes a task at a time: one weight row (for SwiGLU two, a gate row and its up row; at
 // batch 1, two consecutive rows where rows are short), its lanes striding along the rows in
-// 16-byte vectors, kLoads vectors per lane (a chunk) at a time. Each lane keeps one fp32 partial sum per row and input row; a butterfly of shuffles adds
-// them over the warp, and one lane per output applies the epilogue and writes it. The grid is
-// persistent, at most kBlocksPerSM blocks of kWarps warps per multiprocessor (fewer where that
-// leaves each warp as many tasks: launch()), and a warp walks its tasks chunk by chunk with two
-// register buffers, the next chunk in flight while it multiplies the last.
+// 16-byte vectors, kLoads vectors per lane (a chunk) at a time. Each lane keeps one fp32 partial
+// sum per row and input row; a butterfly of shuffles adds them over the warp, and one lane per
+// output applies the epilogue and writes it. The grid is persistent, at most kBlocksPerSM blocks
+// of kWarps warps per multiprocessor (fewer where that leaves each warp as many tasks: launch()),
+// and a warp walks its tasks chunk by chunk with two register buffers, the next chunk in flight
+// while it multiplies the last.
 // A block first stages the N input rows, through the norm when one comes first and rounded to X,
 // into shared memory: a few kilobytes from L2 per block, against the weights it streams. The
 // norm's weight and bias go to shared memory too, requested before the wait for the previous
 // kernel (cp.async), so that the staging after the wait makes one round trip to memory, for the
-// rows, rather than two. (Measured
-// on an H100 over a chain of decode-shaped products, this beat a block per four rows with no
-// pipelining by 7% at GPT-2 1.5B's and Llama 1B's shapes; with the norms, a GPT-2 1.5B decode
-// step without its attention went from 1.74 to 1.65 ms. At GPT-2 124M's smaller shapes the
+// rows, rather than two. (Measured on an H100 over a chain of decode-shaped products, staging
+// the rows beat a block per four rows with no pipelining by 7% at GPT-2 1.5B's and Llama 1B's
+// shapes; with the norms, a GPT-2 1.5B decode step without its attention went from 1.74 to
+// 1.65 ms. At GPT-2 124M's smaller shapes the
 // products alone were about 10% slower, a whole step 5% faster.)
 //
 // The fused QKV projection of a decode step also does kv_cache_append's work in its epilogue
@@ -263,10 +264,11 @@ __device__ void load_weights(V (&wv)[U][R], const uint4* w, const int (&rows)[R]
 }
 
 // What a task's epilogue reads besides its sums: its rows' biases (0 without), and for the
-// residual epilogue, each input row n's residual out[n, column] of the task's columns. A warp requests them with the task's last
-// chunk of weights, so that they arrive with it: read after the last sum, they would add a memory
-// round trip to every warp's end, the kernel's tail. The residual is read through L2: the kernel
-// may read it before it waits for the previous one (ops.hpp: that one did not write it).
+// residual epilogue, each input row n's residual out[n, column] of the task's columns. A warp
+// requests them with the task's last chunk of weights, so that they arrive with it: read after
+// the last sum, they would add a memory round trip to every warp's end, the kernel's tail. The
+// residual is read through L2: the kernel may read it before it waits for the previous one
+// (ops.hpp: that one did not write it).
 template <int N, int R>
 struct TaskInputs {
   float bias[R] = {};
