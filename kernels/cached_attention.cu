@@ -96,14 +96,25 @@ int heads_per_block(int group) {
   return 1;
 }
 
+// The lanes that read one key row of CHUNKS vectors (a power of two: lanes past the row idle),
+// and the keys a block of WARPS warps requests in one pass with them.
+__host__ __device__ int lanes_per_key(int chunks) {
+  int P = 1;
+  while (P < chunks) P *= 2;
+  return P;
+}
+__host__ __device__ int pass_keys(int chunks, int warps) {
+  return warps * (kWarp / lanes_per_key(chunks)) * kUnroll;
+}
+
 // A split's partial result for one (query, head): m, l, then o[HS] (base-2 units, unnormalised).
 __host__ __device__ size_t partial_floats(int HS) { return size_t(HS) + 2; }
 
 // The clusters query LEN keys use, within the grid's CLUSTERS of CLUSTER blocks: no more than it
-// takes for each block to read its keys in one pass of PASS_KEYS (every key requested before any
+// takes for each block to read its keys in one pass of PASS keys (every key requested before any
 // is used).
-__device__ int query_clusters(int len, int clusters, int cluster, int pass_keys) {
-  return min(clusters, ceil_div(len, cluster * pass_keys));
+__device__ int query_clusters(int len, int clusters, int cluster, int pass) {
+  return min(clusters, ceil_div(len, cluster * pass));
 }
 
 // The barrier of the block's cluster of CLUSTER blocks (every thread of its blocks arrives, shared
@@ -156,13 +167,11 @@ __global__ void __launch_bounds__(Warps * kWarp, G == 1 ? kWarpsPerSM / Warps : 
   using V = Vec<X, W>;
   const int NH = a.NH, NKV = a.NKV, HS = a.HS;
   // The lane's place: chunk c of the key row (elements [c W, c W + W)), key `sub` of the warp's.
-  const int chunks = HS / W;
-  int P = 1;
-  while (P < chunks) P *= 2;
+  const int chunks = HS / W, P = lanes_per_key(chunks);
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int c = lane % P, sub = lane / P, per_warp = kWarp / P;
   const bool has_chunk = c < chunks;
-  const int pass_keys = Warps * per_warp * kUnroll;  // the keys a block requests at once
+  const int pass = pass_keys(chunks, Warps);  // the keys a block requests at once
 
   // The block is split `split` of the query's `splits`, block `rank` of cluster `unit` of its
   // `units` (a cluster's blocks are consecutive along x). Only blocks of 8 warps come in clusters
@@ -172,7 +181,7 @@ __global__ void __launch_bounds__(Warps * kWarp, G == 1 ? kWarpsPerSM / Warps : 
   const int q = blockIdx.z, split = blockIdx.x;
   const int rank = split % cluster, unit = split / cluster;
   const int row = a.rows[q], len = a.positions[row] + 1;
-  const int units = query_clusters(len, gridDim.x / cluster, cluster, pass_keys);
+  const int units = query_clusters(len, gridDim.x / cluster, cluster, pass);
   if (unit >= units) return;  // the whole cluster: this query needs fewer
   const int splits = units * cluster;
   // A split may be empty (a short context in a cluster of several blocks): k_end <= k_begin.
@@ -232,7 +241,7 @@ __global__ void __launch_bounds__(Warps * kWarp, G == 1 ? kWarpsPerSM / Warps : 
 
   // The loop condition depends on the warp only: every lane reaches the shuffles. Past k_end a
   // lane keeps its last keys, whose scores are left out.
-  for (int base = first_base; base < k_end; base += pass_keys) {
+  for (int base = first_base; base < k_end; base += pass) {
     if (base != first_base) load_keys(base, base, k_end);
     // The kUnroll x G scores at once (independent dot products and shuffles), then one update of
     // each head's running max for all of them: the dependent chain is per pass, not per key.
@@ -498,14 +507,6 @@ Splits grid_splits(int Q, int NH, int NKV) {
 
 }  // namespace
 
-// The keys a block of WARPS warps reads in one pass (the kernel's pass_keys).
-int pass_keys(int HS, int warps) {
-  const int chunks = HS / lane_elements(HS);
-  int P = 1;
-  while (P < chunks) P *= 2;
-  return warps * (kWarp / P) * kUnroll;
-}
-
 int cached_attention_splits(int Q, int NH, int NKV) {
   const Splits s = grid_splits(Q, NH, NKV);
   return s.cluster * s.units;
@@ -538,7 +539,7 @@ void cached_attention(X* out, const X* qkv, const X* k_cache, const X* v_cache, 
   // Clusters of 8-warp blocks past what a cache of max_length keys needs, each block reading in one
   // pass, would only return: the grid leaves them out (its scratch fits in the one sized for all).
   if (splits.warps == kManyWarps)
-    splits.units = std::min(splits.units, ceil_div(max_length, splits.cluster * pass_keys(HS, kManyWarps)));
+    splits.units = std::min(splits.units, ceil_div(max_length, splits.cluster * pass_keys(HS / w, kManyWarps)));
   float* partials = scratch ? scratch + split_below() : nullptr;
   const Args<X> a{out, reinterpret_cast<unsigned*>(scratch), partials, qkv, k_cache, v_cache, rows, slots, positions,
                   Q,   NH, NKV, HS, max_length, new_keys, splits.cluster};

@@ -66,7 +66,7 @@ constexpr size_t kMaxStagedBytes = 96 * 1024;  // the staged rows' and norm's sh
 
 // Weight rows of a task the epilogue needs: SwiGLU's gate and up rows, kv_append's two halves of
 // a head's pair of columns (which RoPE turns together), one otherwise. The others may take two
-// consecutive rows a task too (R = 2, launch()): rows short enough that a chunk of one would
+// consecutive rows a task too (R = 2, launch_rows()): rows short enough that a chunk of one would
 // leave most of a lane's loads idle then fill more of them.
 template <SmallLinearEpilogue E>
 constexpr int kRows = E == SmallLinearEpilogue::swiglu || E == SmallLinearEpilogue::kv_append ? 2 : 1;
@@ -311,8 +311,10 @@ __device__ void finish_task(const Args<X>& a, int task, float (&acc)[R][N], cons
     } else if constexpr (E == Epilogue::kv_append) {
       append_kv(a, n, task, acc[0][n] + t.bias[0], acc[1][n] + t.bias[1]);
     } else {
+      int rows[R];
+      task_rows<X, E, R>(rows, task, a);
 #pragma unroll
-      for (int r = 0; r < R; ++r) write_output<X, E>(a, n, task * R + r, acc[r][n], t.bias[r], t.residual[r][n]);
+      for (int r = 0; r < R; ++r) write_output<X, E>(a, n, rows[r], acc[r][n], t.bias[r], t.residual[r][n]);
     }
   }
 }
