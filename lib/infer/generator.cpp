@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "core/error.hpp"
+#include "core/parallel.hpp"
 #include "infer/text_stream.hpp"
 
 namespace meg {
@@ -54,7 +55,7 @@ struct Generator::Sequence {
 };
 
 Generator::Generator(InferenceModel& model, const Tokenizer& tokenizer)
-    : model_(model), tokenizer_(tokenizer), sampler_(tokenizer.vocab_size()) {
+    : model_(model), tokenizer_(tokenizer), samplers_(size_t(model.slots()), Sampler(tokenizer.vocab_size())) {
   if (tokenizer.vocab_size() > model.config().vocab_size)
     input_error("the tokenizer's {} tokens do not fit the model's vocabulary of {}", tokenizer.vocab_size(),
                 model.config().vocab_size);
@@ -142,15 +143,21 @@ GenerationStats Generator::run(RequestSource& source, CompletionSink& sink) {
     }
     model_.append(appends, logits.data());
 
-    for (size_t k = 0; k < appends.size(); ++k) {
-      const int i = appends[k].slot;
-      Sequence& s = *running[size_t(i)];
-      const SamplingParams& p = s.request.sampling;
-      const double u = p.greedy() ? 0.0 : sampling_uniform(p.seed, s.id, s.completion.ids.size());
-      const int32_t token = sampler_.sample(logits.data() + k * V, s.history, p, u);
-      last_token[size_t(i)] = token;
+    // The rows' tokens, each on its own (a sampler a slot, the draw from the request's own
+    // numbers), in parallel; then the sequences take them in order.
+    parallel_for(appends.size(), 1, [&](size_t begin, size_t end) {
+      for (size_t k = begin; k < end; ++k) {
+        const int i = appends[k].slot;
+        const Sequence& s = *running[size_t(i)];
+        const SamplingParams& p = s.request.sampling;
+        const double u = p.greedy() ? 0.0 : sampling_uniform(p.seed, s.id, s.completion.ids.size());
+        last_token[size_t(i)] = samplers_[size_t(i)].sample(logits.data() + k * V, s.history, p, u);
+      }
+    });
+    for (const AppendRequest& a : appends) {
+      const int i = a.slot;
       ++stats.generated_tokens;
-      if (advance(s, token, i, sink)) {
+      if (advance(*running[size_t(i)], last_token[size_t(i)], i, sink)) {
         running[size_t(i)].reset();
         model_.reset(i);
         --active;

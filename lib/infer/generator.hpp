@@ -87,7 +87,7 @@ class Generator {
 
   InferenceModel& model_;
   const Tokenizer& tokenizer_;
-  Sampler sampler_;
+  std::vector<Sampler> samplers_;  // one a slot: a call's rows are sampled in parallel
 };
 
 // Requests from a list, in order.

@@ -2,7 +2,9 @@
 #include "infer/sampler.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <limits>
 
 #include "core/error.hpp"
 #include "core/philox.hpp"
@@ -25,71 +27,191 @@ double sampling_uniform(uint64_t seed, uint64_t stream, uint64_t step) {
   return double(bits) * 0x1p-53;
 }
 
-Sampler::Sampler(int vocab_size)
-    : vocab_size_(vocab_size), logits_(size_t(vocab_size)), penalised_(size_t(vocab_size)) {}
+namespace {
 
-void Sampler::penalise(std::span<const int32_t> history, double penalty) {
-  for (const int32_t t : history) {
-    if (penalised_[size_t(t)]) continue;  // once per distinct token
-    penalised_[size_t(t)] = 1;
-    double& l = logits_[size_t(t)];
-    l = l > 0 ? l / penalty : l * penalty;
+// Candidate order: the larger logit first, the lower id among equal ones.
+template <typename C>
+bool before(const C& a, const C& b) {
+  return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
+}
+
+// The token of the first of N candidates at which R falls in the running sum of their
+// probabilities (candidate i: probability PROB(i), token ID(i)). Probabilities of 0 are never
+// drawn; the running sum is the one the caller's total was, so only the rounding of R = u * total
+// can reach past it: then the last candidate that can be drawn.
+template <typename Prob, typename Id>
+int32_t draw(size_t n, double r, Prob prob, Id id) {
+  double sum = 0;
+  size_t last = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double p = prob(i);
+    if (p == 0) continue;
+    sum += p;
+    last = i;
+    if (r < sum) return id(i);
   }
-  for (const int32_t t : history) penalised_[size_t(t)] = 0;
+  return id(last);
+}
+
+}  // namespace
+
+Sampler::Sampler(int vocab_size) : vocab_size_(vocab_size), marked_(size_t(vocab_size)) {}
+
+// The logits to scan: LOGITS itself, or with a penalty, masked_ (the penalised tokens' NaN) with
+// the penalised logits in penalised_.
+const float* Sampler::penalise(const float* logits, std::span<const int32_t> history, double penalty) {
+  penalised_.clear();
+  if (penalty == 1 || history.empty()) return logits;
+  masked_.assign(logits, logits + vocab_size_);
+  for (const int32_t t : history) {
+    if (marked_[size_t(t)] || std::isnan(logits[t])) continue;  // once per distinct token; NaN stays
+    marked_[size_t(t)] = 1;
+    const double l = logits[t];
+    penalised_.push_back({l > 0 ? l / penalty : l * penalty, t});
+    masked_[size_t(t)] = std::numeric_limits<float>::quiet_NaN();
+  }
+  for (const Candidate& c : penalised_) marked_[size_t(c.id)] = 0;
+  return masked_.data();
+}
+
+// The first candidate in order; id -1 when every logit is NaN.
+Sampler::Candidate Sampler::largest(const float* scan) const {
+  const size_t V = size_t(vocab_size_);
+  // Two passes, the first a plain maximum the compiler vectorises (NaN never compares larger).
+  float max = -std::numeric_limits<float>::infinity();
+  for (size_t i = 0; i < V; ++i) max = scan[i] > max ? scan[i] : max;
+  Candidate best{max, -1};
+  for (size_t i = 0; i < V; ++i)
+    if (scan[i] == max) {
+      best.id = int32_t(i);
+      break;
+    }
+  for (const Candidate& c : penalised_)
+    if (best.id < 0 || before(c, best)) best = c;
+  return best;
+}
+
+// kept_ = the K candidates first in order, by logit / TEMPERATURE, sorted (fewer where fewer are
+// not NaN). A heap keeps the K best seen so far, the worst at its front. The scan goes by id, so a
+// logit below the worst kept one's cannot enter: its scaled logit is at most the worst's (the
+// division keeps order), and on a tie its id is the larger. Most of the vocabulary is passed over
+// with that one comparison, without a division.
+void Sampler::select(const float* scan, double temperature, size_t k) {
+  const size_t V = size_t(vocab_size_);
+  const auto worst_first = [](const Candidate& a, const Candidate& b) { return before(a, b); };
+  const auto offer = [&](const Candidate& c) {
+    if (kept_.size() < k) {
+      kept_.push_back(c);
+      std::push_heap(kept_.begin(), kept_.end(), worst_first);
+    } else if (before(c, kept_.front())) {
+      std::pop_heap(kept_.begin(), kept_.end(), worst_first);
+      kept_.back() = c;
+      std::push_heap(kept_.begin(), kept_.end(), worst_first);
+    }
+  };
+  kept_.clear();
+  size_t i = 0;
+  for (; i < V && kept_.size() < k; ++i)
+    if (!std::isnan(scan[i])) offer({scan[i] / temperature, int32_t(i)});
+  for (; i < V; ++i) {
+    if (!(scan[i] >= scan[kept_.front().id])) continue;  // the heap holds only scanned ids here
+    offer({scan[i] / temperature, int32_t(i)});
+  }
+  for (const Candidate& c : penalised_) offer({c.logit / temperature, c.id});
+  std::sort_heap(kept_.begin(), kept_.end(), worst_first);  // best first
+}
+
+// probs_[i] = exp(logit_i / TEMPERATURE - MAX_LOGIT) for the whole vocabulary (0 for a NaN logit).
+void Sampler::probabilities(const float* scan, double temperature, double max_logit) {
+  const size_t V = size_t(vocab_size_);
+  probs_.resize(V);
+  for (size_t i = 0; i < V; ++i) probs_[i] = std::isnan(scan[i]) ? 0.0 : std::exp(scan[i] / temperature - max_logit);
+  for (const Candidate& c : penalised_) probs_[size_t(c.id)] = std::exp(c.logit / temperature - max_logit);
 }
 
 int32_t Sampler::sample(const float* logits, std::span<const int32_t> history, const SamplingParams& params,
                         double u) {
   const size_t V = size_t(vocab_size_);
-  std::copy(logits, logits + V, logits_.begin());
-  if (params.repetition_penalty != 1) penalise(history, params.repetition_penalty);
+  const float* scan = penalise(logits, history, params.repetition_penalty);
+  const double T = params.temperature;
+  if (params.greedy()) return std::max(largest(scan).id, 0);
 
-  if (params.greedy()) return int32_t(std::max_element(logits_.begin(), logits_.end()) - logits_.begin());
-
-  // The candidates, largest first (equal logits by id) when top-k or top-p needs an order; all of
-  // them in id order otherwise (any order samples the same distribution).
-  candidates_.resize(V);
-  for (size_t i = 0; i < V; ++i) candidates_[i] = {logits_[i] / params.temperature, int32_t(i)};
-  auto larger = [](const Candidate& a, const Candidate& b) {
-    return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
-  };
-  size_t kept = V;
   if (params.top_k > 0 && size_t(params.top_k) < V) {
-    kept = size_t(params.top_k);
-    std::partial_sort(candidates_.begin(), candidates_.begin() + ptrdiff_t(kept), candidates_.end(), larger);
-  } else if (params.top_p < 1) {
-    std::sort(candidates_.begin(), candidates_.end(), larger);
+    // Softmax over the kept candidates, in order, from the first's logit.
+    select(scan, T, size_t(params.top_k));
+    if (kept_.empty()) return 0;
+    if (!std::isfinite(kept_[0].logit)) return kept_[0].id;  // an infinite logit (or all -inf) takes all
+    probs_.resize(kept_.size());
+    double total = 0;
+    for (size_t i = 0; i < kept_.size(); ++i) total += probs_[i] = std::exp(kept_[i].logit - kept_[0].logit);
+    size_t kept = kept_.size();
+    if (params.top_p < 1) {
+      // The fewest first probabilities whose share of the total reaches top_p.
+      const double target = params.top_p * total;
+      double sum = 0;
+      size_t n = 0;
+      while (n < kept && sum < target) sum += probs_[n++];
+      kept = n;  // at least one: the first probability is exp(0) = 1
+      total = sum;
+    }
+    return draw(kept, u * total, [&](size_t i) { return probs_[i]; }, [&](size_t i) { return kept_[i].id; });
   }
 
-  // Softmax over the kept candidates, from their largest logit.
-  double max_logit = candidates_[0].logit;
-  for (size_t i = 1; i < kept; ++i) max_logit = std::max(max_logit, candidates_[i].logit);
-  probs_.resize(kept);
+  // The whole vocabulary: probabilities by id, from the largest logit, and their total by id.
+  const Candidate first = largest(scan);
+  if (first.id < 0) return 0;
+  if (!std::isfinite(first.logit / T)) return first.id;  // as top-k's
+  probabilities(scan, T, first.logit / T);
   double total = 0;
-  for (size_t i = 0; i < kept; ++i) total += probs_[i] = std::exp(candidates_[i].logit - max_logit);
+  for (size_t i = 0; i < V; ++i) total += probs_[i];
+  if (params.top_p == 1)
+    return draw(V, u * total, [&](size_t i) { return probs_[i]; }, [](size_t i) { return int32_t(i); });
 
-  if (params.top_p < 1) {
-    // The fewest largest probabilities whose share of the total reaches top_p.
-    const double target = params.top_p * total;
-    double sum = 0;
-    size_t n = 0;
-    while (n < kept && sum < target) sum += probs_[n++];
-    kept = n;  // at least one: the first probability is exp(0) = 1
-    total = sum;
-  }
+  // Top-p: the fewest first probabilities whose sum reaches top_p of the total.
+  return nucleus_draw(scan, T, params.top_p * total, u);
+}
 
-  // The candidate where u * total falls in the running sum (the sum is the one total was, so only
-  // rounding of the product can reach past it: then the last candidate that can be drawn).
-  const double r = u * total;
-  double sum = 0;
-  size_t last = 0;
-  for (size_t i = 0; i < kept; ++i) {
-    if (probs_[i] == 0) continue;
-    sum += probs_[i];
-    last = i;
-    if (r < sum) return candidates_[i].id;
-  }
-  return candidates_[last].id;
+// The logit of token I over TEMPERATURE, as the candidate order compares them.
+Sampler::Candidate Sampler::candidate(const float* scan, double temperature, size_t i) const {
+  if (!std::isnan(scan[i])) return {scan[i] / temperature, int32_t(i)};
+  const auto p = std::find_if(penalised_.begin(), penalised_.end(), [&](const Candidate& c) { return c.id == int32_t(i); });
+  return {p->logit / temperature, int32_t(i)};
+}
+
+// Top-p over the whole vocabulary (probs_, TARGET: top_p of their total) without sorting it. The
+// probabilities go into buckets by their leading bits (exponent and kBucketBits of the mantissa:
+// buckets of a factor 2^(1/8), in candidate order), each bucket's sum taken by id. The buckets
+// from the largest hold the nucleus up to the one where their running sum reaches TARGET; only
+// that bucket's tokens are sorted, to find the last token of the nucleus. The draw then walks the
+// nucleus by id.
+int32_t Sampler::nucleus_draw(const float* scan, double temperature, double target, double u) {
+  constexpr int kBucketBits = 3;
+  const size_t V = size_t(vocab_size_);
+  // Probabilities are in [0, 1]: their exponent field is at most 1023.
+  const auto bucket = [](double p) { return std::bit_cast<uint64_t>(p) >> (52 - kBucketBits); };
+  bucket_sums_.assign(size_t(1024) << kBucketBits, 0.0);
+  for (size_t i = 0; i < V; ++i) bucket_sums_[bucket(probs_[i])] += probs_[i];
+  size_t cut = bucket_sums_.size() - 1;
+  double above = 0;  // the sum of the buckets before CUT
+  while (cut > 0 && above + bucket_sums_[cut] < target) above += bucket_sums_[cut--];
+
+  // The cut bucket's tokens in order, as far as the nucleus takes them.
+  kept_.clear();
+  for (size_t i = 0; i < V; ++i)
+    if (probs_[i] > 0 && bucket(probs_[i]) == cut) kept_.push_back(candidate(scan, temperature, i));
+  std::sort(kept_.begin(), kept_.end(), [](const Candidate& a, const Candidate& b) { return before(a, b); });
+  double sum = above;
+  size_t n = 0;
+  while (n < kept_.size() && sum < target) sum += probs_[size_t(kept_[n++].id)];
+  // N = 0: the buckets' sum fell short of TARGET by rounding, and the nucleus is everything.
+  const Candidate last = n > 0 ? kept_[n - 1] : Candidate{-std::numeric_limits<double>::infinity(), vocab_size_};
+
+  const auto in_nucleus = [&](size_t i) {
+    const uint64_t b = bucket(probs_[i]);
+    return b > cut || (b == cut && probs_[i] > 0 && !before(last, candidate(scan, temperature, i)));
+  };
+  return draw(V, u * sum, [&](size_t i) { return in_nucleus(i) ? probs_[i] : 0.0; },
+              [](size_t i) { return int32_t(i); });
 }
 
 }  // namespace meg

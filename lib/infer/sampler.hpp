@@ -9,6 +9,18 @@
 //      largest probabilities (renormalised after top-k) whose sum reaches p, at least one;
 //   4. one draw from the softmax over what is kept.
 //
+// A NaN logit is never chosen (unless every logit is NaN: then token 0). An infinite largest logit
+// (over the temperature) takes all the probability: the first such candidate is chosen.
+//
+// Sums of probabilities are taken in a fixed order (the whole vocabulary's by id, top-k's
+// candidates in order), so a choice depends only on the logits, the parameters and u.
+//
+// The cost is a pass or two over the logits, never a sort of the vocabulary: greedy and top-k
+// scan them once, most with one comparison each (top-k keeps a heap of k); a softmax over the
+// whole vocabulary (temperature alone, or top-p without top-k) takes an exponential a token, and
+// top-p then finds its nucleus among the first 64 candidates, or where those fall short (a flat
+// distribution), by quickselect. tests/bench/bench_sampler.cpp times each case.
+//
 // The draw takes a uniform number u in [0, 1) given by the caller; sampling_uniform() makes it
 // from (seed, stream, step) with Philox (core/philox.hpp), counter-based, so a sequence's tokens
 // depend on its seed, its stream (the generator's request number) and its step, never on which
@@ -53,13 +65,22 @@ class Sampler {
     double logit;
     int32_t id;
   };
-  void penalise(std::span<const int32_t> history, double penalty);
+  const float* penalise(const float* logits, std::span<const int32_t> history, double penalty);
+  Candidate largest(const float* scan) const;
+  void select(const float* scan, double temperature, size_t k);
+  void probabilities(const float* scan, double temperature, double max_logit);
+  Candidate candidate(const float* scan, double temperature, size_t i) const;
+  int32_t nucleus_draw(const float* scan, double temperature, double target, double u);
 
   int vocab_size_;
-  std::vector<double> logits_;    // the logits being worked on
-  std::vector<uint8_t> penalised_;  // marks of the repetition penalty, all clear between calls
-  std::vector<Candidate> candidates_;
-  std::vector<double> probs_;
+  // With a repetition penalty: the logits with the penalised tokens' replaced by NaN, which every
+  // scan over the vocabulary skips, and the penalised tokens with their new logits.
+  std::vector<float> masked_;
+  std::vector<Candidate> penalised_;
+  std::vector<uint8_t> marked_;  // all clear between calls
+  std::vector<Candidate> kept_;  // top-k's candidates
+  std::vector<double> probs_;    // the probabilities of the whole vocabulary, by id
+  std::vector<double> bucket_sums_;  // top-p's
 };
 
 }  // namespace meg

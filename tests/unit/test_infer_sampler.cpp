@@ -1,8 +1,13 @@
 // The sampler: greedy choice and its ties, the repetition penalty (once per distinct token, both
 // signs), top-k and top-p and their edges, the draw's mapping, the counter-based uniforms
 // (reproducible, independent per stream and step), and the sampled distribution.
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
+#include <limits>
+#include <map>
+#include <random>
 #include <set>
 #include <vector>
 
@@ -177,4 +182,120 @@ TEST_CASE("sampler: parameters out of range are refused", "[infer][sampler]") {
   p.top_k = 0;
   p.repetition_penalty = 0;
   CHECK(input_error_of([&] { p.validate("here"); }) == "here: repetition penalty 0 must be above 0");
+}
+
+namespace {
+
+// The sampler's choices by their definition (sampler.hpp), the plain way: every logit in double,
+// the candidates sorted in full.
+struct Reference {
+  struct Candidate {
+    double logit;
+    int32_t id;
+  };
+  static bool before(const Candidate& a, const Candidate& b) {
+    return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
+  }
+
+  // The candidates in order, logits penalised and divided by the temperature (1 when greedy).
+  static std::vector<Candidate> sorted(const std::vector<float>& logits, const std::vector<int32_t>& history,
+                                       const SamplingParams& p) {
+    std::vector<double> l(logits.begin(), logits.end());
+    std::set<int32_t> distinct(history.begin(), history.end());
+    for (const int32_t t : distinct) l[size_t(t)] = l[size_t(t)] > 0 ? l[size_t(t)] / p.repetition_penalty
+                                                                      : l[size_t(t)] * p.repetition_penalty;
+    std::vector<Candidate> c;
+    for (size_t i = 0; i < l.size(); ++i) c.push_back({p.greedy() ? l[i] : l[i] / p.temperature, int32_t(i)});
+    std::sort(c.begin(), c.end(), before);
+    return c;
+  }
+
+  // The tokens a draw can reach, the top-k (and then top-p) candidates of nonzero probability,
+  // with their shares of the kept probability.
+  static std::map<int32_t, double> kept(const std::vector<float>& logits, const std::vector<int32_t>& history,
+                                        const SamplingParams& p) {
+    std::vector<Candidate> c = sorted(logits, history, p);
+    if (p.greedy()) return {{c[0].id, 1.0}};
+    if (p.top_k > 0 && size_t(p.top_k) < c.size()) c.resize(size_t(p.top_k));
+    std::vector<double> probs;
+    double total = 0;
+    for (const Candidate& x : c) total += probs.emplace_back(std::exp(x.logit - c[0].logit));
+    double sum = 0;
+    size_t n = 0;
+    while (n < c.size() && sum < p.top_p * total) sum += probs[n++];
+    std::map<int32_t, double> shares;
+    for (size_t i = 0; i < n; ++i)
+      if (probs[i] > 0) shares[c[i].id] = probs[i] / sum;
+    return shares;
+  }
+};
+
+// Logits of a vocabulary of V with SPREAD (the standard deviation), some of them repeated exactly
+// so that ties occur; with a PLATEAU, a tenth of them 8 higher (nuclei of hundreds of tokens, each
+// with a share of the grid's points).
+std::vector<float> random_logits(std::mt19937& rng, int V, float spread, bool plateau) {
+  std::normal_distribution<float> normal(0, spread);
+  std::vector<float> l(static_cast<size_t>(V));
+  for (float& x : l) x = normal(rng);
+  for (int i = 0; plateau && i < V / 10; ++i) l[rng() % size_t(V)] += 8;
+  for (int i = 0; i < V / 10; ++i) l[rng() % size_t(V)] = l[rng() % size_t(V)];
+  return l;
+}
+
+}  // namespace
+
+TEST_CASE("sampler: choices match the plain definition over random vocabularies", "[infer][sampler]") {
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 80; ++trial) {
+    const int V = trial % 3 == 0 ? 7 : 3000;
+    // Spreads from flat (the nucleus holds hundreds: the quickselect) to peaked (a handful).
+    const float spread = std::array<float, 4>{0.3f, 1.0f, 3.0f, 8.0f}[size_t(trial % 4)];
+    const std::vector<float> logits = random_logits(rng, V, spread, trial % 5 == 0);
+    std::vector<int32_t> history;
+    if (trial % 2 == 1)
+      for (int i = 0; i < 20; ++i) history.push_back(int32_t(rng() % size_t(V)));
+    SamplingParams p;
+    p.repetition_penalty = history.empty() ? 1.0 : 1.3;
+    for (const double temperature : {0.0, 0.7, 1.5})
+      for (const int top_k : {0, 1, 5, 100})
+        for (const double top_p : {1.0, 0.9, 0.3}) {
+          p.temperature = temperature;
+          p.top_k = top_k;
+          p.top_p = top_p;
+          INFO("trial " << trial << " V " << V << " temperature " << temperature << " top-k " << top_k
+                        << " top-p " << top_p);
+          Sampler s(V);
+          const std::map<int32_t, double> expected = Reference::kept(logits, history, p);
+          constexpr int kGrid = 400;
+          std::set<int32_t> drawn;
+          for (int i = 0; i < kGrid; ++i) drawn.insert(s.sample(logits.data(), history, p, (i + 0.5) / kGrid));
+          // Every draw is a kept token, and every kept token whose share spans more than the grid's
+          // step holds a point of it (whatever order the draw walks the tokens in).
+          for (const int32_t t : drawn) CHECK(expected.count(t) == 1);
+          for (const auto& [t, share] : expected)
+            if (share > 1.01 / kGrid) CHECK(drawn.count(t) == 1);
+          if (temperature == 0) CHECK(drawn == std::set<int32_t>{Reference::sorted(logits, history, p)[0].id});
+        }
+  }
+}
+
+TEST_CASE("sampler: NaN logits are never chosen, an infinite one always", "[infer][sampler]") {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  Sampler s(5);
+  const std::vector<float> with_nan = {nan, 1.0f, nan, 2.0f, 0.5f};
+  const std::vector<int32_t> history = {0, 3};
+  SamplingParams penalised;
+  penalised.repetition_penalty = 4;  // 2.0 / 4 < 1.0
+  for (const SamplingParams& p : {SamplingParams{}, sampled(), sampled(1, 2), sampled(1, 0, 0.5), penalised}) {
+    for (const std::vector<int32_t>& h : {std::vector<int32_t>{}, history}) {
+      const std::set<int32_t> ids = reachable(s, with_nan, p);
+      CHECK(ids.count(0) == 0);
+      CHECK(ids.count(2) == 0);
+      CHECK(s.sample(with_nan.data(), h, p, 0.99) != 0);
+    }
+  }
+  CHECK(s.sample(with_nan.data(), history, penalised, 0) == 1);
+  const std::vector<float> with_inf = {1.0f, inf, 3.0f, inf, nan};
+  for (const SamplingParams& p : {SamplingParams{}, sampled(), sampled(1, 2), sampled(1, 0, 0.5)})
+    CHECK(reachable(s, with_inf, p) == std::set<int32_t>{1});
 }
