@@ -5,7 +5,9 @@
 # says how they are counted), then batch-1 decode with the linear layers as cuBLASLt products and
 # separate norm, activation and add kernels (small_linear off), and without CUDA graphs: what the
 # fused layers and the graphs save; then a decode step's products alone (bench_decode_chain:
-# overlapped kernels against one persistent kernel with grid-wide barriers). Where Nsight Compute
+# overlapped kernels against one persistent kernel with grid-wide barriers); then the host's choice
+# of the next tokens (bench_sampler), and GPT-2 124M's decode steps with it, as meg-generate runs
+# them (bench_generate --sampling). Where Nsight Compute
 # is present, one batch-1 decode step of each model kernel by kernel (its kernels timed one at a
 # time, so without the overlap of their launches).
 # Markdown tables on stdout; copies under OUT_DIR (default .bench/generate).
@@ -25,6 +27,12 @@ echo; echo "## Without CUDA graphs"
 "$bench" --no-graphs "$@" gpt2-124m | tee "$out/generate-no-graphs.md"
 echo; echo "## A batch-1 decode step's linear layers alone, as overlapped kernels and as one persistent kernel"
 "$build/tests/bench_decode_chain" | tee "$out/decode-chain.md"
+echo; echo "## Choosing the next token on the host"
+"$build/tests/bench_sampler" | tee "$out/sampler.md"
+echo; echo "## GPT-2 124M decode steps with the host's choice of the next tokens"
+for sampling in greedy top-k top-p top-p-penalty; do
+  "$build/tests/bench_generate" --phase decode --sampling $sampling "$@" gpt2-124m
+done | tee "$out/generate-sampling.md"
 
 if command -v ncu >/dev/null 2>&1; then
   for model in gpt2-124m gpt2-1.5b llama-1b; do

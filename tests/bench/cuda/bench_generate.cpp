@@ -17,9 +17,15 @@
 // time is the caller's: the device's work, the host's between launches (little, with the decode
 // step replayed from a CUDA graph) and the copy of the fp32 logits out.
 //
+// With --sampling, each decode step also chooses the rows' next tokens from the logits on the host
+// as meg-generate does after every step (infer/sampler.hpp; the rows in parallel): greedy, top-k 50
+// or top-p 0.9 (both at temperature 1), a repetition penalty of 1.2 over the slot's tokens with
+// "-penalty". The random weights' logits are flatter than a trained model's, so top-p's nucleus is
+// large: that case's worst.
+//
 // Usage: bench_generate [--precision bf16|fp16|fp32] [--prompt N] [--steps N] [--warmup N]
 //                       [--no-graphs] [--no-small-linear] [--phase prefill|decode] [--batch B] [--layers L]
-//                       [--profile] [MODEL ...]
+//                       [--sampling greedy|top-k|top-p[-penalty]] [--profile] [MODEL ...]
 // --phase and --batch keep to one phase and one batch size; --layers gives the models L layers
 // (timing two depths splits a step into its per-layer time and the rest: embedding, output layer,
 // logits copy); --profile brackets the last decode step of each batch size with
@@ -36,8 +42,10 @@
 #include <string>
 #include <vector>
 
+#include "core/parallel.hpp"
 #include "core/precision.hpp"
 #include "infer/cuda_inference_model.hpp"
+#include "infer/sampler.hpp"
 #include "model/gpt.hpp"
 #include "ops/cuda/check.hpp"
 #include "event_timer.hpp"
@@ -60,7 +68,25 @@ struct Options {
   bool prefill = true, decode = true;
   bool profile = false;
   std::vector<int> batches{std::begin(kBatches), std::end(kBatches)};
+  std::string sampling;  // empty: the logits only
+  meg::SamplingParams params;
 };
+
+// SAMPLING's parameters (--sampling); false for an unknown name.
+bool parse_sampling(const std::string& sampling, meg::SamplingParams& p) {
+  const std::string penalty = "-penalty";
+  std::string kind = sampling;
+  if (kind.size() > penalty.size() && kind.ends_with(penalty)) {
+    kind.resize(kind.size() - penalty.size());
+    p.repetition_penalty = 1.2;
+  }
+  if (kind == "greedy") return true;
+  p.temperature = 1;
+  if (kind == "top-k") p.top_k = 50;
+  else if (kind == "top-p") p.top_p = 0.9;
+  else return false;
+  return true;
+}
 
 void print_row(const std::string& model, const char* phase, int batch, int context, double ms, double tokens,
                double limit_tokens_per_s, const char* limit) {
@@ -74,7 +100,8 @@ void bench(const std::string& name, const Options& o) {
   meg::CheckpointModel ck;
   ck.config = meg::ModelConfig::preset(name);
   if (o.layers > 0) ck.config.num_layers = o.layers;
-  const std::string label = o.layers > 0 ? name + ", " + std::to_string(o.layers) + " layers" : name;
+  std::string label = o.layers > 0 ? name + ", " + std::to_string(o.layers) + " layers" : name;
+  if (!o.sampling.empty()) label += ", " + o.sampling;
   const meg::ModelConfig& c = ck.config;
   ck.params.resize(size_t(c.num_parameters()));
   meg::gpt_init_parameters(c, meg::gpt_parameter_table(c), 1, ck.params.data());
@@ -120,13 +147,21 @@ void bench(const std::string& name, const Options& o) {
     std::vector<int32_t> next(static_cast<size_t>(B));
     std::vector<AppendRequest> reqs;
     for (int s = 0; s < B; ++s) reqs.push_back({s, std::span<const int32_t>(&next[size_t(s)], 1)});
+    std::vector<meg::Sampler> samplers(static_cast<size_t>(B), meg::Sampler(V));
     int call = 0;
     const double ms = meg::bench::median(meg::bench::time_calls(stream, o.warmup, o.steps, [&] {
-      for (auto& t : next) t = tok(rng);
+      if (o.sampling.empty())
+        for (auto& t : next) t = tok(rng);
       const bool profiled = o.profile && ++call == o.warmup + o.steps;
       if (profiled) cudaProfilerStart();
       model->append(reqs, logits.data());
       if (profiled) cudaProfilerStop();
+      if (o.sampling.empty()) return;
+      // The next tokens from these logits, the prompt as each row's history (as the generator's).
+      meg::parallel_for(size_t(B), 1, [&](size_t begin, size_t end) {
+        for (size_t r = begin; r < end; ++r)
+          next[r] = samplers[r].sample(logits.data() + r * size_t(V), prompts[r], o.params, 0.5);
+      });
     }));
     const int context = o.prompt + o.warmup + o.steps / 2;  // the median step's
     const double step_bytes = weight_bytes + double(B) * context * kv_bytes_per_token;
@@ -153,11 +188,17 @@ int main(int argc, char** argv) {
       o.decode = phase == "decode";
     } else if (a == "--batch" && i + 1 < argc) o.batches = {std::atoi(argv[++i])};
     else if (a == "--layers" && i + 1 < argc) o.layers = std::atoi(argv[++i]);
-    else if (a == "--profile") o.profile = true;
+    else if (a == "--sampling" && i + 1 < argc) {
+      o.sampling = argv[++i];
+      if (!parse_sampling(o.sampling, o.params)) {
+        std::fprintf(stderr, "bench_generate: --sampling %s: not greedy, top-k or top-p (with -penalty)\n", argv[i]);
+        return 2;
+      }
+    } else if (a == "--profile") o.profile = true;
     else if (a.rfind("--", 0) != 0) models.push_back(a);
     else {
       std::fprintf(stderr, "usage: bench_generate [--precision P] [--prompt N] [--steps N] [--warmup N] [--no-graphs] "
-                           "[--no-small-linear] [--phase prefill|decode] [--batch B] [--layers L] [--profile] "
+                           "[--no-small-linear] [--phase prefill|decode] [--batch B] [--layers L] [--sampling S] [--profile] "
                            "[MODEL ...]\n");
       return 2;
     }
