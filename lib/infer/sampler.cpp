@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "core/error.hpp"
+#include "core/parallel.hpp"
 #include "core/philox.hpp"
 
 namespace meg {
@@ -58,7 +59,7 @@ int32_t draw(size_t n, double r, Prob prob, Id id) {
 Sampler::Sampler(int vocab_size) : vocab_size_(vocab_size), marked_(size_t(vocab_size)) {}
 
 // The logits to scan: LOGITS itself, or with a penalty, masked_ (the penalised tokens' NaN) with
-// the penalised logits in penalised_.
+// the penalised logits in penalised_, by id.
 const float* Sampler::penalise(const float* logits, std::span<const int32_t> history, double penalty) {
   penalised_.clear();
   if (penalty == 1 || history.empty()) return logits;
@@ -71,15 +72,24 @@ const float* Sampler::penalise(const float* logits, std::span<const int32_t> his
     masked_[size_t(t)] = std::numeric_limits<float>::quiet_NaN();
   }
   for (const Candidate& c : penalised_) marked_[size_t(c.id)] = 0;
+  std::sort(penalised_.begin(), penalised_.end(), [](const Candidate& a, const Candidate& b) { return a.id < b.id; });
   return masked_.data();
 }
 
 // The first candidate in order; id -1 when every logit is NaN.
 Sampler::Candidate Sampler::largest(const float* scan) const {
   const size_t V = size_t(vocab_size_);
-  // Two passes, the first a plain maximum the compiler vectorises (NaN never compares larger).
-  float max = -std::numeric_limits<float>::infinity();
-  for (size_t i = 0; i < V; ++i) max = scan[i] > max ? scan[i] : max;
+  // Two passes, the first a maximum in kLanes independent lanes, which the compiler vectorises
+  // (NaN never compares larger), the second to the first place it is found.
+  constexpr size_t kLanes = 16;
+  float lanes[kLanes];
+  std::fill(lanes, lanes + kLanes, -std::numeric_limits<float>::infinity());
+  size_t i = 0;
+  for (; i + kLanes <= V; i += kLanes)
+    for (size_t j = 0; j < kLanes; ++j) lanes[j] = scan[i + j] > lanes[j] ? scan[i + j] : lanes[j];
+  for (; i < V; ++i) lanes[0] = scan[i] > lanes[0] ? scan[i] : lanes[0];
+  float max = lanes[0];
+  for (size_t j = 1; j < kLanes; ++j) max = lanes[j] > max ? lanes[j] : max;
   Candidate best{max, -1};
   for (size_t i = 0; i < V; ++i)
     if (scan[i] == max) {
@@ -121,12 +131,27 @@ void Sampler::select(const float* scan, double temperature, size_t k) {
   std::sort_heap(kept_.begin(), kept_.end(), worst_first);  // best first
 }
 
-// probs_[i] = exp(logit_i / TEMPERATURE - MAX_LOGIT) for the whole vocabulary (0 for a NaN logit).
-void Sampler::probabilities(const float* scan, double temperature, double max_logit) {
+// probs_[i] = exp(logit_i / TEMPERATURE - MAX_LOGIT) for the whole vocabulary (0 for a NaN logit),
+// and chunk_sums_ their sums by chunks of kChunk ids (each by id); returns the total, the chunks'
+// sums added in order. The chunks run in parallel (the exponentials are most of a softmax's time),
+// and what each computes does not depend on the threads.
+double Sampler::probabilities(const float* scan, double temperature, double max_logit) {
   const size_t V = size_t(vocab_size_);
   probs_.resize(V);
-  for (size_t i = 0; i < V; ++i) probs_[i] = std::isnan(scan[i]) ? 0.0 : std::exp(scan[i] / temperature - max_logit);
-  for (const Candidate& c : penalised_) probs_[size_t(c.id)] = std::exp(c.logit / temperature - max_logit);
+  chunk_sums_.resize((V + kChunk - 1) / kChunk);
+  parallel_for(V, kChunk, [&](size_t begin, size_t end) {
+    auto penalised = first_penalised(begin);  // the next penalised token (masked NaN in SCAN)
+    double sum = 0;
+    for (size_t i = begin; i < end; ++i) {
+      double l = scan[i];
+      if (penalised != penalised_.end() && size_t(penalised->id) == i) l = (penalised++)->logit;
+      sum += probs_[i] = std::isnan(l) ? 0.0 : std::exp(l / temperature - max_logit);
+    }
+    chunk_sums_[begin / kChunk] = sum;
+  });
+  double total = 0;
+  for (const double c : chunk_sums_) total += c;
+  return total;
 }
 
 int32_t Sampler::sample(const float* logits, std::span<const int32_t> history, const SamplingParams& params,
@@ -161,21 +186,40 @@ int32_t Sampler::sample(const float* logits, std::span<const int32_t> history, c
   const Candidate first = largest(scan);
   if (first.id < 0) return 0;
   if (!std::isfinite(first.logit / T)) return first.id;  // as top-k's
-  probabilities(scan, T, first.logit / T);
-  double total = 0;
-  for (size_t i = 0; i < V; ++i) total += probs_[i];
-  if (params.top_p == 1)
-    return draw(V, u * total, [&](size_t i) { return probs_[i]; }, [](size_t i) { return int32_t(i); });
+  const double total = probabilities(scan, T, first.logit / T);
+  if (params.top_p == 1) {
+    // The running sum goes as the total's did: the chunks' sums, then within the chunk where the
+    // draw falls (or the last chunk that can be drawn from, where rounding took it past them all).
+    const double r = u * total;
+    double before_chunk = 0;
+    size_t c = 0, last = 0;
+    for (; c < chunk_sums_.size(); ++c) {
+      if (chunk_sums_[c] > 0) last = c;
+      if (r < before_chunk + chunk_sums_[c]) break;
+      before_chunk += chunk_sums_[c];
+    }
+    if (c == chunk_sums_.size()) {
+      c = last;
+      before_chunk = -std::numeric_limits<double>::infinity();  // the walk then ends at its last token
+    }
+    const size_t begin = c * kChunk, n = std::min(V, begin + kChunk) - begin;
+    return draw(n, r - before_chunk, [&](size_t i) { return probs_[begin + i]; },
+                [&](size_t i) { return int32_t(begin + i); });
+  }
 
   // Top-p: the fewest first probabilities whose sum reaches top_p of the total.
   return nucleus_draw(scan, T, params.top_p * total, u);
 }
 
+// The first of penalised_ (by id) at or after token I.
+std::vector<Sampler::Candidate>::const_iterator Sampler::first_penalised(size_t i) const {
+  return std::partition_point(penalised_.begin(), penalised_.end(), [&](const Candidate& c) { return size_t(c.id) < i; });
+}
+
 // The logit of token I over TEMPERATURE, as the candidate order compares them.
 Sampler::Candidate Sampler::candidate(const float* scan, double temperature, size_t i) const {
   if (!std::isnan(scan[i])) return {scan[i] / temperature, int32_t(i)};
-  const auto p = std::find_if(penalised_.begin(), penalised_.end(), [&](const Candidate& c) { return c.id == int32_t(i); });
-  return {p->logit / temperature, int32_t(i)};
+  return {first_penalised(i)->logit / temperature, int32_t(i)};  // NaN in SCAN: masked, a penalised token
 }
 
 // Top-p over the whole vocabulary (probs_, TARGET: top_p of their total) without sorting it. The

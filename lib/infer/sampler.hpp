@@ -12,14 +12,15 @@
 // A NaN logit is never chosen (unless every logit is NaN: then token 0). An infinite largest logit
 // (over the temperature) takes all the probability: the first such candidate is chosen.
 //
-// Sums of probabilities are taken in a fixed order (the whole vocabulary's by id, top-k's
-// candidates in order), so a choice depends only on the logits, the parameters and u.
+// Sums of probabilities are taken in a fixed order (the whole vocabulary's by id within chunks of
+// 8192 ids, then the chunks' in order; top-k's candidates in order), so a choice depends only on
+// the logits, the parameters and u, never on the number of threads.
 //
 // The cost is a pass or two over the logits, never a sort of the vocabulary: greedy and top-k
 // scan them once, most with one comparison each (top-k keeps a heap of k); a softmax over the
-// whole vocabulary (temperature alone, or top-p without top-k) takes an exponential a token, and
-// top-p then finds its nucleus among the first 64 candidates, or where those fall short (a flat
-// distribution), by quickselect. tests/bench/bench_sampler.cpp times each case.
+// whole vocabulary (temperature alone, or top-p without top-k) takes an exponential a token, its
+// chunks on all threads (core/parallel.hpp), and top-p then finds its nucleus from the sums of
+// buckets of probabilities, sorting one bucket. tests/bench/bench_sampler.cpp times each case.
 //
 // The draw takes a uniform number u in [0, 1) given by the caller; sampling_uniform() makes it
 // from (seed, stream, step) with Philox (core/philox.hpp), counter-based, so a sequence's tokens
@@ -68,7 +69,8 @@ class Sampler {
   const float* penalise(const float* logits, std::span<const int32_t> history, double penalty);
   Candidate largest(const float* scan) const;
   void select(const float* scan, double temperature, size_t k);
-  void probabilities(const float* scan, double temperature, double max_logit);
+  double probabilities(const float* scan, double temperature, double max_logit);
+  std::vector<Candidate>::const_iterator first_penalised(size_t i) const;
   Candidate candidate(const float* scan, double temperature, size_t i) const;
   int32_t nucleus_draw(const float* scan, double temperature, double target, double u);
 
@@ -79,7 +81,9 @@ class Sampler {
   std::vector<Candidate> penalised_;
   std::vector<uint8_t> marked_;  // all clear between calls
   std::vector<Candidate> kept_;  // top-k's candidates
-  std::vector<double> probs_;    // the probabilities of the whole vocabulary, by id
+  // The probabilities of the whole vocabulary, by id, and their sums by chunks of kChunk ids.
+  static constexpr size_t kChunk = 8192;
+  std::vector<double> probs_, chunk_sums_;
   std::vector<double> bucket_sums_;  // top-p's
 };
 

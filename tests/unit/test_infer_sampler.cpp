@@ -95,6 +95,22 @@ TEST_CASE("sampler: a draw picks the token where u falls in the cumulative proba
   CHECK(s.sample(dead.data(), {}, sampled(), 1.0 - 0x1p-53) == 1);
 }
 
+TEST_CASE("sampler: the draw's cumulative probabilities run across the sums' chunks", "[infer][sampler]") {
+  // Three tokens in three chunks of 8192 ids, and a fourth chunk with nothing to draw.
+  const int V = 30000;
+  std::vector<float> l(static_cast<size_t>(V), -std::numeric_limits<float>::infinity());
+  l[100] = float(std::log(0.5));
+  l[9000] = float(std::log(0.3));
+  l[17000] = float(std::log(0.2));
+  Sampler s(V);
+  CHECK(s.sample(l.data(), {}, sampled(), 0.0) == 100);
+  CHECK(s.sample(l.data(), {}, sampled(), 0.49) == 100);
+  CHECK(s.sample(l.data(), {}, sampled(), 0.51) == 9000);
+  CHECK(s.sample(l.data(), {}, sampled(), 0.79) == 9000);
+  CHECK(s.sample(l.data(), {}, sampled(), 0.81) == 17000);
+  CHECK(s.sample(l.data(), {}, sampled(), 1.0 - 0x1p-53) == 17000);
+}
+
 TEST_CASE("sampler: top-k keeps the k largest logits", "[infer][sampler]") {
   Sampler s(6);
   const std::vector<float> l = logits_of({0.1, 0.25, 0.05, 0.3, 0.2, 0.1});
@@ -247,7 +263,8 @@ std::vector<float> random_logits(std::mt19937& rng, int V, float spread, bool pl
 TEST_CASE("sampler: choices match the plain definition over random vocabularies", "[infer][sampler]") {
   std::mt19937 rng(11);
   for (int trial = 0; trial < 80; ++trial) {
-    const int V = trial % 3 == 0 ? 7 : 3000;
+    // The last trials' vocabularies span chunks of the softmax's sums (sampler.hpp).
+    const int V = trial % 3 == 0 ? 7 : trial >= 76 ? 20000 : 3000;
     // Spreads from flat (the nucleus holds hundreds: the quickselect) to peaked (a handful).
     const float spread = std::array<float, 4>{0.3f, 1.0f, 3.0f, 8.0f}[size_t(trial % 4)];
     const std::vector<float> logits = random_logits(rng, V, spread, trial % 5 == 0);
