@@ -223,26 +223,38 @@ Sampler::Candidate Sampler::candidate(const float* scan, double temperature, siz
 }
 
 // Top-p over the whole vocabulary (probs_, TARGET: top_p of their total) without sorting it. The
-// probabilities go into buckets by their leading bits (exponent and kBucketBits of the mantissa:
-// buckets of a factor 2^(1/8), in candidate order), each bucket's sum taken by id. The buckets
-// from the largest hold the nucleus up to the one where their running sum reaches TARGET; only
-// that bucket's tokens are sorted, to find the last token of the nucleus. The draw then walks the
-// nucleus by id.
+// probabilities go into buckets by their leading bits, in candidate order, in two levels: first by
+// exponent and kCoarseBits of the mantissa (buckets of a factor 2^(1/8)), then the tokens of the
+// bucket where the buckets' running sum from the largest reaches TARGET by kFineBits more (a flat
+// distribution puts most of the vocabulary in a few coarse buckets). Each bucket's sum is taken by
+// id. Only the fine bucket where the sum reaches TARGET is sorted, to find the last token of the
+// nucleus; the draw then walks the nucleus by id.
 int32_t Sampler::nucleus_draw(const float* scan, double temperature, double target, double u) {
-  constexpr int kBucketBits = 3;
+  constexpr int kCoarseBits = 3, kFineBits = 12;
+  constexpr size_t kFine = size_t(1) << kFineBits;
   const size_t V = size_t(vocab_size_);
   // Probabilities are in [0, 1]: their exponent field is at most 1023.
-  const auto bucket = [](double p) { return std::bit_cast<uint64_t>(p) >> (52 - kBucketBits); };
-  bucket_sums_.assign(size_t(1024) << kBucketBits, 0.0);
-  for (size_t i = 0; i < V; ++i) bucket_sums_[bucket(probs_[i])] += probs_[i];
-  size_t cut = bucket_sums_.size() - 1;
-  double above = 0;  // the sum of the buckets before CUT
-  while (cut > 0 && above + bucket_sums_[cut] < target) above += bucket_sums_[cut--];
+  const auto key = [](double p) { return std::bit_cast<uint64_t>(p) >> (52 - kCoarseBits - kFineBits); };
+  // The bucket of SUMS where their running sum from the last, after ABOVE, reaches TARGET (0 if
+  // none does); ABOVE takes the buckets after it.
+  const auto cut_of = [&](const std::vector<double>& sums, double& above) {
+    size_t cut = sums.size() - 1;
+    while (cut > 0 && above + sums[cut] < target) above += sums[cut--];
+    return cut;
+  };
+  double above = 0;
+  bucket_sums_.assign(size_t(1024) << kCoarseBits, 0.0);
+  for (size_t i = 0; i < V; ++i) bucket_sums_[key(probs_[i]) / kFine] += probs_[i];
+  const size_t coarse = cut_of(bucket_sums_, above);
+  bucket_sums_.assign(kFine, 0.0);
+  for (size_t i = 0; i < V; ++i)
+    if (key(probs_[i]) / kFine == coarse) bucket_sums_[key(probs_[i]) % kFine] += probs_[i];
+  const uint64_t cut = coarse * kFine + cut_of(bucket_sums_, above);
 
   // The cut bucket's tokens in order, as far as the nucleus takes them.
   kept_.clear();
   for (size_t i = 0; i < V; ++i)
-    if (probs_[i] > 0 && bucket(probs_[i]) == cut) kept_.push_back(candidate(scan, temperature, i));
+    if (probs_[i] > 0 && key(probs_[i]) == cut) kept_.push_back(candidate(scan, temperature, i));
   std::sort(kept_.begin(), kept_.end(), [](const Candidate& a, const Candidate& b) { return before(a, b); });
   double sum = above;
   size_t n = 0;
@@ -251,8 +263,8 @@ int32_t Sampler::nucleus_draw(const float* scan, double temperature, double targ
   const Candidate last = n > 0 ? kept_[n - 1] : Candidate{-std::numeric_limits<double>::infinity(), vocab_size_};
 
   const auto in_nucleus = [&](size_t i) {
-    const uint64_t b = bucket(probs_[i]);
-    return b > cut || (b == cut && probs_[i] > 0 && !before(last, candidate(scan, temperature, i)));
+    const uint64_t k = key(probs_[i]);
+    return k > cut || (k == cut && probs_[i] > 0 && !before(last, candidate(scan, temperature, i)));
   };
   return draw(V, u * sum, [&](size_t i) { return in_nucleus(i) ? probs_[i] : 0.0; },
               [](size_t i) { return int32_t(i); });

@@ -13,14 +13,14 @@
 // (over the temperature) takes all the probability: the first such candidate is chosen.
 //
 // Sums of probabilities are taken in a fixed order (the whole vocabulary's by id within chunks of
-// 8192 ids, then the chunks' in order; top-k's candidates in order), so a choice depends only on
+// 2048 ids, then the chunks' in order; top-k's candidates in order), so a choice depends only on
 // the logits, the parameters and u, never on the number of threads.
 //
 // The cost is a pass or two over the logits, never a sort of the vocabulary: greedy and top-k
 // scan them once, most with one comparison each (top-k keeps a heap of k); a softmax over the
 // whole vocabulary (temperature alone, or top-p without top-k) takes an exponential a token, its
 // chunks on all threads (core/parallel.hpp), and top-p then finds its nucleus from the sums of
-// buckets of probabilities, sorting one bucket. tests/bench/bench_sampler.cpp times each case.
+// buckets of probabilities, sorting one small bucket. tests/bench/bench_sampler.cpp times each case.
 //
 // The draw takes a uniform number u in [0, 1) given by the caller; sampling_uniform() makes it
 // from (seed, stream, step) with Philox (core/philox.hpp), counter-based, so a sequence's tokens
@@ -82,7 +82,7 @@ class Sampler {
   std::vector<uint8_t> marked_;  // all clear between calls
   std::vector<Candidate> kept_;  // top-k's candidates
   // The probabilities of the whole vocabulary, by id, and their sums by chunks of kChunk ids.
-  static constexpr size_t kChunk = 8192;
+  static constexpr size_t kChunk = 2048;
   std::vector<double> probs_, chunk_sums_;
   std::vector<double> bucket_sums_;  // top-p's
 };
