@@ -30,11 +30,6 @@ double sampling_uniform(uint64_t seed, uint64_t stream, uint64_t step) {
 
 namespace {
 
-// Candidate order: the larger logit first, the lower id among equal ones.
-template <typename C>
-bool before(const C& a, const C& b) {
-  return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
-}
 
 // The token of the first of N candidates at which R falls in the running sum of their
 // probabilities (candidate i: probability PROB(i), token ID(i)). Probabilities of 0 are never
@@ -57,6 +52,11 @@ int32_t draw(size_t n, double r, Prob prob, Id id) {
 }  // namespace
 
 Sampler::Sampler(int vocab_size) : vocab_size_(vocab_size), marked_(size_t(vocab_size)) {}
+
+// Candidate order: the larger logit first, the lower id among equal ones.
+bool Sampler::before(const Candidate& a, const Candidate& b) {
+  return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
+}
 
 // The logits to scan: LOGITS itself, or with a penalty, masked_ (the penalised tokens' NaN) with
 // the penalised logits in penalised_, by id.
@@ -108,7 +108,7 @@ Sampler::Candidate Sampler::largest(const float* scan) const {
 // with that one comparison, without a division.
 void Sampler::select(const float* scan, double temperature, size_t k) {
   const size_t V = size_t(vocab_size_);
-  const auto worst_first = [](const Candidate& a, const Candidate& b) { return before(a, b); };
+  const auto worst_first = before;  // as a heap's order: the worst candidate at the front
   const auto offer = [&](const Candidate& c) {
     if (kept_.size() < k) {
       kept_.push_back(c);
@@ -255,7 +255,7 @@ int32_t Sampler::nucleus_draw(const float* scan, double temperature, double targ
   kept_.clear();
   for (size_t i = 0; i < V; ++i)
     if (probs_[i] > 0 && key(probs_[i]) == cut) kept_.push_back(candidate(scan, temperature, i));
-  std::sort(kept_.begin(), kept_.end(), [](const Candidate& a, const Candidate& b) { return before(a, b); });
+  std::sort(kept_.begin(), kept_.end(), before);
   double sum = above;
   size_t n = 0;
   while (n < kept_.size() && sum < target) sum += probs_[size_t(kept_[n++].id)];

@@ -66,6 +66,7 @@ class Sampler {
     double logit;
     int32_t id;
   };
+  static bool before(const Candidate& a, const Candidate& b);
   const float* penalise(const float* logits, std::span<const int32_t> history, double penalty);
   Candidate largest(const float* scan) const;
   void select(const float* scan, double temperature, size_t k);

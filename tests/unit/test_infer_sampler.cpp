@@ -81,34 +81,37 @@ TEST_CASE("sampler: the repetition penalty divides positive logits, multiplies n
   CHECK(s.sample(pos.data(), {}, p, 0) == 0);
 }
 
+namespace {
+
+// Draws from logits L whose tokens IDS have probabilities 0.5, 0.3 and 0.2 (every other token
+// none) land where u falls in the cumulative probabilities.
+void check_cumulative_draws(const std::vector<float>& l, const std::array<int32_t, 3>& ids) {
+  Sampler s(int(l.size()));
+  CHECK(s.sample(l.data(), {}, sampled(), 0.0) == ids[0]);
+  CHECK(s.sample(l.data(), {}, sampled(), 0.49) == ids[0]);
+  CHECK(s.sample(l.data(), {}, sampled(), 0.51) == ids[1]);
+  CHECK(s.sample(l.data(), {}, sampled(), 0.79) == ids[1]);
+  CHECK(s.sample(l.data(), {}, sampled(), 0.81) == ids[2]);
+  CHECK(s.sample(l.data(), {}, sampled(), 1.0 - 0x1p-53) == ids[2]);
+}
+
+}  // namespace
+
 TEST_CASE("sampler: a draw picks the token where u falls in the cumulative probabilities", "[infer][sampler]") {
-  Sampler s(3);
-  const std::vector<float> l = logits_of({0.5, 0.3, 0.2});
-  CHECK(s.sample(l.data(), {}, sampled(), 0.0) == 0);
-  CHECK(s.sample(l.data(), {}, sampled(), 0.49) == 0);
-  CHECK(s.sample(l.data(), {}, sampled(), 0.51) == 1);
-  CHECK(s.sample(l.data(), {}, sampled(), 0.79) == 1);
-  CHECK(s.sample(l.data(), {}, sampled(), 0.81) == 2);
-  CHECK(s.sample(l.data(), {}, sampled(), 1.0 - 0x1p-53) == 2);
+  check_cumulative_draws(logits_of({0.5, 0.3, 0.2}), {0, 1, 2});
   // A token of probability 0 is never drawn, even at the top of the range.
+  Sampler s(3);
   const std::vector<float> dead = {0.0f, 0.0f, -1e30f};
   CHECK(s.sample(dead.data(), {}, sampled(), 1.0 - 0x1p-53) == 1);
 }
 
 TEST_CASE("sampler: the draw's cumulative probabilities run across the sums' chunks", "[infer][sampler]") {
   // Three tokens in three chunks of 2048 ids, and chunks between and after with nothing to draw.
-  const int V = 30000;
-  std::vector<float> l(static_cast<size_t>(V), -std::numeric_limits<float>::infinity());
-  l[100] = float(std::log(0.5));
-  l[4500] = float(std::log(0.3));
-  l[17000] = float(std::log(0.2));
-  Sampler s(V);
-  CHECK(s.sample(l.data(), {}, sampled(), 0.0) == 100);
-  CHECK(s.sample(l.data(), {}, sampled(), 0.49) == 100);
-  CHECK(s.sample(l.data(), {}, sampled(), 0.51) == 4500);
-  CHECK(s.sample(l.data(), {}, sampled(), 0.79) == 4500);
-  CHECK(s.sample(l.data(), {}, sampled(), 0.81) == 17000);
-  CHECK(s.sample(l.data(), {}, sampled(), 1.0 - 0x1p-53) == 17000);
+  std::vector<float> l(30000, -std::numeric_limits<float>::infinity());
+  const std::array<int32_t, 3> ids = {100, 4500, 17000};
+  const std::vector<double> probs = {0.5, 0.3, 0.2};
+  for (size_t i = 0; i < ids.size(); ++i) l[size_t(ids[i])] = float(std::log(probs[i]));
+  check_cumulative_draws(l, ids);
 }
 
 TEST_CASE("sampler: top-k keeps the k largest logits", "[infer][sampler]") {
@@ -265,7 +268,7 @@ TEST_CASE("sampler: choices match the plain definition over random vocabularies"
   for (int trial = 0; trial < 80; ++trial) {
     // The last trials' vocabularies span chunks of the softmax's sums (sampler.hpp).
     const int V = trial % 3 == 0 ? 7 : trial >= 76 ? 20000 : 3000;
-    // Spreads from flat (the nucleus holds hundreds: the quickselect) to peaked (a handful).
+    // Spreads from flat (nuclei of hundreds of tokens, over many buckets) to peaked (a handful).
     const float spread = std::array<float, 4>{0.3f, 1.0f, 3.0f, 8.0f}[size_t(trial % 4)];
     const std::vector<float> logits = random_logits(rng, V, spread, trial % 5 == 0);
     std::vector<int32_t> history;
