@@ -59,8 +59,9 @@ __device__ Best warp_best(Best b) {
 }
 
 // Block per row. Each thread scans its packs of W columns in column order, keeping the first
-// maximum it meets; then the block's candidates are reduced through shuffles and shared memory.
-// A row of -inf (or NaN) everywhere gives column 0.
+// maximum it meets (from no candidate at all, so that a row whose largest value is -inf gives its
+// first -inf column, as the host's greedy choice does); then the block's candidates are reduced
+// through shuffles and shared memory. A row of NaN everywhere gives column 0.
 template <typename X, int W>
 __global__ void __launch_bounds__(kArgmaxBlock)
     argmax_kernel(int32_t* out, const X* logits, int V, int Vp) {
@@ -72,7 +73,7 @@ __global__ void __launch_bounds__(kArgmaxBlock)
     for (int k = 0; k < W; ++k) {
       const int j = p * W + k;
       const float f = to_float(v.v[k]);
-      if (j < V && f > best.value) best = {f, j};
+      if (j < V && beats({f, j}, best)) best = {f, j};
     }
   }
   __shared__ Best warps[kArgmaxBlock / kWarp];

@@ -6,10 +6,10 @@
 # separate norm, activation and add kernels (small_linear off), and without CUDA graphs: what the
 # fused layers and the graphs save; then a decode step's products alone (bench_decode_chain:
 # overlapped kernels against one persistent kernel with grid-wide barriers); then the host's choice
-# of the next tokens (bench_sampler), and GPT-2 124M's decode steps with it, as meg-generate runs
-# them (bench_generate --sampling). Where Nsight Compute
-# is present, one batch-1 decode step of each model kernel by kernel (its kernels timed one at a
-# time, so without the overlap of their launches).
+# of the next tokens (bench_sampler), and GPT-2 124M's decode steps with each choice, as
+# meg-generate makes them (bench_generate --sampling: greedy on the device, the others on the
+# host). Where Nsight Compute is present, one batch-1 decode step of each model kernel by kernel
+# (its kernels timed one at a time, so without the overlap of their launches).
 # Markdown tables on stdout; copies under OUT_DIR (default .bench/generate).
 #   scripts/bench-generate.sh BUILD_DIR [bench_generate options]
 set -euo pipefail
@@ -30,7 +30,7 @@ echo; echo "## A batch-1 decode step's linear layers alone, as overlapped kernel
 echo; echo "## Choosing the next token on the host"
 "$build/tests/bench_sampler" | tee "$out/sampler.md"
 echo; echo "## GPT-2 124M decode steps with the host's choice of the next tokens"
-for sampling in greedy top-k top-p top-p-penalty; do
+for sampling in greedy greedy-penalty top-k top-p top-p-penalty; do
   "$build/tests/bench_generate" --phase decode --sampling $sampling "$@" gpt2-124m
 done | tee "$out/generate-sampling.md"
 

@@ -13,8 +13,10 @@
 //     attends to its slot's cache through cached_attention (flash-decoding,
 //     kernels/cached_attention.cu).
 //   - Only each request's last row goes through the final norm and the output layer; its logits are
-//     converted to fp32 on the device and copied to the caller's array once, at the end.
-// The host waits for the device once per append(), for the logits.
+//     converted to fp32 on the device and copied to the caller's array once, at the end. For
+//     append_greedy() the device takes each such row's argmax instead, and only the tokens are
+//     copied back.
+// The host waits for the device once per call, for the logits or the tokens.
 //
 // A decode step (every request one token) is one pass whose launches depend only on the number of
 // requests, so it is captured into a CUDA graph the second time a request count is seen and

@@ -49,6 +49,7 @@ class CudaInferenceModelImpl final : public CudaInferenceModel {
   int length(int slot) const override { return lengths_[size_t(checked_slot(slot, slots_))]; }
   void reset(int slot) override { lengths_[size_t(checked_slot(slot, slots_))] = 0; }
   void append(std::span<const AppendRequest> requests, float* logits) override;
+  void append_greedy(std::span<const AppendRequest> requests, int choices, int32_t* tokens) override;
   std::span<float> logits_buffer() override {
     const size_t n = size_t(slots_) * size_t(net_.dims().V);
     host_logits_.grow(n);
@@ -78,12 +79,18 @@ class CudaInferenceModelImpl final : public CudaInferenceModel {
     size_t staged() const { return 3 * size_t(N) + size_t(cached) + size_t(outputs); }
   };
 
+  // What a pass reads off its output rows' logits: 0, the logits in fp32; n > 0, each row's
+  // argmax over tokens [0, n).
+  using Readout = int;
+
+  int run_passes(std::span<const AppendRequest> requests, Readout readout);
+  void finish(std::span<const AppendRequest> requests);
   std::vector<std::vector<Piece>> plan(std::span<const AppendRequest> requests) const;
   Pass stage(const std::vector<Piece>& pieces, std::span<const AppendRequest> requests, int first_output,
              int32_t* host) const;
-  void run(const Pass& pass);
-  cudaGraphExec_t capture(const Pass& pass);
-  void forward(const Pass& pass);
+  void run(const Pass& pass, Readout readout);
+  cudaGraphExec_t capture(const Pass& pass, Readout readout);
+  void forward(const Pass& pass, Readout readout);
   void gather_logits(float* out, int R);
   X* k_cache(size_t layer) const { return cache_.get() + 2 * layer * layer_elements_; }
   X* v_cache(size_t layer) const { return cache_.get() + (2 * layer + 1) * layer_elements_; }
@@ -98,11 +105,13 @@ class CudaInferenceModelImpl final : public CudaInferenceModel {
   // logits_f32_ [slots, V]: the logits the caller gets; with tensor parallelism, shard_f32_ this
   // member's [slots, Vp] and gathered_ every member's.
   cuda::DeviceArray<float> logits_f32_, shard_f32_, gathered_, lse_, scratch_;
-  cuda::DeviceArray<int32_t> ints_;
+  cuda::DeviceArray<int32_t> ints_, tokens_;  // tokens_ [slots]: append_greedy()'s
   PinnedArray<int32_t> staging_;
   PinnedArray<float> host_logits_;  // logits_buffer(), allocated when first asked for
-  std::map<int, cudaGraphExec_t> graphs_;  // decode steps by request count
-  std::set<int> seen_;                     // request counts of decode steps run once directly
+  // Decode steps by request count and readout (the graph holds the argmax's column count): captured,
+  // and run once directly before that.
+  std::map<std::pair<int, Readout>, cudaGraphExec_t> graphs_;
+  std::set<std::pair<int, Readout>> seen_;
 };
 
 template <typename X>
@@ -137,6 +146,7 @@ CudaInferenceModelImpl<X>::CudaInferenceModelImpl(const CheckpointModel& checkpo
   scratch_ = cuda::DeviceArray<float>(alloc, scratch);
   MEG_CUDA_CHECK(cudaMemsetAsync(scratch_.get(), 0, scratch * sizeof(float), stream()));
   ints_ = cuda::DeviceArray<int32_t>(alloc, 4 * rows + size_t(slots));
+  tokens_ = cuda::DeviceArray<int32_t>(alloc, size_t(slots));
 }
 
 template <typename X>
@@ -210,8 +220,41 @@ typename CudaInferenceModelImpl<X>::Pass CudaInferenceModelImpl<X>::stage(const 
 
 template <typename X>
 void CudaInferenceModelImpl<X>::append(std::span<const AppendRequest> requests, float* logits) {
+  const int outputs = run_passes(requests, 0);
+  if (outputs == 0) return;
+  MEG_CUDA_CHECK(cudaMemcpyAsync(logits, logits_f32_.get(), size_t(outputs) * size_t(net_.dims().V) * sizeof(float),
+                                 cudaMemcpyDeviceToHost, stream()));
+  finish(requests);
+}
+
+// The choice on the device: the argmax kernel's is the sampler's greedy one (ops.hpp: the lowest
+// id among equal maxima, NaN never), and the step copies back a token a row rather than its
+// logits. Tensor-parallel members hold a shard of the vocabulary each: they choose on the host.
+template <typename X>
+void CudaInferenceModelImpl<X>::append_greedy(std::span<const AppendRequest> requests, int choices,
+                                              int32_t* tokens) {
+  if (tp_) return InferenceModel::append_greedy(requests, choices, tokens);
+  check_choices(choices, int(config().vocab_size));
+  const int outputs = run_passes(requests, choices);
+  if (outputs == 0) return;
+  MEG_CUDA_CHECK(
+      cudaMemcpyAsync(tokens, tokens_.get(), size_t(outputs) * sizeof(int32_t), cudaMemcpyDeviceToHost, stream()));
+  finish(requests);
+}
+
+// Waits for the device (the copy out queued last) and counts the requests' tokens in.
+template <typename X>
+void CudaInferenceModelImpl<X>::finish(std::span<const AppendRequest> requests) {
+  MEG_CUDA_CHECK(cudaStreamSynchronize(stream()));
+  for (const auto& r : requests) lengths_[size_t(r.slot)] += int(r.tokens.size());
+}
+
+// Checks REQUESTS and queues their passes, each reading off its output rows as READOUT says; the
+// outputs (one a request, in request order; 0 for no requests).
+template <typename X>
+int CudaInferenceModelImpl<X>::run_passes(std::span<const AppendRequest> requests, Readout readout) {
   check_append(requests, lengths_, max_length_, int(config().vocab_size));
-  if (requests.empty()) return;
+  if (requests.empty()) return 0;
   const auto passes = plan(requests);
   size_t tokens = 0;
   for (const auto& r : requests) tokens += r.tokens.size();
@@ -224,41 +267,38 @@ void CudaInferenceModelImpl<X>::append(std::span<const AppendRequest> requests, 
     const Pass pass = stage(pieces, requests, outputs, host);
     MEG_CUDA_CHECK(cudaMemcpyAsync(ints_.get(), host, pass.staged() * sizeof(int32_t), cudaMemcpyHostToDevice,
                                    stream()));
-    run(pass);
+    run(pass, readout);
     host += pass.staged();
     outputs += pass.outputs;
   }
-  const size_t V = size_t(net_.dims().V);
   // A failed or stopped peer shows here, as an error, rather than as a copy waiting forever.
   if (tp_) tp_->wait(stream());
-  MEG_CUDA_CHECK(cudaMemcpyAsync(logits, logits_f32_.get(), size_t(outputs) * V * sizeof(float),
-                                 cudaMemcpyDeviceToHost, stream()));
-  MEG_CUDA_CHECK(cudaStreamSynchronize(stream()));
-  for (const auto& r : requests) lengths_[size_t(r.slot)] += int(r.tokens.size());
+  return outputs;
 }
 
 // A decode step (every row the last of its request, one token each, the logits written from output
 // row 0) runs from a CUDA graph after the first step of its size, which runs directly and leaves
 // cuBLASLt's plans made. Everything else about the step is in the device arrays the graph reads.
 template <typename X>
-void CudaInferenceModelImpl<X>::run(const Pass& pass) {
+void CudaInferenceModelImpl<X>::run(const Pass& pass, Readout readout) {
   const bool decode = pass.prompts.empty() && pass.outputs == pass.N && pass.first_output == 0;
-  if (!use_graphs_ || !decode) return forward(pass);
-  auto it = graphs_.find(pass.N);
+  if (!use_graphs_ || !decode) return forward(pass, readout);
+  const std::pair key{pass.N, readout};
+  auto it = graphs_.find(key);
   if (it == graphs_.end()) {
-    if (seen_.insert(pass.N).second) return forward(pass);
-    it = graphs_.emplace(pass.N, capture(pass)).first;
+    if (seen_.insert(key).second) return forward(pass, readout);
+    it = graphs_.emplace(key, capture(pass, readout)).first;
   }
   MEG_CUDA_CHECK(cudaGraphLaunch(it->second, stream()));
 }
 
 template <typename X>
-cudaGraphExec_t CudaInferenceModelImpl<X>::capture(const Pass& pass) {
+cudaGraphExec_t CudaInferenceModelImpl<X>::capture(const Pass& pass, Readout readout) {
   // Thread-local: another thread's CUDA calls neither join the capture nor break it.
   MEG_CUDA_CHECK(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeThreadLocal));
   cudaGraph_t graph = nullptr;
   try {
-    forward(pass);
+    forward(pass, readout);
   } catch (...) {
     cudaStreamEndCapture(stream(), &graph);
     if (graph) cudaGraphDestroy(graph);
@@ -274,7 +314,7 @@ cudaGraphExec_t CudaInferenceModelImpl<X>::capture(const Pass& pass) {
 
 // The device work of a pass, on the integers staged in ints_ (Pass's layout).
 template <typename X>
-void CudaInferenceModelImpl<X>::forward(const Pass& pass) {
+void CudaInferenceModelImpl<X>::forward(const Pass& pass, Readout readout) {
   const auto& d = net_.dims();
   const cudaStream_t s = stream();
   const int N = pass.N;
@@ -314,6 +354,8 @@ void CudaInferenceModelImpl<X>::forward(const Pass& pass) {
     h = rows_.get();
   }
   net_.logits(logits_.get(), h, pass.outputs);
+  if (readout > 0)
+    return cuda::argmax_rows(tokens_.get() + pass.first_output, logits_.get(), pass.outputs, readout, d.Vp, s);
   float* out = logits_f32_.get() + size_t(pass.first_output) * d.V;
   if (tp_)
     gather_logits(out, pass.outputs);

@@ -115,7 +115,7 @@ GenerationStats Generator::run(RequestSource& source, CompletionSink& sink) {
   std::vector<std::optional<Sequence>> running(static_cast<size_t>(slots));
   for (int i = 0; i < slots; ++i) model_.reset(i);
   std::vector<AppendRequest> appends;
-  std::vector<int32_t> last_token(static_cast<size_t>(slots));
+  std::vector<int32_t> last_token(static_cast<size_t>(slots)), chosen(static_cast<size_t>(slots));
   const std::span<float> logits = model_.logits_buffer();
   GenerationStats stats;
   size_t active = 0;
@@ -141,19 +141,27 @@ GenerationStats Generator::run(RequestSource& source, CompletionSink& sink) {
                                         : std::span<const int32_t>(s.request.prompt)});
       s.prefilled = true;
     }
-    model_.append(appends, logits.data());
-
-    // The rows' tokens, each on its own (a sampler a slot, the draw from the request's own
-    // numbers), in parallel; then the sequences take them in order.
-    parallel_for(appends.size(), 1, [&](size_t begin, size_t end) {
-      for (size_t k = begin; k < end; ++k) {
-        const int i = appends[k].slot;
-        const Sequence& s = *running[size_t(i)];
-        const SamplingParams& p = s.request.sampling;
-        const double u = p.greedy() ? 0.0 : sampling_uniform(p.seed, s.id, s.completion.ids.size());
-        last_token[size_t(i)] = samplers_[size_t(i)].sample(logits.data() + k * V, s.history, p, u);
-      }
+    // When every row's choice is the largest logit, the model makes it where the logits are;
+    // otherwise the rows' tokens come from the logits, each on its own (a sampler a slot, the draw
+    // from the request's own numbers), in parallel. Then the sequences take them in order.
+    const bool argmax = std::all_of(appends.begin(), appends.end(), [&](const AppendRequest& a) {
+      return running[size_t(a.slot)]->request.sampling.argmax_of_logits();
     });
+    if (argmax) {
+      model_.append_greedy(appends, tokenizer_.vocab_size(), chosen.data());
+      for (size_t k = 0; k < appends.size(); ++k) last_token[size_t(appends[k].slot)] = chosen[k];
+    } else {
+      model_.append(appends, logits.data());
+      parallel_for(appends.size(), 1, [&](size_t begin, size_t end) {
+        for (size_t k = begin; k < end; ++k) {
+          const int i = appends[k].slot;
+          const Sequence& s = *running[size_t(i)];
+          const SamplingParams& p = s.request.sampling;
+          const double u = p.greedy() ? 0.0 : sampling_uniform(p.seed, s.id, s.completion.ids.size());
+          last_token[size_t(i)] = samplers_[size_t(i)].sample(logits.data() + k * V, s.history, p, u);
+        }
+      });
+    }
     for (const AppendRequest& a : appends) {
       const int i = a.slot;
       ++stats.generated_tokens;

@@ -10,10 +10,25 @@
 #include "core/device.hpp"
 #include "core/error.hpp"
 #include "infer/cpu_inference_model.hpp"
+#include "infer/sampler.hpp"
 #include "model/tensor_parallel.hpp"
 #include "parallel/comm.hpp"
 
 namespace meg {
+
+void InferenceModel::append_greedy(std::span<const AppendRequest> requests, int choices, int32_t* tokens) {
+  check_choices(choices, int(config().vocab_size));
+  const std::span<float> logits = logits_buffer();
+  append(requests, logits.data());
+  const size_t V = size_t(config().vocab_size);
+  Sampler greedy(choices);
+  for (size_t i = 0; i < requests.size(); ++i) tokens[i] = greedy.sample(logits.data() + i * V, {}, SamplingParams{}, 0);
+}
+
+void check_choices(int choices, int V) {
+  if (choices < 1 || choices > V)
+    throw std::invalid_argument(fmt::format("inference model: {} greedy choices for a vocabulary of {}", choices, V));
+}
 
 int checked_slot(int slot, int slots) {
   if (slot < 0 || slot >= slots) input_error("inference model: slot {} outside [0, {})", slot, slots);

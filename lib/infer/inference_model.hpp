@@ -52,6 +52,14 @@ class InferenceModel {
   // InputError, before any work, when a slot would pass max_length() or a token is out of range.
   virtual void append(std::span<const AppendRequest> requests, float* logits) = 0;
 
+  // As append(), but writes request i's greedy next token among tokens [0, CHOICES) to TOKENS[i]
+  // instead of its logits (CHOICES in [1, vocab_size]: a tokenizer may know fewer tokens than the
+  // model has). That is the largest logit, the lowest id among equal ones, never a NaN one: the
+  // sampler's choice at temperature 0 without a penalty (token 0 when every logit is NaN). This
+  // default chooses on the host from append()'s logits; the CUDA model chooses on the device and
+  // copies back only the tokens, where the logits would be 4 bytes a token of the vocabulary.
+  virtual void append_greedy(std::span<const AppendRequest> requests, int choices, int32_t* tokens);
+
   // A host array of slots() * vocab_size floats that the model owns, the best place for append()'s
   // LOGITS: the CUDA model's is page-locked, so the logits come out at the bus's full rate, where
   // a pageable array's copy goes through the driver's staging at a fraction of it (at batch 32
@@ -71,6 +79,8 @@ class InferenceModel {
 // range or named twice, a request without tokens, one that would pass MAX_LENGTH, or a token
 // outside [0, V).
 int checked_slot(int slot, int slots);
+// std::invalid_argument unless CHOICES (append_greedy's) is in [1, V].
+void check_choices(int choices, int V);
 void check_append(std::span<const AppendRequest> requests, std::span<const int> lengths, int max_length, int V);
 
 class Comm;

@@ -46,6 +46,9 @@ struct SamplingParams {
   // top_k >= 0, top_p in (0, 1], repetition_penalty > 0.
   void validate(const std::string& where) const;
   bool greedy() const { return temperature == 0; }
+  // Whether the choice is the largest raw logit (greedy without a penalty), which a model can make
+  // where the logits are (InferenceModel::append_greedy) without handing them over.
+  bool argmax_of_logits() const { return greedy() && repetition_penalty == 1; }
 };
 
 // The uniform number in [0, 1) of STEP of STREAM under SEED: 53 bits of

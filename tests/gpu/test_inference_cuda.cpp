@@ -7,6 +7,10 @@
 //     replayed after) is checked too, and contexts past 64 keys, so that the key splits of the
 //     cached attention and their merge are; once more with passes of 16 rows, which cut a long
 //     prompt into pieces that attend through the cache;
+//   - append_greedy: a twin model given the same calls returns, for every request, the host
+//     sampler's greedy choice from the first model's logits (over the whole vocabulary, and on
+//     some calls over its first half), on the graph path too; argmax_rows, the kernel behind it,
+//     makes that choice on rows of ties, NaN and infinities;
 //   - the scorer: log p(target) and the greedy flag of every scored position of a padded batch,
 //     against a log-softmax in double over the reference's logits; unscored positions untouched.
 //
@@ -17,6 +21,8 @@
 // logits in X: 5e-2 and 2e-2. Greedy choices must agree wherever the reference's two best
 // logits differ by more than the error bound, and, in bf16/fp16, in at least 80% of the rows (the
 // larger initialisation keeps most rows far from ties).
+#include <cuda_bf16.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -30,6 +36,9 @@
 #include "eval/scorer.hpp"
 #include "infer/cuda_inference_model.hpp"
 #include "infer/inference_model.hpp"
+#include "infer/sampler.hpp"
+#include "ops/cuda/check.hpp"
+#include "ops/cuda/ops.hpp"
 #include "model/gpt.hpp"
 #include "test_util.hpp"
 
@@ -121,6 +130,7 @@ void check_inference(const CheckpointModel& ck, Precision precision, double tol,
   const ModelConfig& c = ck.config;
   const int V = int(c.vocab_size), Vp = int(c.padded_vocab_size);
   auto model = make_cuda_inference_model(ck, precision, 3, int(c.seq_length), options);
+  auto greedy_model = make_cuda_inference_model(ck, precision, 3, int(c.seq_length), options);
   REQUIRE(model->max_length() == int(c.seq_length));
   std::vector<Sequence> seqs(3);
   uint32_t seed = 1;
@@ -134,6 +144,8 @@ void check_inference(const CheckpointModel& ck, Precision precision, double tol,
 
   RowChecker rows{tol};
   std::vector<float> logits(3 * size_t(V));
+  std::vector<int32_t> tokens(3);
+  int calls_made = 0;
   // One append of (slot, tokens) requests, checked request by request.
   const auto run = [&](const std::vector<std::pair<int, int>>& calls) {
     std::vector<AppendRequest> reqs;
@@ -143,6 +155,14 @@ void check_inference(const CheckpointModel& ck, Precision precision, double tol,
     }
     std::fill(logits.begin(), logits.end(), NAN);
     model->append(reqs, logits.data());
+    const int choices = ++calls_made % 4 == 0 ? V / 2 : V;
+    greedy_model->append_greedy(reqs, choices, tokens.data());
+    Sampler greedy(choices);
+    for (size_t i = 0; i < calls.size(); ++i) {
+      INFO("request " << i << " of call " << calls_made << ", " << choices << " choices");
+      CHECK(tokens[i] == greedy.sample(logits.data() + i * size_t(V), {}, SamplingParams{}, 0));
+      CHECK(greedy_model->length(calls[i].first) == model->length(calls[i].first));
+    }
     for (size_t i = 0; i < calls.size(); ++i) {
       Sequence& s = seqs[size_t(calls[i].first)];
       s.done += size_t(calls[i].second);
@@ -159,11 +179,13 @@ void check_inference(const CheckpointModel& ck, Precision precision, double tol,
   for (int k = 0; k < 5; ++k) run({{0, 1}, {1, 1}, {2, 1}});  // 3 slots at different lengths
   for (int k = 0; k < 3; ++k) run({{2, 1}});                  // batch 1
   model->reset(0);
+  greedy_model->reset(0);
   CHECK(model->length(0) == 0);
   start(0, 40);
   run({{1, 1}, {0, 9}, {2, 1}});                              // a reset slot's new prompt
   for (int k = 0; k < 4; ++k) run({{0, 1}, {1, 1}, {2, 1}});
   model->reset(1);
+  greedy_model->reset(1);
   start(1, 8);
   run({{1, 1}});                                              // a one-token prompt
   run({{1, 3}, {0, 1}});
@@ -267,6 +289,53 @@ TEST_CASE("CUDA inference model equals the CPU model's full forward in fp32", "[
     check_inference(random_checkpoint(test_config(ModelFamily::llama, 64, 4, 2, 256), 8), Precision::fp32, 1e-4,
                     unfused);
   }
+}
+
+// Rows of V = 37 columns (padded to 40, the padding the largest of all) on the device in X: each
+// row's argmax_rows is the host sampler's greedy choice. Row 0 ties at its maximum; row 1 is NaN
+// then -inf; row 2 all NaN; row 3 has two +inf and a NaN; row 4 is -inf but one finite value.
+template <typename X>
+void check_argmax_rows() {
+  constexpr int V = 37, Vp = 40, N = 5;
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-4.0f, 4.0f);
+  std::vector<float> rows(size_t(N) * Vp);
+  for (float& x : rows) x = std::round(u(rng));  // whole numbers: ties, and exact in bf16
+  const auto at = [&](int r, int j) -> float& { return rows[size_t(r) * Vp + j]; };
+  at(0, 9) = at(0, 30) = 8.0f;
+  for (int j = 0; j < V; ++j) at(1, j) = j == 0 ? NAN : -INFINITY;
+  for (int j = 0; j < V; ++j) at(2, j) = NAN;
+  at(3, 4) = NAN;
+  at(3, 21) = at(3, 33) = INFINITY;
+  for (int j = 0; j < V; ++j) at(4, j) = j == 17 ? -3.0f : -INFINITY;
+  for (int r = 0; r < N; ++r)
+    for (int j = V; j < Vp; ++j) at(r, j) = 100.0f;
+
+  std::vector<X> device_rows(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) device_rows[i] = X(rows[i]);
+  X* logits = nullptr;
+  int32_t* out = nullptr;
+  MEG_CUDA_CHECK(cudaMalloc(&logits, rows.size() * sizeof(X)));
+  MEG_CUDA_CHECK(cudaMalloc(&out, N * sizeof(int32_t)));
+  MEG_CUDA_CHECK(cudaMemcpy(logits, device_rows.data(), rows.size() * sizeof(X), cudaMemcpyHostToDevice));
+  cuda::argmax_rows(out, logits, N, V, Vp, nullptr);
+  std::vector<int32_t> got(N);
+  MEG_CUDA_CHECK(cudaMemcpy(got.data(), out, N * sizeof(int32_t), cudaMemcpyDeviceToHost));
+  cudaFree(logits);
+  cudaFree(out);
+
+  Sampler greedy(V);
+  const int want[N] = {9, 1, 0, 21, 17};
+  for (int r = 0; r < N; ++r) {
+    INFO("row " << r);
+    CHECK(greedy.sample(&at(r, 0), {}, SamplingParams{}, 0) == want[r]);
+    CHECK(got[size_t(r)] == want[r]);
+  }
+}
+
+TEST_CASE("argmax_rows makes the host sampler's greedy choice", "[gpu][infer]") {
+  check_argmax_rows<float>();
+  check_argmax_rows<__nv_bfloat16>();
 }
 
 TEST_CASE("CUDA inference model in bf16 and fp16 tracks the CPU model", "[gpu][infer]") {

@@ -45,11 +45,13 @@ class ScriptModel final : public InferenceModel {
       float* row = logits + i * size_t(config_.vocab_size);
       std::fill(row, row + config_.vocab_size, 0.0f);
       row[it == next_.end() ? otherwise_ : it->second] = 10.0f;
+      if (loud_last_token) row[config_.vocab_size - 1] = 20.0f;
       call.emplace_back(r.slot, r.tokens.size());
     }
     calls.push_back(call);
   }
   std::vector<std::vector<std::pair<int, size_t>>> calls;
+  bool loud_last_token = false;  // the vocabulary's last token has the largest logit of every row
 
  private:
   ModelConfig config_;
@@ -135,6 +137,24 @@ TEST_CASE("generator: the end-of-document token, max tokens and a full slot end 
   CHECK(r.done_[0].ids.size() == 3);
   CHECK(input_error_of([&] { run(short_model, *s.tok, {request(s.prompt(5), 5)}); }) ==
         "generate: a prompt of 5 tokens exceeds the model's length of 4");
+}
+
+TEST_CASE("generator: only the tokenizer's tokens are chosen, greedy or sampled", "[infer][generator]") {
+  // The model's vocabulary has 8 tokens more than the tokenizer's, the last of them every row's
+  // largest logit: greedy choices (made by InferenceModel::append_greedy) and sampled ones alike
+  // must keep to the tokenizer's, where the script's token is the largest.
+  const Script s(kSentence);
+  const int32_t eod = s.tok->eod_id();
+  ScriptModel model(s.tok->vocab_size() + 8, 1, 64, s.next, eod);
+  model.loud_last_token = true;
+  for (const double temperature : {0.0, 0.05}) {
+    INFO("temperature " << temperature);
+    GenerationRequest r = request(s.prompt(2), 50);
+    r.sampling.temperature = temperature;
+    const Recorder rec = run(model, *s.tok, {r});
+    CHECK(rec.done_.at(0).finish == FinishReason::eod);
+    CHECK(rec.done_.at(0).ids == std::vector<int32_t>(s.ids.begin() + 2, s.ids.end()));
+  }
 }
 
 TEST_CASE("generator: a stop string cuts the completion and never reaches the stream", "[infer][generator]") {

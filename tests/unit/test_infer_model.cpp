@@ -16,6 +16,7 @@
 #include "core/error.hpp"
 #include "infer/cpu_inference_model.hpp"
 #include "infer/inference_model.hpp"
+#include "infer/sampler.hpp"
 #include "model/gpt.hpp"
 #include "model/tensor_parallel.hpp"
 #include "ops/cpu/ops.hpp"
@@ -119,6 +120,40 @@ TEST_CASE("inference model: KV-cache decoding equals full recomputation, slots i
     model.append({&again, 1}, logits.data());
     CHECK(row_error(logits.data(), ref[2].data() + 8 * V, V) < 1e-5);
   }
+}
+
+TEST_CASE("inference model: append_greedy gives the sampler's greedy choice among the first tokens", "[infer][kvcache]") {
+  const ModelConfig c = small_config(ModelFamily::gpt2);
+  const std::vector<float> params = init_params(c, 9);
+  const int V = int(c.vocab_size);
+  const std::vector<int32_t> a = random_tokens(12, V, 4), b = random_tokens(12, V, 5);
+  for (const int choices : {V, V / 2, 1}) {
+    INFO("choices " << choices);
+    // The same calls to two models: the logits from one, the greedy tokens from the other.
+    CpuInferenceModel with_logits(c, params, 2, 0), with_tokens(c, params, 2, 0);
+    Sampler greedy(choices);
+    std::vector<float> logits(2 * size_t(V));
+    size_t done = 0;
+    for (const size_t n : {size_t(5), size_t(1), size_t(1), size_t(3)}) {
+      const AppendRequest reqs[] = {{1, std::span(b).subspan(done, n)}, {0, std::span(a).subspan(done, n)}};
+      with_logits.append(reqs, logits.data());
+      int32_t tokens[2] = {-1, -1};
+      with_tokens.append_greedy(reqs, choices, tokens);
+      done += n;
+      for (size_t i = 0; i < 2; ++i) {
+        CHECK(tokens[i] == greedy.sample(logits.data() + i * size_t(V), {}, SamplingParams{}, 0));
+        CHECK(tokens[i] < choices);
+      }
+      CHECK(with_tokens.length(0) == int(done));
+      CHECK(with_tokens.length(1) == int(done));
+    }
+  }
+  CpuInferenceModel model(c, params, 1, 0);
+  const AppendRequest one{0, std::span(a).first(1)};
+  int32_t token = 0;
+  CHECK_THROWS_AS(model.append_greedy({&one, 1}, 0, &token), std::invalid_argument);
+  CHECK_THROWS_AS(model.append_greedy({&one, 1}, V + 1, &token), std::invalid_argument);
+  CHECK(model.length(0) == 0);
 }
 
 TEST_CASE("inference model: Llama decodes past its training length as a longer model computes", "[infer][kvcache]") {

@@ -355,7 +355,8 @@ template <typename X>
 void logits_to_float(float* out, const X* logits, int N, int V, int Vp, cudaStream_t stream);
 
 // out[r] = the column of the largest of logits[r, 0..V) (the lowest one among equal maxima, as
-// torch.argmax; NaN never wins).
+// torch.argmax; NaN never wins, and a row of NaN gives 0): the sampler's greedy choice
+// (infer/sampler.hpp), which meg-generate makes here through InferenceModel::append_greedy.
 template <typename X>
 void argmax_rows(int32_t* out, const X* logits, int N, int V, int Vp, cudaStream_t stream);
 

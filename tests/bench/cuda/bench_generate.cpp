@@ -17,10 +17,11 @@
 // time is the caller's: the device's work, the host's between launches (little, with the decode
 // step replayed from a CUDA graph) and the copy of the fp32 logits out.
 //
-// With --sampling, each decode step also chooses the rows' next tokens from the logits on the host
-// as meg-generate does after every step (infer/sampler.hpp; the rows in parallel): greedy, top-k 50
-// or top-p 0.9 (both at temperature 1), a repetition penalty of 1.2 over the slot's tokens with
-// "-penalty". The random weights' logits are flatter than a trained model's, so top-p's nucleus is
+// With --sampling, each decode step also chooses the rows' next tokens as meg-generate does after
+// every step: greedy on the device (InferenceModel::append_greedy: the argmax, and a token a row
+// copied back rather than the logits), the others from the logits on the host (infer/sampler.hpp;
+// the rows in parallel): top-k 50 or top-p 0.9 (both at temperature 1), and with "-penalty" (greedy
+// too) a repetition penalty of 1.2 over the slot's tokens. The random weights' logits are flatter than a trained model's, so top-p's nucleus is
 // large: that case's worst.
 //
 // Usage: bench_generate [--precision bf16|fp16|fp32] [--prompt N] [--steps N] [--warmup N]
@@ -153,10 +154,15 @@ void bench(const std::string& name, const Options& o) {
       if (o.sampling.empty())
         for (auto& t : next) t = tok(rng);
       const bool profiled = o.profile && ++call == o.warmup + o.steps;
+      // Greedy choices are made on the device, as the generator makes them.
+      const bool on_device = !o.sampling.empty() && o.params.argmax_of_logits();
       if (profiled) cudaProfilerStart();
-      model->append(reqs, logits.data());
+      if (on_device)
+        model->append_greedy(reqs, V, next.data());
+      else
+        model->append(reqs, logits.data());
       if (profiled) cudaProfilerStop();
-      if (o.sampling.empty()) return;
+      if (o.sampling.empty() || on_device) return;
       // The next tokens from these logits, the prompt as each row's history (as the generator's).
       meg::parallel_for(size_t(B), 1, [&](size_t begin, size_t end) {
         for (size_t r = begin; r < end; ++r)
