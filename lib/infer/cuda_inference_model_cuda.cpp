@@ -152,7 +152,7 @@ CudaInferenceModelImpl<X>::CudaInferenceModelImpl(const CheckpointModel& checkpo
 template <typename X>
 CudaInferenceModelImpl<X>::~CudaInferenceModelImpl() {
   cudaStreamSynchronize(stream());
-  for (auto& [n, exec] : graphs_) cudaGraphExecDestroy(exec);
+  for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
 }
 
 // The requests' tokens in order, cut into passes of at most pass_rows_ rows. A request that does not
