@@ -3,16 +3,20 @@
 //   - logits_to_float: the real columns in fp32, what meg-generate samples from on the host;
 //   - argmax_rows: each row's greedy token, what meg-eval compares its targets with (their
 //     log-probabilities come from cross_entropy_fused, kernels/cross_entropy.cu), so that no
-//     [N, V] array crosses to the host.
+//     [N, V] array crosses to the host;
+//   - top_k_rows: each row's K largest logits and their columns, from which meg-generate's top-k
+//     sampling draws on the host, so that K values a row cross rather than V.
 // The launchers are declared in ops/cuda/ops.hpp.
 #include <cuda_runtime.h>
 
 #include <climits>
 #include <cmath>
 #include <cstddef>
+#include <stdexcept>
 #include <cstdint>
 
 #include "common.cuh"
+#include "overlapped_launch.cuh"
 #include "ops/cuda/check.hpp"
 #include "ops/cuda/ops.hpp"
 
@@ -87,6 +91,103 @@ __global__ void __launch_bounds__(kArgmaxBlock)
   }
 }
 
+// Top-k by radix select. A logit's key orders like its value (-0 as +0, so that they tie, as they
+// compare); NaN has none and is never a candidate.
+__device__ uint32_t order_key(float f) {
+  const uint32_t b = __float_as_uint(f == 0.0f ? 0.0f : f);
+  return b & 0x80000000u ? ~b : b | 0x80000000u;
+}
+
+constexpr int kTopKBlock = 1024;
+constexpr int kDigitBits = 8, kDigits = 1 << kDigitBits;
+
+// Block per row. The K-th largest key T is found a byte at a time from the top: a histogram of
+// the next byte over the keys that share the bytes found so far, and the byte where the count
+// from the top reaches what is still wanted (integer counts: the same at any thread order). The
+// keys of a row crowd into few bytes (the top byte of most logits is one of a handful), so a warp
+// adds its lanes' equal bytes up first (__match_any_sync) and one lane adds the count. Then
+// every key above T is a candidate, and of the keys equal to T the ones with the lowest columns,
+// as many as are still wanted: for those the threads take contiguous columns in order and count
+// their equal keys through a prefix sum over the block. Candidates are written in no particular
+// order (the caller sorts K values); where a row has fewer than K values that are not NaN, the
+// rest of its K are column -1.
+template <typename X>
+__global__ void __launch_bounds__(kTopKBlock)
+    top_k_kernel(int32_t* columns, float* values, const X* logits, int V, int Vp, int K) {
+  const X* x = logits + size_t(blockIdx.x) * Vp;
+  int32_t* row_columns = columns + size_t(blockIdx.x) * K;
+  float* row_values = values + size_t(blockIdx.x) * K;
+  __shared__ unsigned histogram[kDigits];
+  __shared__ uint32_t prefix_found;
+  __shared__ int wanted_left;
+  __shared__ int written, warp_counts[kTopKBlock / kWarp];
+  wait_for_previous_kernel();
+
+  uint32_t prefix = 0, mask = 0;
+  int wanted = K;
+  for (int shift = 32 - kDigitBits; shift >= 0; shift -= kDigitBits) {
+    for (int i = threadIdx.x; i < kDigits; i += kTopKBlock) histogram[i] = 0;
+    __syncthreads();
+    for (int base = 0; base < V; base += kTopKBlock) {  // the same trips for every lane
+      const int j = base + int(threadIdx.x);
+      const float f = j < V ? to_float(x[j]) : NAN;
+      const uint32_t key = order_key(f);
+      const unsigned digit = f == f && (key & mask) == prefix ? (key >> shift) & (kDigits - 1) : kDigits;
+      const unsigned peers = __match_any_sync(0xffffffffu, digit);
+      if (digit < kDigits && threadIdx.x % kWarp == unsigned(__ffs(peers) - 1))
+        atomicAdd(&histogram[digit], unsigned(__popc(peers)));
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      int digit = kDigits - 1, above = 0;
+      while (digit > 0 && above + int(histogram[digit]) < wanted) above += histogram[digit--];
+      prefix_found = prefix | uint32_t(digit) << shift;
+      wanted_left = wanted - above;
+    }
+    __syncthreads();
+    prefix = prefix_found;
+    wanted = wanted_left;
+    mask |= uint32_t(kDigits - 1) << shift;
+  }
+  // Keys above T: K - wanted of them. Keys equal to T: the first `wanted` by column.
+  const int above = K - wanted;
+  const int per_thread = ceil_div(V, kTopKBlock);
+  const int begin = min(V, int(threadIdx.x) * per_thread), end = min(V, begin + per_thread);
+  int equal = 0;
+  for (int j = begin; j < end; ++j) {
+    const float f = to_float(x[j]);
+    equal += f == f && order_key(f) == prefix;
+  }
+  // Exclusive prefix sum of EQUAL over the threads, in thread order.
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  int inclusive = equal;
+  for (int offset = 1; offset < kWarp; offset *= 2) {
+    const int v = __shfl_up_sync(0xffffffffu, inclusive, offset);
+    if (lane >= offset) inclusive += v;
+  }
+  if (lane == kWarp - 1) warp_counts[warp] = inclusive;
+  if (threadIdx.x == 0) written = 0;
+  __syncthreads();
+  int rank = inclusive - equal, equal_total = 0;
+  for (int w = 0; w < kTopKBlock / kWarp; ++w) {
+    if (w < warp) rank += warp_counts[w];
+    equal_total += warp_counts[w];
+  }
+  for (int j = begin; j < end; ++j) {
+    const float f = to_float(x[j]);
+    if (f != f) continue;
+    const uint32_t key = order_key(f);
+    int slot = -1;
+    if (key > prefix) slot = atomicAdd(&written, 1);
+    else if (key == prefix && rank < wanted) slot = above + rank++;
+    if (slot >= 0) {
+      row_columns[slot] = j;
+      row_values[slot] = f;
+    }
+  }
+  for (int slot = above + min(wanted, equal_total) + int(threadIdx.x); slot < K; slot += kTopKBlock) row_columns[slot] = -1;
+}
+
 }  // namespace
 
 template <typename X>
@@ -108,9 +209,18 @@ void argmax_rows(int32_t* out, const X* logits, int N, int V, int Vp, cudaStream
   MEG_CUDA_CHECK(cudaGetLastError());
 }
 
-#define MEG_INSTANTIATE(X)                                                         \
-  template void logits_to_float<X>(float*, const X*, int, int, int, cudaStream_t); \
-  template void argmax_rows<X>(int32_t*, const X*, int, int, int, cudaStream_t);
+template <typename X>
+void top_k_rows(int32_t* columns, float* values, const X* logits, int N, int V, int Vp, int K, cudaStream_t stream) {
+  if (N <= 0) return;
+  if (K < 1 || K > kMaxTopK || V < 1 || V > Vp)
+    throw std::invalid_argument("top_k_rows: K must be in [1, kMaxTopK] and V in [1, Vp]");
+  launch_overlapped(top_k_kernel<X>, dim3(N), dim3(kTopKBlock), 0, stream, columns, values, logits, V, Vp, K);
+}
+
+#define MEG_INSTANTIATE(X)                                                                          \
+  template void logits_to_float<X>(float*, const X*, int, int, int, cudaStream_t);                  \
+  template void argmax_rows<X>(int32_t*, const X*, int, int, int, cudaStream_t);                    \
+  template void top_k_rows<X>(int32_t*, float*, const X*, int, int, int, int, cudaStream_t);
 MEG_INSTANTIATE(float)
 MEG_INSTANTIATE(bf16)
 MEG_INSTANTIATE(fp16)

@@ -14,8 +14,8 @@
 //     kernels/cached_attention.cu).
 //   - Only each request's last row goes through the final norm and the output layer; its logits are
 //     converted to fp32 on the device and copied to the caller's array once, at the end. For
-//     append_greedy() the device takes each such row's argmax instead, and only the tokens are
-//     copied back.
+//     append_greedy() the device takes each such row's argmax instead, and for append_top_k() its
+//     K largest logits (kernels/logits.cu), and only those are copied back.
 // The host waits for the device once per call, for the logits or the tokens.
 //
 // A decode step (every request one token) is one pass whose launches depend only on the number of

@@ -22,6 +22,8 @@ namespace meg {
 
 namespace {
 
+static_assert(kMaxAppendTopK <= cuda::kMaxTopK, "append_top_k's rows come from top_k_rows");
+
 // MAX_LENGTH resolved (0: the model's seq_length) and checked with the other sizes, before any
 // weight is uploaded.
 int checked_max_length(const ModelConfig& config, int slots, int max_length, const CudaInferenceOptions& options) {
@@ -50,6 +52,8 @@ class CudaInferenceModelImpl final : public CudaInferenceModel {
   void reset(int slot) override { lengths_[size_t(checked_slot(slot, slots_))] = 0; }
   void append(std::span<const AppendRequest> requests, float* logits) override;
   void append_greedy(std::span<const AppendRequest> requests, int choices, int32_t* tokens) override;
+  void append_top_k(std::span<const AppendRequest> requests, int choices, int k, int32_t* tokens,
+                    float* logits) override;
   std::span<float> logits_buffer() override {
     const size_t n = size_t(slots_) * size_t(net_.dims().V);
     host_logits_.grow(n);
@@ -79,9 +83,12 @@ class CudaInferenceModelImpl final : public CudaInferenceModel {
     size_t staged() const { return 3 * size_t(N) + size_t(cached) + size_t(outputs); }
   };
 
-  // What a pass reads off its output rows' logits: 0, the logits in fp32; n > 0, each row's
-  // argmax over tokens [0, n).
-  using Readout = int;
+  // What a pass reads off its output rows' logits: the logits in fp32 (k = 0), or each row's k
+  // largest over tokens [0, choices) (k = 1: the argmax alone).
+  struct Readout {
+    int k = 0, choices = 0;
+    auto operator<=>(const Readout&) const = default;
+  };
 
   int run_passes(std::span<const AppendRequest> requests, Readout readout);
   void finish(std::span<const AppendRequest> requests);
@@ -105,7 +112,10 @@ class CudaInferenceModelImpl final : public CudaInferenceModel {
   // logits_f32_ [slots, V]: the logits the caller gets; with tensor parallelism, shard_f32_ this
   // member's [slots, Vp] and gathered_ every member's.
   cuda::DeviceArray<float> logits_f32_, shard_f32_, gathered_, lse_, scratch_;
-  cuda::DeviceArray<int32_t> ints_, tokens_;  // tokens_ [slots]: append_greedy()'s
+  cuda::DeviceArray<int32_t> ints_;
+  // append_greedy()'s tokens [slots], append_top_k()'s [slots, k] and their logits.
+  cuda::DeviceArray<int32_t> top_tokens_;
+  cuda::DeviceArray<float> top_logits_;
   PinnedArray<int32_t> staging_;
   PinnedArray<float> host_logits_;  // logits_buffer(), allocated when first asked for
   // Decode steps by request count and readout (the graph holds the argmax's column count): captured,
@@ -146,7 +156,8 @@ CudaInferenceModelImpl<X>::CudaInferenceModelImpl(const CheckpointModel& checkpo
   scratch_ = cuda::DeviceArray<float>(alloc, scratch);
   MEG_CUDA_CHECK(cudaMemsetAsync(scratch_.get(), 0, scratch * sizeof(float), stream()));
   ints_ = cuda::DeviceArray<int32_t>(alloc, 4 * rows + size_t(slots));
-  tokens_ = cuda::DeviceArray<int32_t>(alloc, size_t(slots));
+  top_tokens_ = cuda::DeviceArray<int32_t>(alloc, size_t(slots) * kMaxAppendTopK);
+  top_logits_ = cuda::DeviceArray<float>(alloc, size_t(slots) * kMaxAppendTopK);
 }
 
 template <typename X>
@@ -220,7 +231,7 @@ typename CudaInferenceModelImpl<X>::Pass CudaInferenceModelImpl<X>::stage(const 
 
 template <typename X>
 void CudaInferenceModelImpl<X>::append(std::span<const AppendRequest> requests, float* logits) {
-  const int outputs = run_passes(requests, 0);
+  const int outputs = run_passes(requests, {});
   if (outputs == 0) return;
   MEG_CUDA_CHECK(cudaMemcpyAsync(logits, logits_f32_.get(), size_t(outputs) * size_t(net_.dims().V) * sizeof(float),
                                  cudaMemcpyDeviceToHost, stream()));
@@ -235,11 +246,26 @@ void CudaInferenceModelImpl<X>::append_greedy(std::span<const AppendRequest> req
                                               int32_t* tokens) {
   if (tp_) return InferenceModel::append_greedy(requests, choices, tokens);
   check_choices(choices, int(config().vocab_size));
-  const int outputs = run_passes(requests, choices);
+  const int outputs = run_passes(requests, {1, choices});
   if (outputs == 0) return;
   MEG_CUDA_CHECK(
-      cudaMemcpyAsync(tokens, tokens_.get(), size_t(outputs) * sizeof(int32_t), cudaMemcpyDeviceToHost, stream()));
+      cudaMemcpyAsync(tokens, top_tokens_.get(), size_t(outputs) * sizeof(int32_t), cudaMemcpyDeviceToHost, stream()));
   finish(requests);
+}
+
+// The selection on the device (top_k_rows: the K largest, in no order), ordered on the host.
+template <typename X>
+void CudaInferenceModelImpl<X>::append_top_k(std::span<const AppendRequest> requests, int choices, int k,
+                                             int32_t* tokens, float* logits) {
+  if (tp_) return InferenceModel::append_top_k(requests, choices, k, tokens, logits);
+  check_top_k(choices, k, int(config().vocab_size));
+  const int outputs = run_passes(requests, {k, choices});
+  if (outputs == 0) return;
+  const size_t n = size_t(outputs) * size_t(k);
+  MEG_CUDA_CHECK(cudaMemcpyAsync(tokens, top_tokens_.get(), n * sizeof(int32_t), cudaMemcpyDeviceToHost, stream()));
+  MEG_CUDA_CHECK(cudaMemcpyAsync(logits, top_logits_.get(), n * sizeof(float), cudaMemcpyDeviceToHost, stream()));
+  finish(requests);
+  for (int i = 0; i < outputs; ++i) order_top_k(tokens + size_t(i) * k, logits + size_t(i) * k, k);
 }
 
 // Waits for the device (the copy out queued last) and counts the requests' tokens in.
@@ -354,8 +380,14 @@ void CudaInferenceModelImpl<X>::forward(const Pass& pass, Readout readout) {
     h = rows_.get();
   }
   net_.logits(logits_.get(), h, pass.outputs);
-  if (readout > 0)
-    return cuda::argmax_rows(tokens_.get() + pass.first_output, logits_.get(), pass.outputs, readout, d.Vp, s);
+  if (readout.k == 1)
+    return cuda::argmax_rows(top_tokens_.get() + pass.first_output, logits_.get(), pass.outputs, readout.choices, d.Vp,
+                             s);
+  if (readout.k > 1) {
+    const size_t first = size_t(pass.first_output) * readout.k;
+    return cuda::top_k_rows(top_tokens_.get() + first, top_logits_.get() + first, logits_.get(), pass.outputs,
+                            readout.choices, d.Vp, readout.k, s);
+  }
   float* out = logits_f32_.get() + size_t(pass.first_output) * d.V;
   if (tp_)
     gather_logits(out, pass.outputs);

@@ -115,7 +115,8 @@ GenerationStats Generator::run(RequestSource& source, CompletionSink& sink) {
   std::vector<std::optional<Sequence>> running(static_cast<size_t>(slots));
   for (int i = 0; i < slots; ++i) model_.reset(i);
   std::vector<AppendRequest> appends;
-  std::vector<int32_t> last_token(static_cast<size_t>(slots)), chosen(static_cast<size_t>(slots));
+  std::vector<int32_t> last_token(static_cast<size_t>(slots)), chosen(static_cast<size_t>(slots)), top_tokens;
+  std::vector<float> top_logits;
   const std::span<float> logits = model_.logits_buffer();
   GenerationStats stats;
   size_t active = 0;
@@ -141,24 +142,47 @@ GenerationStats Generator::run(RequestSource& source, CompletionSink& sink) {
                                         : std::span<const int32_t>(s.request.prompt)});
       s.prefilled = true;
     }
-    // When every row's choice is the largest logit, the model makes it where the logits are;
-    // otherwise the rows' tokens come from the logits, each on its own (a sampler a slot, the draw
-    // from the request's own numbers), in parallel. Then the sequences take them in order.
-    const bool argmax = std::all_of(appends.begin(), appends.end(), [&](const AppendRequest& a) {
-      return running[size_t(a.slot)]->request.sampling.argmax_of_logits();
-    });
+    // The model hands over no more of the logits than the rows' choices need: when every row's is
+    // the largest logit, only that; when every row's is that or a top-k draw, the K largest (K the
+    // rows' largest top_k); otherwise all of them. Each row's token is then chosen on its own (a
+    // sampler a slot, the draw from the request's own numbers), the rows in parallel, and the
+    // sequences take them in order.
+    const int choices = tokenizer_.vocab_size();
+    int top_k = 1;
+    bool argmax = true, few = true;
+    for (const AppendRequest& a : appends) {
+      const SamplingParams& p = running[size_t(a.slot)]->request.sampling;
+      argmax = argmax && p.argmax_of_logits();
+      if (p.argmax_of_logits()) continue;
+      few = few && p.top_k_of_logits(choices) && p.top_k <= kMaxAppendTopK;
+      top_k = std::max(top_k, p.top_k);
+    }
     if (argmax) {
-      model_.append_greedy(appends, tokenizer_.vocab_size(), chosen.data());
+      model_.append_greedy(appends, choices, chosen.data());
       for (size_t k = 0; k < appends.size(); ++k) last_token[size_t(appends[k].slot)] = chosen[k];
     } else {
-      model_.append(appends, logits.data());
+      if (few) {
+        top_tokens.resize(appends.size() * size_t(top_k));
+        top_logits.resize(appends.size() * size_t(top_k));
+        model_.append_top_k(appends, choices, top_k, top_tokens.data(), top_logits.data());
+      } else {
+        model_.append(appends, logits.data());
+      }
       parallel_for(appends.size(), 1, [&](size_t begin, size_t end) {
         for (size_t k = begin; k < end; ++k) {
           const int i = appends[k].slot;
           const Sequence& s = *running[size_t(i)];
           const SamplingParams& p = s.request.sampling;
           const double u = p.greedy() ? 0.0 : sampling_uniform(p.seed, s.id, s.completion.ids.size());
-          last_token[size_t(i)] = samplers_[size_t(i)].sample(logits.data() + k * V, s.history, p, u);
+          Sampler& sampler = samplers_[size_t(i)];
+          const size_t K = size_t(top_k);
+          const std::span<const int32_t> tokens(top_tokens.data() + k * K, K);
+          if (!few)
+            last_token[size_t(i)] = sampler.sample(logits.data() + k * V, s.history, p, u);
+          else if (p.argmax_of_logits())  // its first candidate (none: every logit NaN, token 0)
+            last_token[size_t(i)] = std::max(tokens[0], 0);
+          else
+            last_token[size_t(i)] = sampler.sample_top_k(tokens, {top_logits.data() + k * K, K}, p, u);
         }
       });
     }

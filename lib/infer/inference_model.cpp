@@ -5,7 +5,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
+#include <tuple>
+#include <utility>
 
 #include "core/device.hpp"
 #include "core/error.hpp"
@@ -23,6 +26,42 @@ void InferenceModel::append_greedy(std::span<const AppendRequest> requests, int 
   const size_t V = size_t(config().vocab_size);
   Sampler greedy(choices);
   for (size_t i = 0; i < requests.size(); ++i) tokens[i] = greedy.sample(logits.data() + i * V, {}, SamplingParams{}, 0);
+}
+
+void InferenceModel::append_top_k(std::span<const AppendRequest> requests, int choices, int k, int32_t* tokens,
+                                  float* logits) {
+  check_top_k(choices, k, int(config().vocab_size));
+  const std::span<float> all = logits_buffer();
+  append(requests, all.data());
+  const size_t V = size_t(config().vocab_size);
+  std::vector<int32_t> ids;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const float* row = all.data() + i * V;
+    ids.clear();
+    for (int32_t t = 0; t < choices; ++t)
+      if (!std::isnan(row[t])) ids.push_back(t);
+    const size_t n = std::min(ids.size(), size_t(k));
+    std::partial_sort(ids.begin(), ids.begin() + ptrdiff_t(n), ids.end(),
+                      [&](int32_t a, int32_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
+    for (size_t j = 0; j < size_t(k); ++j) {
+      tokens[i * size_t(k) + j] = j < n ? ids[j] : -1;
+      logits[i * size_t(k) + j] = j < n ? row[ids[j]] : 0.0f;
+    }
+  }
+}
+
+void check_top_k(int choices, int k, int V) {
+  if (k < 1 || k > kMaxAppendTopK || choices < k || choices > V)
+    throw std::invalid_argument(
+        fmt::format("inference model: the {} largest of {} logits asked for, of a vocabulary of {}", k, choices, V));
+}
+
+void order_top_k(int32_t* tokens, float* logits, int k) {
+  std::vector<std::pair<float, int32_t>> row;
+  for (int j = 0; j < k && tokens[j] >= 0; ++j) row.emplace_back(logits[j], tokens[j]);
+  std::sort(row.begin(), row.end(),
+            [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
+  for (size_t j = 0; j < row.size(); ++j) std::tie(logits[j], tokens[j]) = row[j];
 }
 
 void check_choices(int choices, int V) {

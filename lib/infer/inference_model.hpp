@@ -60,6 +60,15 @@ class InferenceModel {
   // copies back only the tokens, where the logits would be 4 bytes a token of the vocabulary.
   virtual void append_greedy(std::span<const AppendRequest> requests, int choices, int32_t* tokens);
 
+  // As append(), but writes request i's K largest logits among tokens [0, CHOICES) to
+  // LOGITS[i * K + j] and their tokens to TOKENS[i * K + j], j < K: the largest first, equal ones
+  // by token, never a NaN one (where fewer than K are not NaN, the rest have token -1). K in
+  // [1, kMaxAppendTopK], CHOICES in [K, vocab_size]. What top-k sampling draws from
+  // (Sampler::sample_top_k): the CUDA model selects on the device and copies back K values a row
+  // rather than the vocabulary's; this default selects from append()'s logits.
+  virtual void append_top_k(std::span<const AppendRequest> requests, int choices, int k, int32_t* tokens,
+                            float* logits);
+
   // A host array of slots() * vocab_size floats that the model owns, the best place for append()'s
   // LOGITS: the CUDA model's is page-locked, so the logits come out at the bus's full rate, where
   // a pageable array's copy goes through the driver's staging at a fraction of it (at batch 32
@@ -81,6 +90,14 @@ class InferenceModel {
 int checked_slot(int slot, int slots);
 // std::invalid_argument unless CHOICES (append_greedy's) is in [1, V].
 void check_choices(int choices, int V);
+
+// The most candidates append_top_k() gives a row.
+constexpr int kMaxAppendTopK = 256;
+// std::invalid_argument unless K (append_top_k's) is in [1, kMaxAppendTopK] and CHOICES in [K, V].
+void check_top_k(int choices, int k, int V);
+// Orders one row of append_top_k()'s K candidates (TOKENS -1 last, as the rest of the row): the
+// largest logit first, equal ones by token.
+void order_top_k(int32_t* tokens, float* logits, int k);
 void check_append(std::span<const AppendRequest> requests, std::span<const int> lengths, int max_length, int V);
 
 class Comm;

@@ -162,24 +162,8 @@ int32_t Sampler::sample(const float* logits, std::span<const int32_t> history, c
   if (params.greedy()) return std::max(largest(scan).id, 0);
 
   if (params.top_k > 0 && size_t(params.top_k) < V) {
-    // Softmax over the kept candidates, in order, from the first's logit.
     select(scan, T, size_t(params.top_k));
-    if (kept_.empty()) return 0;
-    if (!std::isfinite(kept_[0].logit)) return kept_[0].id;  // an infinite logit (or all -inf) takes all
-    probs_.resize(kept_.size());
-    double total = 0;
-    for (size_t i = 0; i < kept_.size(); ++i) total += probs_[i] = std::exp(kept_[i].logit - kept_[0].logit);
-    size_t kept = kept_.size();
-    if (params.top_p < 1) {
-      // The fewest first probabilities whose share of the total reaches top_p.
-      const double target = params.top_p * total;
-      double sum = 0;
-      size_t n = 0;
-      while (n < kept && sum < target) sum += probs_[n++];
-      kept = n;  // at least one: the first probability is exp(0) = 1
-      total = sum;
-    }
-    return draw(kept, u * total, [&](size_t i) { return probs_[i]; }, [&](size_t i) { return kept_[i].id; });
+    return draw_kept(params, u);
   }
 
   // The whole vocabulary: probabilities by id, from the largest logit, and their total by id.
@@ -209,6 +193,36 @@ int32_t Sampler::sample(const float* logits, std::span<const int32_t> history, c
 
   // Top-p: the fewest first probabilities whose sum reaches top_p of the total.
   return nucleus_draw(scan, T, params.top_p * total, u);
+}
+
+int32_t Sampler::sample_top_k(std::span<const int32_t> tokens, std::span<const float> logits,
+                              const SamplingParams& params, double u) {
+  // select()'s candidates: order by logit is order by logit over the temperature.
+  kept_.clear();
+  for (size_t j = 0; j < size_t(params.top_k) && j < tokens.size() && tokens[j] >= 0; ++j)
+    kept_.push_back({logits[j] / params.temperature, tokens[j]});
+  return draw_kept(params, u);
+}
+
+// The draw from kept_ (top-k's candidates, in order): a softmax over them from the first's logit,
+// then top-p over that.
+int32_t Sampler::draw_kept(const SamplingParams& params, double u) {
+  if (kept_.empty()) return 0;
+  if (!std::isfinite(kept_[0].logit)) return kept_[0].id;  // an infinite logit (or all -inf) takes all
+  probs_.resize(kept_.size());
+  double total = 0;
+  for (size_t i = 0; i < kept_.size(); ++i) total += probs_[i] = std::exp(kept_[i].logit - kept_[0].logit);
+  size_t kept = kept_.size();
+  if (params.top_p < 1) {
+    // The fewest first probabilities whose share of the total reaches top_p.
+    const double target = params.top_p * total;
+    double sum = 0;
+    size_t n = 0;
+    while (n < kept && sum < target) sum += probs_[n++];
+    kept = n;  // at least one: the first probability is exp(0) = 1
+    total = sum;
+  }
+  return draw(kept, u * total, [&](size_t i) { return probs_[i]; }, [&](size_t i) { return kept_[i].id; });
 }
 
 // The first of penalised_ (by id) at or after token I.

@@ -49,6 +49,11 @@ struct SamplingParams {
   // Whether the choice is the largest raw logit (greedy without a penalty), which a model can make
   // where the logits are (InferenceModel::append_greedy) without handing them over.
   bool argmax_of_logits() const { return greedy() && repetition_penalty == 1; }
+  // Whether the choice needs only the top_k largest raw logits of VOCAB_SIZE (top-k sampling
+  // without a penalty: Sampler::sample_top_k).
+  bool top_k_of_logits(int vocab_size) const {
+    return !greedy() && repetition_penalty == 1 && top_k > 0 && top_k < vocab_size;
+  }
 };
 
 // The uniform number in [0, 1) of STEP of STREAM under SEED: 53 bits of
@@ -64,6 +69,12 @@ class Sampler {
   // far (for the repetition penalty; ids in [0, vocab_size)) and U the draw (unused when greedy).
   int32_t sample(const float* logits, std::span<const int32_t> history, const SamplingParams& params, double u);
 
+  // The token sample() chooses for PARAMS with top-k on (0 < top_k < vocab_size) and no penalty,
+  // from the logits' top_k largest only: LOGITS and their TOKENS as InferenceModel::append_top_k
+  // gives them (the largest first, equal ones by token; token -1 past the last; at least top_k).
+  int32_t sample_top_k(std::span<const int32_t> tokens, std::span<const float> logits, const SamplingParams& params,
+                       double u);
+
  private:
   struct Candidate {
     double logit;
@@ -73,6 +84,7 @@ class Sampler {
   const float* penalise(const float* logits, std::span<const int32_t> history, double penalty);
   Candidate largest(const float* scan) const;
   void select(const float* scan, double temperature, size_t k);
+  int32_t draw_kept(const SamplingParams& params, double u);
   double probabilities(const float* scan, double temperature, double max_logit);
   std::vector<Candidate>::const_iterator first_penalised(size_t i) const;
   Candidate candidate(const float* scan, double temperature, size_t i) const;

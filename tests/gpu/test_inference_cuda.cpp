@@ -7,10 +7,11 @@
 //     replayed after) is checked too, and contexts past 64 keys, so that the key splits of the
 //     cached attention and their merge are; once more with passes of 16 rows, which cut a long
 //     prompt into pieces that attend through the cache;
-//   - append_greedy: a twin model given the same calls returns, for every request, the host
-//     sampler's greedy choice from the first model's logits (over the whole vocabulary, and on
-//     some calls over its first half), on the graph path too; argmax_rows, the kernel behind it,
-//     makes that choice on rows of ties, NaN and infinities;
+//   - append_greedy and append_top_k: a twin model given the same calls returns, for every
+//     request, the host sampler's greedy choice, or the 7 largest logits in order, from the first
+//     model's logits (over the whole vocabulary, and on some calls over its first half), on the
+//     graph path too; argmax_rows and top_k_rows, the kernels behind them, on rows of ties, NaN,
+//     zeros of both signs and infinities;
 //   - the scorer: log p(target) and the greedy flag of every scored position of a padded batch,
 //     against a log-softmax in double over the reference's logits; unscored positions untouched.
 //
@@ -97,6 +98,15 @@ bool clear_winner(const double* row, int V, double gap) {
   return r[0] - r[1] > gap;
 }
 
+// The tokens [0, CHOICES) of ROW, the largest first, equal ones by token, NaN left out.
+std::vector<int32_t> largest_first(const float* row, int choices) {
+  std::vector<int32_t> ids;
+  for (int32_t t = 0; t < choices; ++t)
+    if (!std::isnan(row[t])) ids.push_back(t);
+  std::stable_sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) { return row[a] > row[b]; });
+  return ids;
+}
+
 // Checks one row of logits against the reference; counts rows and greedy agreements.
 struct RowChecker {
   double tol;
@@ -130,7 +140,7 @@ void check_inference(const CheckpointModel& ck, Precision precision, double tol,
   const ModelConfig& c = ck.config;
   const int V = int(c.vocab_size), Vp = int(c.padded_vocab_size);
   auto model = make_cuda_inference_model(ck, precision, 3, int(c.seq_length), options);
-  auto greedy_model = make_cuda_inference_model(ck, precision, 3, int(c.seq_length), options);
+  auto twin = make_cuda_inference_model(ck, precision, 3, int(c.seq_length), options);
   REQUIRE(model->max_length() == int(c.seq_length));
   std::vector<Sequence> seqs(3);
   uint32_t seed = 1;
@@ -156,13 +166,29 @@ void check_inference(const CheckpointModel& ck, Precision precision, double tol,
     std::fill(logits.begin(), logits.end(), NAN);
     model->append(reqs, logits.data());
     const int choices = ++calls_made % 4 == 0 ? V / 2 : V;
-    greedy_model->append_greedy(reqs, choices, tokens.data());
-    Sampler greedy(choices);
-    for (size_t i = 0; i < calls.size(); ++i) {
-      INFO("request " << i << " of call " << calls_made << ", " << choices << " choices");
-      CHECK(tokens[i] == greedy.sample(logits.data() + i * size_t(V), {}, SamplingParams{}, 0));
-      CHECK(greedy_model->length(calls[i].first) == model->length(calls[i].first));
+    if (calls_made % 3 == 1) {
+      constexpr int K = 7;
+      std::vector<int32_t> top_tokens(calls.size() * K);
+      std::vector<float> top_logits(calls.size() * K);
+      twin->append_top_k(reqs, choices, K, top_tokens.data(), top_logits.data());
+      for (size_t i = 0; i < calls.size(); ++i) {
+        INFO("request " << i << " of call " << calls_made << ", " << choices << " choices");
+        const float* row = logits.data() + i * size_t(V);
+        const std::vector<int32_t> want = largest_first(row, choices);
+        for (size_t j = 0; j < K; ++j) {
+          CHECK(top_tokens[i * K + j] == want[j]);
+          CHECK(top_logits[i * K + j] == row[want[j]]);
+        }
+      }
+    } else {
+      twin->append_greedy(reqs, choices, tokens.data());
+      Sampler greedy(choices);
+      for (size_t i = 0; i < calls.size(); ++i) {
+        INFO("request " << i << " of call " << calls_made << ", " << choices << " choices");
+        CHECK(tokens[i] == greedy.sample(logits.data() + i * size_t(V), {}, SamplingParams{}, 0));
+      }
     }
+    for (const auto& call : calls) CHECK(twin->length(call.first) == model->length(call.first));
     for (size_t i = 0; i < calls.size(); ++i) {
       Sequence& s = seqs[size_t(calls[i].first)];
       s.done += size_t(calls[i].second);
@@ -179,13 +205,13 @@ void check_inference(const CheckpointModel& ck, Precision precision, double tol,
   for (int k = 0; k < 5; ++k) run({{0, 1}, {1, 1}, {2, 1}});  // 3 slots at different lengths
   for (int k = 0; k < 3; ++k) run({{2, 1}});                  // batch 1
   model->reset(0);
-  greedy_model->reset(0);
+  twin->reset(0);
   CHECK(model->length(0) == 0);
   start(0, 40);
   run({{1, 1}, {0, 9}, {2, 1}});                              // a reset slot's new prompt
   for (int k = 0; k < 4; ++k) run({{0, 1}, {1, 1}, {2, 1}});
   model->reset(1);
-  greedy_model->reset(1);
+  twin->reset(1);
   start(1, 8);
   run({{1, 1}});                                              // a one-token prompt
   run({{1, 3}, {0, 1}});
@@ -291,6 +317,17 @@ TEST_CASE("CUDA inference model equals the CPU model's full forward in fp32", "[
   }
 }
 
+// ROWS converted to X in a new device array (cudaFree it).
+template <typename X>
+X* upload_as(const std::vector<float>& rows) {
+  std::vector<X> converted(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) converted[i] = X(rows[i]);
+  X* device = nullptr;
+  MEG_CUDA_CHECK(cudaMalloc(&device, rows.size() * sizeof(X)));
+  MEG_CUDA_CHECK(cudaMemcpy(device, converted.data(), rows.size() * sizeof(X), cudaMemcpyHostToDevice));
+  return device;
+}
+
 // Rows of V = 37 columns (padded to 40, the padding the largest of all) on the device in X: each
 // row's argmax_rows is the host sampler's greedy choice. Row 0 ties at its maximum; row 1 is NaN
 // then -inf; row 2 all NaN; row 3 has two +inf and a NaN; row 4 is -inf but one finite value.
@@ -311,13 +348,9 @@ void check_argmax_rows() {
   for (int r = 0; r < N; ++r)
     for (int j = V; j < Vp; ++j) at(r, j) = 100.0f;
 
-  std::vector<X> device_rows(rows.size());
-  for (size_t i = 0; i < rows.size(); ++i) device_rows[i] = X(rows[i]);
-  X* logits = nullptr;
+  X* logits = upload_as<X>(rows);
   int32_t* out = nullptr;
-  MEG_CUDA_CHECK(cudaMalloc(&logits, rows.size() * sizeof(X)));
   MEG_CUDA_CHECK(cudaMalloc(&out, N * sizeof(int32_t)));
-  MEG_CUDA_CHECK(cudaMemcpy(logits, device_rows.data(), rows.size() * sizeof(X), cudaMemcpyHostToDevice));
   cuda::argmax_rows(out, logits, N, V, Vp, nullptr);
   std::vector<int32_t> got(N);
   MEG_CUDA_CHECK(cudaMemcpy(got.data(), out, N * sizeof(int32_t), cudaMemcpyDeviceToHost));
@@ -331,6 +364,55 @@ void check_argmax_rows() {
     CHECK(greedy.sample(&at(r, 0), {}, SamplingParams{}, 0) == want[r]);
     CHECK(got[size_t(r)] == want[r]);
   }
+}
+
+// top_k_rows over rows of V = 37 (padded to 40, the padding the largest of all): whole numbers in
+// [-4, 4] (ties everywhere, the K-th among them), zeros of both signs, NaN, -inf and +inf, a row
+// with fewer values that are not NaN than K; K = 1, 5 and 30. Its candidates, put in order, must
+// be the row's K largest in order, then -1.
+template <typename X>
+void check_top_k_rows() {
+  constexpr int V = 37, Vp = 40, N = 4;
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> u(-4, 4);
+  std::vector<float> rows(size_t(N) * Vp);
+  for (float& x : rows) x = float(u(rng));
+  const auto at = [&](int r, int j) -> float& { return rows[size_t(r) * Vp + j]; };
+  at(1, 3) = -0.0f, at(1, 8) = 0.0f, at(1, 20) = NAN, at(1, 30) = INFINITY, at(1, 31) = -INFINITY;
+  for (int j = 0; j < V; ++j) at(2, j) = j % 4 == 0 ? float(j % 3) : NAN;  // 10 values, 3 distinct
+  for (int j = 0; j < V; ++j) at(3, j) = j == 5 ? NAN : -INFINITY;
+  for (int r = 0; r < N; ++r)
+    for (int j = V; j < Vp; ++j) at(r, j) = 100.0f;
+  X* logits = upload_as<X>(rows);
+  int32_t* columns = nullptr;
+  float* values = nullptr;
+  constexpr int kMaxK = 30;
+  MEG_CUDA_CHECK(cudaMalloc(&columns, N * kMaxK * sizeof(int32_t)));
+  MEG_CUDA_CHECK(cudaMalloc(&values, N * kMaxK * sizeof(float)));
+  for (const int K : {1, 5, kMaxK}) {
+    cuda::top_k_rows(columns, values, logits, N, V, Vp, K, nullptr);
+    std::vector<int32_t> got(size_t(N) * K);
+    std::vector<float> got_values(size_t(N) * K);
+    MEG_CUDA_CHECK(cudaMemcpy(got.data(), columns, got.size() * sizeof(int32_t), cudaMemcpyDeviceToHost));
+    MEG_CUDA_CHECK(cudaMemcpy(got_values.data(), values, got.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    for (int r = 0; r < N; ++r) {
+      INFO("K " << K << ", row " << r);
+      order_top_k(got.data() + size_t(r) * K, got_values.data() + size_t(r) * K, K);
+      const std::vector<int32_t> want = largest_first(&at(r, 0), V);
+      for (size_t j = 0; j < size_t(K); ++j) {
+        CHECK(got[size_t(r) * K + j] == (j < want.size() ? want[j] : -1));
+        if (j < want.size()) CHECK(got_values[size_t(r) * K + j] == at(r, want[j]));
+      }
+    }
+  }
+  cudaFree(logits);
+  cudaFree(columns);
+  cudaFree(values);
+}
+
+TEST_CASE("top_k_rows gives each row's k largest logits", "[gpu][infer]") {
+  check_top_k_rows<float>();
+  check_top_k_rows<__nv_bfloat16>();
 }
 
 TEST_CASE("argmax_rows makes the host sampler's greedy choice", "[gpu][infer]") {

@@ -156,6 +156,46 @@ TEST_CASE("inference model: append_greedy gives the sampler's greedy choice amon
   CHECK(model.length(0) == 0);
 }
 
+TEST_CASE("inference model: append_top_k gives the k largest logits among the first tokens, in order", "[infer][kvcache]") {
+  const ModelConfig c = small_config(ModelFamily::llama);
+  const std::vector<float> params = init_params(c, 10);
+  const int V = int(c.vocab_size);
+  const std::vector<int32_t> a = random_tokens(9, V, 6);
+  for (const auto& [choices, k] : {std::pair{V, 1}, std::pair{V, 7}, std::pair{V / 2, 5}, std::pair{V, V}}) {
+    INFO("choices " << choices << ", k " << k);
+    CpuInferenceModel with_logits(c, params, 1, 0), with_top(c, params, 1, 0);
+    std::vector<float> logits(static_cast<size_t>(V)), top(static_cast<size_t>(k));
+    std::vector<int32_t> tokens(static_cast<size_t>(k));
+    for (const size_t n : {size_t(6), size_t(1), size_t(2)}) {
+      const AppendRequest r{0, std::span(a).subspan(size_t(with_top.length(0)), n)};
+      with_logits.append({&r, 1}, logits.data());
+      with_top.append_top_k({&r, 1}, choices, k, tokens.data(), top.data());
+      std::vector<int32_t> want(static_cast<size_t>(choices));
+      for (int32_t t = 0; t < choices; ++t) want[size_t(t)] = t;
+      std::stable_sort(want.begin(), want.end(),
+                       [&](int32_t x, int32_t y) { return logits[size_t(x)] > logits[size_t(y)]; });
+      for (int j = 0; j < k; ++j) {
+        CHECK(tokens[size_t(j)] == want[size_t(j)]);
+        CHECK(top[size_t(j)] == logits[size_t(want[size_t(j)])]);
+      }
+    }
+  }
+  // Candidates in any order are put in order, the -1 past them left.
+  std::vector<int32_t> tokens = {4, 2, 9, 3, -1};
+  std::vector<float> top = {1.0f, 2.0f, 1.0f, -0.0f, 0.0f};
+  order_top_k(tokens.data(), top.data(), 5);
+  CHECK(tokens == std::vector<int32_t>{2, 4, 9, 3, -1});
+  CHECK(top == std::vector<float>{2.0f, 1.0f, 1.0f, 0.0f, 0.0f});
+  CpuInferenceModel model(c, params, 1, 0);
+  const AppendRequest one{0, std::span(a).first(1)};
+  std::vector<int32_t> t(300);
+  std::vector<float> l(300);
+  CHECK_THROWS_AS(model.append_top_k({&one, 1}, V, 0, t.data(), l.data()), std::invalid_argument);
+  CHECK_THROWS_AS(model.append_top_k({&one, 1}, 4, 5, t.data(), l.data()), std::invalid_argument);
+  CHECK_THROWS_AS(model.append_top_k({&one, 1}, V, kMaxAppendTopK + 1, t.data(), l.data()), std::invalid_argument);
+  CHECK(model.length(0) == 0);
+}
+
 TEST_CASE("inference model: Llama decodes past its training length as a longer model computes", "[infer][kvcache]") {
   ModelConfig c = small_config(ModelFamily::llama);
   const std::vector<float> params = init_params(c, 11);

@@ -299,6 +299,42 @@ TEST_CASE("sampler: choices match the plain definition over random vocabularies"
   }
 }
 
+TEST_CASE("sampler: top-k from the k largest logits alone draws as from all of them", "[infer][sampler]") {
+  // What append_top_k gives (the k largest, best first, equal logits by id, NaN never, -1 past
+  // the last), made here by a sort; sample_top_k must give sample()'s token at every u.
+  std::mt19937 rng(12);
+  for (int trial = 0; trial < 40; ++trial) {
+    const int V = trial % 4 == 0 ? 7 : 3000;
+    std::vector<float> logits = random_logits(rng, V, trial % 2 ? 1.0f : 4.0f, trial % 5 == 0);
+    if (trial % 3 == 0) logits[1] = -0.0f, logits[2] = 0.0f;  // equal, of either sign
+    for (const int top_k : {1, 5, 50}) {
+      if (top_k >= V) continue;
+      std::vector<int32_t> ids;
+      for (int32_t t = 0; t < V; ++t)
+        if (!std::isnan(logits[size_t(t)])) ids.push_back(t);
+      std::sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) {
+        return logits[size_t(a)] > logits[size_t(b)] || (logits[size_t(a)] == logits[size_t(b)] && a < b);
+      });
+      std::vector<int32_t> tokens(size_t(top_k), -1);
+      std::vector<float> top(size_t(top_k), 0.0f);
+      for (size_t j = 0; j < size_t(top_k) && j < ids.size(); ++j) tokens[j] = ids[j], top[j] = logits[size_t(ids[j])];
+      for (const double temperature : {0.7, 1.5})
+        for (const double top_p : {1.0, 0.8}) {
+          SamplingParams p;
+          p.temperature = temperature;
+          p.top_k = top_k;
+          p.top_p = top_p;
+          INFO("trial " << trial << " top-k " << top_k << " temperature " << temperature << " top-p " << top_p);
+          Sampler all(V), few(V);
+          for (int i = 0; i < 200; ++i) {
+            const double u = (i + 0.5) / 200;
+            CHECK(few.sample_top_k(tokens, top, p, u) == all.sample(logits.data(), {}, p, u));
+          }
+        }
+    }
+  }
+}
+
 TEST_CASE("sampler: NaN logits are never chosen, an infinite one always", "[infer][sampler]") {
   const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
   Sampler s(5);

@@ -360,4 +360,11 @@ void logits_to_float(float* out, const X* logits, int N, int V, int Vp, cudaStre
 template <typename X>
 void argmax_rows(int32_t* out, const X* logits, int N, int V, int Vp, cudaStream_t stream);
 
+// columns[r, 0..K), values[r, 0..K) = the K largest of logits[r, 0..V) and their columns, in no
+// particular order (equal values at the K-th: the lowest columns; NaN never; where fewer than K
+// are not NaN, the rest have column -1): what top-k sampling draws from. K in [1, kMaxTopK].
+constexpr int kMaxTopK = 256;
+template <typename X>
+void top_k_rows(int32_t* columns, float* values, const X* logits, int N, int V, int Vp, int K, cudaStream_t stream);
+
 }  // namespace meg::cuda

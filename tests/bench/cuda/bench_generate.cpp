@@ -18,10 +18,11 @@
 // step replayed from a CUDA graph) and the copy of the fp32 logits out.
 //
 // With --sampling, each decode step also chooses the rows' next tokens as meg-generate does after
-// every step: greedy on the device (InferenceModel::append_greedy: the argmax, and a token a row
-// copied back rather than the logits), the others from the logits on the host (infer/sampler.hpp;
-// the rows in parallel): top-k 50 or top-p 0.9 (both at temperature 1), and with "-penalty" (greedy
-// too) a repetition penalty of 1.2 over the slot's tokens. The random weights' logits are flatter than a trained model's, so top-p's nucleus is
+// every step: greedy from the device's argmax (InferenceModel::append_greedy: a token a row copied
+// back rather than the logits), top-k 50 from the device's 50 largest logits a row
+// (append_top_k), top-p 0.9 from all of them (both at temperature 1; the draws on the host,
+// infer/sampler.hpp, the rows in parallel), and with "-penalty" (greedy too) a repetition penalty
+// of 1.2 over the slot's tokens, which needs all the logits. The random weights' logits are flatter than a trained model's, so top-p's nucleus is
 // large: that case's worst.
 //
 // Usage: bench_generate [--precision bf16|fp16|fp32] [--prompt N] [--steps N] [--warmup N]
@@ -149,24 +150,33 @@ void bench(const std::string& name, const Options& o) {
     std::vector<AppendRequest> reqs;
     for (int s = 0; s < B; ++s) reqs.push_back({s, std::span<const int32_t>(&next[size_t(s)], 1)});
     std::vector<meg::Sampler> samplers(static_cast<size_t>(B), meg::Sampler(V));
+    std::vector<int32_t> top_tokens(size_t(B) * std::max(o.params.top_k, 1));
+    std::vector<float> top_logits(top_tokens.size());
     int call = 0;
     const double ms = meg::bench::median(meg::bench::time_calls(stream, o.warmup, o.steps, [&] {
       if (o.sampling.empty())
         for (auto& t : next) t = tok(rng);
       const bool profiled = o.profile && ++call == o.warmup + o.steps;
-      // Greedy choices are made on the device, as the generator makes them.
-      const bool on_device = !o.sampling.empty() && o.params.argmax_of_logits();
+      // What the model hands over, as the generator asks for it: the argmax for greedy choices,
+      // the top_k largest logits for top-k draws, else all the logits.
+      const bool sampled = !o.sampling.empty(), argmax = sampled && o.params.argmax_of_logits();
+      const bool few = sampled && o.params.top_k_of_logits(V) && o.params.top_k <= meg::kMaxAppendTopK;
+      const size_t K = size_t(o.params.top_k);
       if (profiled) cudaProfilerStart();
-      if (on_device)
+      if (argmax)
         model->append_greedy(reqs, V, next.data());
+      else if (few)
+        model->append_top_k(reqs, V, int(K), top_tokens.data(), top_logits.data());
       else
         model->append(reqs, logits.data());
       if (profiled) cudaProfilerStop();
-      if (o.sampling.empty() || on_device) return;
-      // The next tokens from these logits, the prompt as each row's history (as the generator's).
+      if (!sampled || argmax) return;
+      // The next tokens, the prompt as each row's history (as the generator's).
       meg::parallel_for(size_t(B), 1, [&](size_t begin, size_t end) {
         for (size_t r = begin; r < end; ++r)
-          next[r] = samplers[r].sample(logits.data() + r * size_t(V), prompts[r], o.params, 0.5);
+          next[r] = few ? samplers[r].sample_top_k({top_tokens.data() + r * K, K}, {top_logits.data() + r * K, K},
+                                                   o.params, 0.5)
+                        : samplers[r].sample(logits.data() + r * size_t(V), prompts[r], o.params, 0.5);
       });
     }));
     const int context = o.prompt + o.warmup + o.steps / 2;  // the median step's
