@@ -15,6 +15,8 @@
 #include <stdexcept>
 #include <cstdint>
 
+#include <cooperative_groups.h>
+
 #include "common.cuh"
 #include "overlapped_launch.cuh"
 #include "ops/cuda/check.hpp"
@@ -99,28 +101,46 @@ __device__ uint32_t order_key(float f) {
 }
 
 constexpr int kTopKBlock = 1024;
+constexpr int kTopKCluster = 8;  // blocks a row at a decode step's few rows (the portable cluster size)
 constexpr int kDigitBits = 8, kDigits = 1 << kDigitBits;
 
-// Block per row. The K-th largest key T is found a byte at a time from the top: a histogram of
-// the next byte over the keys that share the bytes found so far, and the byte where the count
-// from the top reaches what is still wanted (integer counts: the same at any thread order). The
-// keys of a row crowd into few bytes (the top byte of most logits is one of a handful), so a warp
-// adds its lanes' equal bytes up first (__match_any_sync) and one lane adds the count. Then
-// every key above T is a candidate, and of the keys equal to T the ones with the lowest columns,
-// as many as are still wanted: for those the threads take contiguous columns in order and count
-// their equal keys through a prefix sum over the block. Candidates are written in no particular
-// order (the caller sorts K values); where a row has fewer than K values that are not NaN, the
-// rest of its K are column -1.
+// The barrier of a row's cluster of PARTS blocks, and the address of V in its block RANK's shared
+// memory; a row of one block needs neither (nor, before Hopper, has clusters).
+__device__ void row_barrier(int parts) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (parts > 1) cooperative_groups::this_cluster().sync();
+#endif
+}
+template <typename T>
+__device__ T* in_block(T* v, int parts, int rank) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (parts > 1) return cooperative_groups::this_cluster().map_shared_rank(v, rank);
+#endif
+  return v;
+}
+
+// Row blockIdx.x / PARTS, by a cluster of PARTS consecutive blocks (1: a block a row). The K-th
+// largest key T is found a byte at a time from the top: each block's histogram of the next byte
+// over its share of the keys that share the bytes found so far, the cluster's histograms added up
+// (through distributed shared memory) by every block alike, and the byte where the count from the
+// top reaches what is still wanted (integer counts: the same at any thread order). The keys of a
+// row crowd into few bytes (the top byte of most logits is one of a handful), so a warp adds its
+// lanes' equal bytes up first (__match_any_sync) and one lane adds the count. Then every key above
+// T is a candidate, and of the keys equal to T the ones with the lowest columns, as many as are
+// still wanted: for those the blocks, and their threads, take contiguous columns in order and
+// count their equal keys through prefix sums. Candidates are written in no particular order (the
+// caller sorts K values); where a row has fewer than K values that are not NaN, the rest of its K
+// are column -1.
 template <typename X>
 __global__ void __launch_bounds__(kTopKBlock)
-    top_k_kernel(int32_t* columns, float* values, const X* logits, int V, int Vp, int K) {
-  const X* x = logits + size_t(blockIdx.x) * Vp;
-  int32_t* row_columns = columns + size_t(blockIdx.x) * K;
-  float* row_values = values + size_t(blockIdx.x) * K;
-  __shared__ unsigned histogram[kDigits];
+    top_k_kernel(int32_t* columns, float* values, const X* logits, int V, int Vp, int K, int parts) {
+  const int row = blockIdx.x / parts, part = blockIdx.x % parts;
+  const X* x = logits + size_t(row) * Vp;
+  int32_t* row_columns = columns + size_t(row) * K;
+  float* row_values = values + size_t(row) * K;
+  __shared__ unsigned histogram[kDigits], totals[kDigits];
   __shared__ uint32_t prefix_found;
-  __shared__ int wanted_left;
-  __shared__ int written, warp_counts[kTopKBlock / kWarp];
+  __shared__ int wanted_left, written, block_equal, warp_counts[kTopKBlock / kWarp];
   wait_for_previous_kernel();
 
   uint32_t prefix = 0, mask = 0;
@@ -128,7 +148,8 @@ __global__ void __launch_bounds__(kTopKBlock)
   for (int shift = 32 - kDigitBits; shift >= 0; shift -= kDigitBits) {
     for (int i = threadIdx.x; i < kDigits; i += kTopKBlock) histogram[i] = 0;
     __syncthreads();
-    for (int base = 0; base < V; base += kTopKBlock) {  // the same trips for every lane
+    const int step = parts * kTopKBlock;
+    for (int base = part * kTopKBlock; base < V; base += step) {  // the same trips for every lane
       const int j = base + int(threadIdx.x);
       const float f = j < V ? to_float(x[j]) : NAN;
       const uint32_t key = order_key(f);
@@ -138,27 +159,37 @@ __global__ void __launch_bounds__(kTopKBlock)
         atomicAdd(&histogram[digit], unsigned(__popc(peers)));
     }
     __syncthreads();
+    row_barrier(parts);  // every block's histogram complete
+    for (int i = threadIdx.x; i < kDigits; i += kTopKBlock) {
+      unsigned total = 0;
+      for (int r = 0; r < parts; ++r) total += in_block(histogram, parts, r)[i];
+      totals[i] = total;
+    }
+    __syncthreads();
     if (threadIdx.x == 0) {
       int digit = kDigits - 1, above = 0;
-      while (digit > 0 && above + int(histogram[digit]) < wanted) above += histogram[digit--];
+      while (digit > 0 && above + int(totals[digit]) < wanted) above += totals[digit--];
       prefix_found = prefix | uint32_t(digit) << shift;
       wanted_left = wanted - above;
     }
+    row_barrier(parts);  // every block has read the histograms before they are cleared
     __syncthreads();
     prefix = prefix_found;
     wanted = wanted_left;
     mask |= uint32_t(kDigits - 1) << shift;
   }
-  // Keys above T: K - wanted of them. Keys equal to T: the first `wanted` by column.
+  // Keys above T: K - wanted of them. Keys equal to T: the first `wanted` by column, counted over
+  // contiguous columns: the block's share of the row, the thread's of the block's.
   const int above = K - wanted;
-  const int per_thread = ceil_div(V, kTopKBlock);
-  const int begin = min(V, int(threadIdx.x) * per_thread), end = min(V, begin + per_thread);
+  const int per_block = ceil_div(V, parts), block_begin = min(V, part * per_block);
+  const int block_end = min(V, block_begin + per_block), per_thread = ceil_div(block_end - block_begin, kTopKBlock);
+  const int begin = min(block_end, block_begin + int(threadIdx.x) * per_thread), end = min(block_end, begin + per_thread);
   int equal = 0;
   for (int j = begin; j < end; ++j) {
     const float f = to_float(x[j]);
     equal += f == f && order_key(f) == prefix;
   }
-  // Exclusive prefix sum of EQUAL over the threads, in thread order.
+  // Exclusive prefix sum of EQUAL over the threads, in thread order, then over the blocks.
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   int inclusive = equal;
   for (int offset = 1; offset < kWarp; offset *= 2) {
@@ -166,26 +197,40 @@ __global__ void __launch_bounds__(kTopKBlock)
     if (lane >= offset) inclusive += v;
   }
   if (lane == kWarp - 1) warp_counts[warp] = inclusive;
-  if (threadIdx.x == 0) written = 0;
   __syncthreads();
-  int rank = inclusive - equal, equal_total = 0;
-  for (int w = 0; w < kTopKBlock / kWarp; ++w) {
-    if (w < warp) rank += warp_counts[w];
-    equal_total += warp_counts[w];
+  int rank = inclusive - equal;
+  if (threadIdx.x == 0) {
+    int sum = 0;
+    for (int w = 0; w < kTopKBlock / kWarp; ++w) sum += warp_counts[w];
+    block_equal = sum;
+    written = 0;
   }
+  for (int w = 0; w < warp; ++w) rank += warp_counts[w];
+  __syncthreads();
+  row_barrier(parts);  // every block's count made, block 0's `written` cleared
+  int equal_total = 0;
+  for (int r = 0; r < parts; ++r) {
+    const int count = *in_block(&block_equal, parts, r);
+    if (r < part) rank += count;
+    equal_total += count;
+  }
+  int* slots_written = in_block(&written, parts, 0);
   for (int j = begin; j < end; ++j) {
     const float f = to_float(x[j]);
     if (f != f) continue;
     const uint32_t key = order_key(f);
     int slot = -1;
-    if (key > prefix) slot = atomicAdd(&written, 1);
+    if (key > prefix) slot = atomicAdd(slots_written, 1);
     else if (key == prefix && rank < wanted) slot = above + rank++;
     if (slot >= 0) {
       row_columns[slot] = j;
       row_values[slot] = f;
     }
   }
-  for (int slot = above + min(wanted, equal_total) + int(threadIdx.x); slot < K; slot += kTopKBlock) row_columns[slot] = -1;
+  if (part == 0)
+    for (int slot = above + min(wanted, equal_total) + int(threadIdx.x); slot < K; slot += kTopKBlock)
+      row_columns[slot] = -1;
+  row_barrier(parts);  // block 0's `written` outlives every block's additions
 }
 
 }  // namespace
@@ -214,7 +259,10 @@ void top_k_rows(int32_t* columns, float* values, const X* logits, int N, int V, 
   if (N <= 0) return;
   if (K < 1 || K > kMaxTopK || V < 1 || V > Vp)
     throw std::invalid_argument("top_k_rows: K must be in [1, kMaxTopK] and V in [1, Vp]");
-  launch_overlapped(top_k_kernel<X>, dim3(N), dim3(kTopKBlock), 0, stream, columns, values, logits, V, Vp, K);
+  // A cluster a row while the rows alone would not fill half the multiprocessors.
+  const int parts = clusters_supported() && 2 * N < multiprocessors() ? kTopKCluster : 1;
+  launch_overlapped_clusters(top_k_kernel<X>, dim3(unsigned(N) * parts), unsigned(parts), dim3(kTopKBlock), 0, stream,
+                             columns, values, logits, V, Vp, K, parts);
 }
 
 #define MEG_INSTANTIATE(X)                                                                          \
