@@ -30,7 +30,7 @@ echo; echo "## A batch-1 decode step's linear layers alone, as overlapped kernel
 echo; echo "## Choosing the next token on the host"
 "$build/tests/bench_sampler" | tee "$out/sampler.md"
 echo; echo "## GPT-2 124M decode steps with the host's choice of the next tokens"
-for sampling in greedy greedy-penalty top-k top-p top-p-penalty; do
+for sampling in greedy greedy-penalty top-k top-k-penalty top-p top-p-penalty; do
   "$build/tests/bench_generate" --phase decode --sampling $sampling "$@" gpt2-124m
 done | tee "$out/generate-sampling.md"
 
