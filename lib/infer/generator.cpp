@@ -175,11 +175,13 @@ GenerationStats Generator::run(RequestSource& source, CompletionSink& sink) {
           const SamplingParams& p = s.request.sampling;
           const double u = p.greedy() ? 0.0 : sampling_uniform(p.seed, s.id, s.completion.ids.size());
           Sampler& sampler = samplers_[size_t(i)];
+          if (!few) {
+            last_token[size_t(i)] = sampler.sample(logits.data() + k * V, s.history, p, u);
+            continue;
+          }
           const size_t K = size_t(top_k);
           const std::span<const int32_t> tokens(top_tokens.data() + k * K, K);
-          if (!few)
-            last_token[size_t(i)] = sampler.sample(logits.data() + k * V, s.history, p, u);
-          else if (p.argmax_of_logits())  // its first candidate (none: every logit NaN, token 0)
+          if (p.argmax_of_logits())  // its first candidate (none: every logit NaN, token 0)
             last_token[size_t(i)] = std::max(tokens[0], 0);
           else
             last_token[size_t(i)] = sampler.sample_top_k(tokens, {top_logits.data() + k * K, K}, p, u);

@@ -19,6 +19,15 @@
 
 namespace meg {
 
+namespace {
+
+// append_top_k()'s order: the larger logit first, the lower token among equal ones.
+bool larger_first(float a, int32_t token_a, float b, int32_t token_b) {
+  return a > b || (a == b && token_a < token_b);
+}
+
+}  // namespace
+
 void InferenceModel::append_greedy(std::span<const AppendRequest> requests, int choices, int32_t* tokens) {
   check_choices(choices, int(config().vocab_size));
   const std::span<float> logits = logits_buffer();
@@ -42,7 +51,7 @@ void InferenceModel::append_top_k(std::span<const AppendRequest> requests, int c
       if (!std::isnan(row[t])) ids.push_back(t);
     const size_t n = std::min(ids.size(), size_t(k));
     std::partial_sort(ids.begin(), ids.begin() + ptrdiff_t(n), ids.end(),
-                      [&](int32_t a, int32_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
+                      [&](int32_t a, int32_t b) { return larger_first(row[a], a, row[b], b); });
     for (size_t j = 0; j < size_t(k); ++j) {
       tokens[i * size_t(k) + j] = j < n ? ids[j] : -1;
       logits[i * size_t(k) + j] = j < n ? row[ids[j]] : 0.0f;
@@ -60,7 +69,7 @@ void order_top_k(int32_t* tokens, float* logits, int k) {
   std::vector<std::pair<float, int32_t>> row;
   for (int j = 0; j < k && tokens[j] >= 0; ++j) row.emplace_back(logits[j], tokens[j]);
   std::sort(row.begin(), row.end(),
-            [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
+            [](const auto& a, const auto& b) { return larger_first(a.first, a.second, b.first, b.second); });
   for (size_t j = 0; j < row.size(); ++j) std::tie(logits[j], tokens[j]) = row[j];
 }
 

@@ -88,6 +88,7 @@ class InferenceModel {
 // range or named twice, a request without tokens, one that would pass MAX_LENGTH, or a token
 // outside [0, V).
 int checked_slot(int slot, int slots);
+void check_append(std::span<const AppendRequest> requests, std::span<const int> lengths, int max_length, int V);
 // std::invalid_argument unless CHOICES (append_greedy's) is in [1, V].
 void check_choices(int choices, int V);
 
@@ -98,7 +99,6 @@ void check_top_k(int choices, int k, int V);
 // Orders one row of append_top_k()'s K candidates (TOKENS -1 last, as the rest of the row): the
 // largest logit first, equal ones by token.
 void order_top_k(int32_t* tokens, float* logits, int k);
-void check_append(std::span<const AppendRequest> requests, std::span<const int> lengths, int max_length, int V);
 
 class Comm;
 
