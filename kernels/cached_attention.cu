@@ -62,8 +62,7 @@
 #include <stdexcept>
 #include <string>
 
-#include <cooperative_groups.h>
-
+#include "cluster.cuh"
 #include "common.cuh"
 #include "overlapped_launch.cuh"
 #include "ops/cuda/check.hpp"
@@ -115,22 +114,6 @@ __host__ __device__ size_t partial_floats(int HS) { return size_t(HS) + 2; }
 // is used).
 __device__ int query_clusters(int len, int clusters, int cluster, int pass) {
   return min(clusters, ceil_div(len, cluster * pass));
-}
-
-// The barrier of the block's cluster of CLUSTER blocks (every thread of its blocks arrives, shared
-// memory writes before it visible to the cluster's blocks after it), and the address of V in
-// block RANK's shared memory. A cluster of one block (the only kind before Hopper) needs neither.
-__device__ void cluster_barrier(int cluster) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if (cluster > 1) cooperative_groups::this_cluster().sync();
-#endif
-}
-
-__device__ const float* cluster_shared(const float* v, int cluster, int rank) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if (cluster > 1) return cooperative_groups::this_cluster().map_shared_rank(const_cast<float*>(v), rank);
-#endif
-  return v;
 }
 
 // Merges the partial (m2, l2, o2) into (m, l, o). Two empty partials (m = -inf) stay empty.

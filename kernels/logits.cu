@@ -12,11 +12,10 @@
 #include <climits>
 #include <cmath>
 #include <cstddef>
-#include <stdexcept>
 #include <cstdint>
+#include <stdexcept>
 
-#include <cooperative_groups.h>
-
+#include "cluster.cuh"
 #include "common.cuh"
 #include "overlapped_launch.cuh"
 #include "ops/cuda/check.hpp"
@@ -104,21 +103,6 @@ constexpr int kTopKBlock = 1024;
 constexpr int kTopKCluster = 8;  // blocks a row at a decode step's few rows (the portable cluster size)
 constexpr int kDigitBits = 8, kDigits = 1 << kDigitBits;
 
-// The barrier of a row's cluster of PARTS blocks, and the address of V in its block RANK's shared
-// memory; a row of one block needs neither (nor, before Hopper, has clusters).
-__device__ void row_barrier(int parts) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if (parts > 1) cooperative_groups::this_cluster().sync();
-#endif
-}
-template <typename T>
-__device__ T* in_block(T* v, int parts, int rank) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if (parts > 1) return cooperative_groups::this_cluster().map_shared_rank(v, rank);
-#endif
-  return v;
-}
-
 // Row blockIdx.x / PARTS, by a cluster of PARTS consecutive blocks (1: a block a row). The K-th
 // largest key T is found a byte at a time from the top: each block's histogram of the next byte
 // over its share of the keys that share the bytes found so far, the cluster's histograms added up
@@ -159,10 +143,10 @@ __global__ void __launch_bounds__(kTopKBlock)
         atomicAdd(&histogram[digit], unsigned(__popc(peers)));
     }
     __syncthreads();
-    row_barrier(parts);  // every block's histogram complete
+    cluster_barrier(parts);  // every block's histogram complete
     for (int i = threadIdx.x; i < kDigits; i += kTopKBlock) {
       unsigned total = 0;
-      for (int r = 0; r < parts; ++r) total += in_block(histogram, parts, r)[i];
+      for (int r = 0; r < parts; ++r) total += cluster_shared(histogram, parts, r)[i];
       totals[i] = total;
     }
     __syncthreads();
@@ -172,7 +156,7 @@ __global__ void __launch_bounds__(kTopKBlock)
       prefix_found = prefix | uint32_t(digit) << shift;
       wanted_left = wanted - above;
     }
-    row_barrier(parts);  // every block has read the histograms before they are cleared
+    cluster_barrier(parts);  // every block has read the histograms before they are cleared
     __syncthreads();
     prefix = prefix_found;
     wanted = wanted_left;
@@ -207,14 +191,14 @@ __global__ void __launch_bounds__(kTopKBlock)
   }
   for (int w = 0; w < warp; ++w) rank += warp_counts[w];
   __syncthreads();
-  row_barrier(parts);  // every block's count made, block 0's `written` cleared
+  cluster_barrier(parts);  // every block's count made, block 0's `written` cleared
   int equal_total = 0;
   for (int r = 0; r < parts; ++r) {
-    const int count = *in_block(&block_equal, parts, r);
+    const int count = *cluster_shared(&block_equal, parts, r);
     if (r < part) rank += count;
     equal_total += count;
   }
-  int* slots_written = in_block(&written, parts, 0);
+  int* slots_written = cluster_shared(&written, parts, 0);
   for (int j = begin; j < end; ++j) {
     const float f = to_float(x[j]);
     if (f != f) continue;
@@ -230,7 +214,7 @@ __global__ void __launch_bounds__(kTopKBlock)
   if (part == 0)
     for (int slot = above + min(wanted, equal_total) + int(threadIdx.x); slot < K; slot += kTopKBlock)
       row_columns[slot] = -1;
-  row_barrier(parts);  // block 0's `written` outlives every block's additions
+  cluster_barrier(parts);  // block 0's `written` outlives every block's additions
 }
 
 }  // namespace

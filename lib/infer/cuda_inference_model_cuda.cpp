@@ -118,8 +118,8 @@ class CudaInferenceModelImpl final : public CudaInferenceModel {
   cuda::DeviceArray<float> top_logits_;
   PinnedArray<int32_t> staging_;
   PinnedArray<float> host_logits_;  // logits_buffer(), allocated when first asked for
-  // Decode steps by request count and readout (the graph holds the argmax's column count): captured,
-  // and run once directly before that.
+  // Decode steps by request count and readout (the graph holds the readout's k and column count):
+  // captured, and run once directly before that.
   std::map<std::pair<int, Readout>, cudaGraphExec_t> graphs_;
   std::set<std::pair<int, Readout>> seen_;
 };
