@@ -5,15 +5,21 @@
 //     log-probabilities come from cross_entropy_fused, kernels/cross_entropy.cu), so that no
 //     [N, V] array crosses to the host;
 //   - top_k_rows: each row's K largest logits and their columns, from which meg-generate's top-k
-//     sampling draws on the host, so that K values a row cross rather than V.
+//     sampling draws on the host, so that K values a row cross rather than V;
+//   - sample_rows: each row's draw from the softmax of its logits (temperature and top-p), so
+//     that a token a row crosses.
 // The launchers are declared in ops/cuda/ops.hpp.
 #include <cuda_runtime.h>
 
+#include <cfloat>
 #include <climits>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 #include <stdexcept>
+#include <type_traits>
+#include <utility>
 
 #include "cluster.cuh"
 #include "common.cuh"
@@ -92,69 +98,180 @@ __global__ void __launch_bounds__(kArgmaxBlock)
   }
 }
 
-// Top-k by radix select. A logit's key orders like its value (-0 as +0, so that they tie, as they
-// compare); NaN has none and is never a candidate.
+// Radix select over a row's keys. A logit's key orders like its value (-0 as +0, so that they
+// tie, as they compare); NaN has none and never takes part.
 __device__ uint32_t order_key(float f) {
   const uint32_t b = __float_as_uint(f == 0.0f ? 0.0f : f);
   return b & 0x80000000u ? ~b : b | 0x80000000u;
 }
 
-constexpr int kTopKBlock = 1024;
-constexpr int kTopKCluster = 8;  // blocks a row at a decode step's few rows (the portable cluster size)
+// The value of key K (+0 for a zero).
+__device__ float key_value(uint32_t k) {
+  return __uint_as_float(k & 0x80000000u ? k & 0x7fffffffu : ~k);
+}
+
+constexpr int kRowBlock = 1024;  // threads a block of top_k_kernel and sample_kernel
+constexpr int kRowCluster = 8;   // blocks a row at a decode step's few rows (the portable cluster size)
 constexpr int kDigitBits = 8, kDigits = 1 << kDigitBits;
 
-// Row blockIdx.x / PARTS, by a cluster of PARTS consecutive blocks (1: a block a row). The K-th
-// largest key T is found a byte at a time from the top: each block's histogram of the next byte
-// over its share of the keys that share the bytes found so far, the cluster's histograms added up
-// (through distributed shared memory) by every block alike, and the byte where the count from the
-// top reaches what is still wanted (integer counts: the same at any thread order). The keys of a
-// row crowd into few bytes (the top byte of most logits is one of a handful), so a warp adds its
-// lanes' equal bytes up first (__match_any_sync) and one lane adds the count. Then every key above
-// T is a candidate, and of the keys equal to T the ones with the lowest columns, as many as are
-// still wanted: for those the blocks, and their threads, take contiguous columns in order and
-// count their equal keys through prefix sums. Candidates are written in no particular order (the
-// caller sorts K values); where a row has fewer than K values that are not NaN, the rest of its K
-// are column -1.
-template <typename X>
-__global__ void __launch_bounds__(kTopKBlock)
-    top_k_kernel(int32_t* columns, float* values, const X* logits, int V, int Vp, int K, int parts) {
-  const int row = blockIdx.x / parts, part = blockIdx.x % parts;
-  const X* x = logits + size_t(row) * Vp;
-  int32_t* row_columns = columns + size_t(row) * K;
-  float* row_values = values + size_t(row) * K;
-  __shared__ unsigned histogram[kDigits], totals[kDigits];
-  __shared__ uint32_t prefix_found;
-  __shared__ int wanted_left, written, block_equal, warp_counts[kTopKBlock / kWarp];
-  wait_for_previous_kernel();
+// A row split over a cluster of PARTS blocks (1: a block a row): block PART's columns [begin,
+// end), contiguous, and of each warp a contiguous piece of those, [warp_begin, warp_end), whose
+// lanes take consecutive columns a step at a time (loads a warp makes at once, where a thread's
+// own piece would spread them over 32 sectors). Column order is then the order of (block, warp,
+// step, lane), for what is counted in column order.
+struct RowShare {
+  int begin, end, warp_begin, warp_end;
+  __device__ RowShare(int V, int parts, int part) {
+    const int per_block = ceil_div(V, parts);
+    begin = min(V, part * per_block);
+    end = min(V, begin + per_block);
+    const int per_warp = ceil_div(end - begin, kRowBlock) * kWarp;  // whole steps
+    warp_begin = min(end, begin + int(threadIdx.x) / kWarp * per_warp);
+    warp_end = min(end, warp_begin + per_warp);
+  }
+};
 
+// The values of a block's share of a row, read through value(j) for its columns j: staged in
+// shared memory once, all loads in flight together, where they fit (the launcher gives the
+// kernel the shared memory: row_stage_bytes), so that each pass over them waits on shared memory
+// rather than on a round trip to L2 for every few columns; else read from the row itself.
+template <typename X>
+struct RowValues {
+  const X* values;
+  int first;  // the column of values[0]
+  __device__ float operator()(int j) const { return to_float(values[j - first]); }
+};
+
+// Where the block's share fits in at most this much shared memory.
+constexpr size_t kMaxRowStageBytes = 160 * 1024;
+
+template <typename X>
+size_t row_stage_bytes(int V, int parts) {
+  const size_t bytes = size_t(ceil_div(V, parts)) * sizeof(X);
+  return bytes <= kMaxRowStageBytes ? bytes : 0;
+}
+
+// After the wait for the kernel that wrote ROW: the block's share staged in STAGE, if any (a
+// barrier, so every thread then reads every value).
+template <typename X>
+__device__ RowValues<X> stage_row(const X* row, const RowShare& share, X* stage) {
+  if (!stage) return {row, 0};
+#pragma unroll 8
+  for (int j = share.begin + int(threadIdx.x); j < share.end; j += kRowBlock) stage[j - share.begin] = row[j];
+  __syncthreads();
+  return {stage, share.begin};
+}
+
+// V summed over the lanes of the warp that name PEERS (__match_any_sync's group), to each of them.
+// Integer sums: the same in any order.
+__device__ unsigned group_sum(unsigned peers, unsigned v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  return __reduce_add_sync(peers, v);
+#else
+  unsigned sum = 0;
+  for (unsigned rest = peers; rest; rest &= rest - 1) sum += __shfl_sync(peers, v, __ffs(rest) - 1);
+  return sum;
+#endif
+}
+__device__ unsigned long long group_sum(unsigned peers, unsigned long long v) {
+  // In halves that cannot overflow over 32 lanes: weights below 2^48 (sample_kernel's masses).
+  const unsigned long long high = group_sum(peers, unsigned(v >> 16)), low = group_sum(peers, unsigned(v & 0xffffu));
+  return high << 16 | low;
+}
+
+// Leading bytes of the order keys of X's values (a float's key, in order_key, has the value's
+// bits: bf16 and fp16 values leave the last 16 and 13 of them 0).
+template <typename X>
+constexpr int kKeyBytes = sizeof(X) == 4 ? 4 : std::is_same_v<X, bf16> ? 2 : 3;
+
+// The sum of V over the cluster's PARTS blocks (V in this block's shared memory): the remote
+// reads issued together rather than one after another's return.
+template <typename W>
+__device__ W cluster_total(W* v, int parts) {
+  W values[kRowCluster];
+#pragma unroll
+  for (int r = 0; r < kRowCluster; ++r) values[r] = r < parts ? *cluster_shared(v, parts, r) : W(0);
+  W total = 0;
+#pragma unroll
+  for (int r = 0; r < kRowCluster; ++r) total += values[r];
+  return total;
+}
+
+// By the 32 lanes of a warp: the digit where the running sum of TOTALS [kDigits] from the top
+// reaches WANTED (0 if none does: a top-k row with fewer than K values), and in ABOVE, the sum of
+// the digits above it. Each lane adds
+// its 8 digits, a suffix sum over the lanes finds the lane where WANTED is reached, and that lane
+// finds the digit among its own.
+template <typename W>
+__device__ int find_digit(const W* totals, W wanted, W& above) {
+  constexpr int kPerLane = kDigits / kWarp;
+  const int lane = threadIdx.x % kWarp;
+  W mine = 0;
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) mine += totals[lane * kPerLane + i];
+  W from_here = mine;  // this lane's digits and those of the lanes above
+  for (int offset = 1; offset < kWarp; offset *= 2) {
+    const W o = __shfl_down_sync(0xffffffffu, from_here, offset);
+    if (lane + offset < kWarp) from_here += o;
+  }
+  const W above_lane = from_here - mine;
+  const unsigned reached = __ballot_sync(0xffffffffu, from_here >= wanted);
+  const int last = reached ? kWarp - 1 - __clz(reached) : 0;  // the highest lane whose sum reaches it
+  int digit = 0;
+  W sum = 0;
+  if (lane == last) {
+    sum = above_lane;
+    digit = last * kPerLane + kPerLane - 1;
+    while (digit > last * kPerLane && sum + totals[digit] < wanted) sum += totals[digit--];
+  }
+  above = __shfl_sync(0xffffffffu, sum, last);
+  return __shfl_sync(0xffffffffu, digit, last);
+}
+
+// The key T of the row's keys (with their weights W > 0: a count of 1, or a probability mass)
+// where the weight of the keys from the largest down reaches WANTED, which then becomes the weight
+// still wanted of the keys equal to T (at least 1, at most theirs). KEY_WEIGHT(j) gives column
+// j's key and weight (weight 0: none, as for NaN). T is found a byte at a time from the top: each
+// block's histogram of the next byte over its share of the keys that share the bytes found so
+// far, the cluster's histograms added up (through distributed shared memory) by every block
+// alike, and the byte where the weight from the top reaches what is still wanted (integers: the
+// same at any thread order). The keys of a row crowd into few bytes (the top byte of most logits
+// is one of a handful), so a warp adds its lanes' weights of equal bytes up first and one lane
+// adds the sum.
+//
+// The keys of X's values have only kKeyBytes<X> leading bytes that differ: the rest of a key is
+// all 0 (for a positive value) or all 1 (negative), and is filled in rather than searched.
+template <typename X, typename W, typename KeyWeight>
+__device__ uint32_t select_key(const RowShare& share, int parts, W& wanted, KeyWeight key_weight) {
+  __shared__ W histogram[kDigits], totals[kDigits];
+  __shared__ uint32_t prefix_found;
+  __shared__ W wanted_left;
   uint32_t prefix = 0, mask = 0;
-  int wanted = K;
-  for (int shift = 32 - kDigitBits; shift >= 0; shift -= kDigitBits) {
-    for (int i = threadIdx.x; i < kDigits; i += kTopKBlock) histogram[i] = 0;
+  constexpr int kLastShift = 32 - kDigitBits * kKeyBytes<X>;
+  for (int shift = 32 - kDigitBits; shift >= kLastShift; shift -= kDigitBits) {
+    for (int i = threadIdx.x; i < kDigits; i += kRowBlock) histogram[i] = 0;
     __syncthreads();
-    const int step = parts * kTopKBlock;
-    for (int base = part * kTopKBlock; base < V; base += step) {  // the same trips for every lane
+    for (int base = share.begin; base < share.end; base += kRowBlock) {  // the same trips for every lane
       const int j = base + int(threadIdx.x);
-      const float f = j < V ? to_float(x[j]) : NAN;
-      const uint32_t key = order_key(f);
-      const unsigned digit = f == f && (key & mask) == prefix ? (key >> shift) & (kDigits - 1) : kDigits;
+      uint32_t key = 0;
+      W weight = 0;
+      if (j < share.end) key_weight(j, key, weight);
+      const unsigned digit = weight > 0 && (key & mask) == prefix ? (key >> shift) & (kDigits - 1) : kDigits;
       const unsigned peers = __match_any_sync(0xffffffffu, digit);
-      if (digit < kDigits && threadIdx.x % kWarp == unsigned(__ffs(peers) - 1))
-        atomicAdd(&histogram[digit], unsigned(__popc(peers)));
+      const W sum = group_sum(peers, weight);
+      if (digit < kDigits && threadIdx.x % kWarp == unsigned(__ffs(peers) - 1)) atomicAdd(&histogram[digit], sum);
     }
     __syncthreads();
     cluster_barrier(parts);  // every block's histogram complete
-    for (int i = threadIdx.x; i < kDigits; i += kTopKBlock) {
-      unsigned total = 0;
-      for (int r = 0; r < parts; ++r) total += cluster_shared(histogram, parts, r)[i];
-      totals[i] = total;
-    }
+    for (int i = threadIdx.x; i < kDigits; i += kRowBlock) totals[i] = cluster_total(histogram + i, parts);
     __syncthreads();
-    if (threadIdx.x == 0) {
-      int digit = kDigits - 1, above = 0;
-      while (digit > 0 && above + int(totals[digit]) < wanted) above += totals[digit--];
-      prefix_found = prefix | uint32_t(digit) << shift;
-      wanted_left = wanted - above;
+    if (threadIdx.x < kWarp) {
+      W above = 0;
+      const int digit = find_digit(totals, wanted, above);
+      if (threadIdx.x == 0) {
+        prefix_found = prefix | uint32_t(digit) << shift;
+        wanted_left = wanted - above;
+      }
     }
     cluster_barrier(parts);  // every block has read the histograms before they are cleared
     __syncthreads();
@@ -162,59 +279,256 @@ __global__ void __launch_bounds__(kTopKBlock)
     wanted = wanted_left;
     mask |= uint32_t(kDigits - 1) << shift;
   }
-  // Keys above T: K - wanted of them. Keys equal to T: the first `wanted` by column, counted over
-  // contiguous columns: the block's share of the row, the thread's of the block's.
-  const int above = K - wanted;
-  const int per_block = ceil_div(V, parts), block_begin = min(V, part * per_block);
-  const int block_end = min(V, block_begin + per_block), per_thread = ceil_div(block_end - block_begin, kTopKBlock);
-  const int begin = min(block_end, block_begin + int(threadIdx.x) * per_thread), end = min(block_end, begin + per_thread);
-  int equal = 0;
-  for (int j = begin; j < end; ++j) {
-    const float f = to_float(x[j]);
-    equal += f == f && order_key(f) == prefix;
+  if constexpr (kLastShift > 0) {
+    if (!(prefix & 0x80000000u)) prefix |= (1u << kLastShift) - 1;
   }
-  // Exclusive prefix sum of EQUAL over the threads, in thread order, then over the blocks.
-  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-  int inclusive = equal;
-  for (int offset = 1; offset < kWarp; offset *= 2) {
-    const int v = __shfl_up_sync(0xffffffffu, inclusive, offset);
-    if (lane >= offset) inclusive += v;
-  }
-  if (lane == kWarp - 1) warp_counts[warp] = inclusive;
+  return prefix;
+}
+
+// Over the cluster, the warps in column order (RowShare's): the sum of every warp's WARP_VALUE
+// (the same in all its lanes), to every thread, and with BEFORE, the sum of those of the warps
+// before this one. BLOCK_SUM: a __shared__ word for this scan alone, read by the other blocks: it
+// must outlive their reads (a cluster barrier before the block exits). Integer sums: the same in
+// any order.
+template <typename W>
+__device__ W cluster_scan(W warp_value, W* block_sum, int parts, int part, W* before = nullptr) {
+  __shared__ W warp_values[kRowBlock / kWarp];
+  const int warp = threadIdx.x / kWarp;
+  if (threadIdx.x % kWarp == 0) warp_values[warp] = warp_value;
   __syncthreads();
-  int rank = inclusive - equal;
-  if (threadIdx.x == 0) {
-    int sum = 0;
-    for (int w = 0; w < kTopKBlock / kWarp; ++w) sum += warp_counts[w];
-    block_equal = sum;
-    written = 0;
+  W earlier = 0, block = 0;
+  for (int w = 0; w < kRowBlock / kWarp; ++w) {
+    if (w < warp) earlier += warp_values[w];
+    block += warp_values[w];
   }
-  for (int w = 0; w < warp; ++w) rank += warp_counts[w];
-  __syncthreads();
-  cluster_barrier(parts);  // every block's count made, block 0's `written` cleared
-  int equal_total = 0;
-  for (int r = 0; r < parts; ++r) {
-    const int count = *cluster_shared(&block_equal, parts, r);
-    if (r < part) rank += count;
-    equal_total += count;
+  if (threadIdx.x == 0) *block_sum = block;
+  __syncthreads();  // every thread has read warp_values before another scan writes them
+  cluster_barrier(parts);
+  W sums[kRowCluster];
+#pragma unroll
+  for (int r = 0; r < kRowCluster; ++r) sums[r] = r < parts ? *cluster_shared(block_sum, parts, r) : W(0);
+  W total = 0;
+#pragma unroll
+  for (int r = 0; r < kRowCluster; ++r) {
+    if (r < part) earlier += sums[r];
+    total += sums[r];
   }
-  int* slots_written = cluster_shared(&written, parts, 0);
-  for (int j = begin; j < end; ++j) {
-    const float f = to_float(x[j]);
-    if (f != f) continue;
-    const uint32_t key = order_key(f);
+  if (before) *before = earlier;
+  return total;
+}
+
+// By a warp, over its piece of the row: the first column j where RUNNING plus the sum of VALUE
+// over the piece's columns up to j reaches TARGET, and that sum (RUNNING + ..., in REACHED), or
+// -1 where the piece's sum falls short. VALUE(j) >= 0.
+template <typename W, typename Value>
+__device__ int warp_find(const RowShare& share, W running, W target, W& reached, Value value) {
+  const int lane = threadIdx.x % kWarp;
+  for (int base = share.warp_begin; base < share.warp_end; base += kWarp) {
+    const int j = base + lane;
+    W inclusive = j < share.warp_end ? value(j) : W(0);
+    for (int offset = 1; offset < kWarp; offset *= 2) {
+      const W o = __shfl_up_sync(0xffffffffu, inclusive, offset);
+      if (lane >= offset) inclusive += o;
+    }
+    const unsigned hit = __ballot_sync(0xffffffffu, running + inclusive >= target);
+    if (hit) {
+      reached = running + __shfl_sync(0xffffffffu, inclusive, __ffs(hit) - 1);
+      return base + __ffs(hit) - 1;
+    }
+    running += __shfl_sync(0xffffffffu, inclusive, kWarp - 1);
+  }
+  return -1;
+}
+
+// Top-k: row blockIdx.x / PARTS, by a cluster of PARTS consecutive blocks. The K-th largest key T
+// is found by select_key with weights of 1; every key above T is a candidate, and of the keys
+// equal to T the ones with the lowest columns, as many as are still wanted, ranked in column
+// order (cluster_scan over the warps' pieces, a ballot a step within them). Candidates are written in no particular order (the
+// caller sorts K values); where a row has fewer than K values that are not NaN, the rest of its K
+// are column -1.
+template <typename X>
+__global__ void __launch_bounds__(kRowBlock)
+    top_k_kernel(int32_t* columns, float* values, const X* logits, int V, int Vp, int K, int parts, bool staged) {
+  const int row = blockIdx.x / parts, part = blockIdx.x % parts;
+  extern __shared__ uint4 stage[];
+  int32_t* row_columns = columns + size_t(row) * K;
+  float* row_values = values + size_t(row) * K;
+  __shared__ unsigned written, block_equal;
+  const RowShare share(V, parts, part);
+  wait_for_previous_kernel();
+  const RowValues<X> value = stage_row(logits + size_t(row) * Vp, share, staged ? reinterpret_cast<X*>(stage) : nullptr);
+
+  unsigned wanted = unsigned(K);
+  const uint32_t threshold = select_key<X>(share, parts, wanted, [&](int j, uint32_t& key, unsigned& weight) {
+    const float f = value(j);
+    key = order_key(f);
+    weight = f == f;
+  });
+  // Keys above T: K - wanted of them. Keys equal to T: the first `wanted` by column, ranked by
+  // the equal keys before them (a ballot a step).
+  const unsigned above = unsigned(K) - wanted;
+  const int lane = threadIdx.x % kWarp;
+  const unsigned lanes_before = (1u << lane) - 1;
+  unsigned equal = 0;
+  for (int base = share.warp_begin; base < share.warp_end; base += kWarp) {
+    const int j = base + lane;
+    const float f = j < share.warp_end ? value(j) : NAN;
+    equal += __popc(__ballot_sync(0xffffffffu, f == f && order_key(f) == threshold));
+  }
+  if (threadIdx.x == 0) written = 0;  // read by the other blocks only after the scan's cluster barrier
+  unsigned rank = 0;
+  const unsigned equal_total = cluster_scan(equal, &block_equal, parts, part, &rank);
+  unsigned* slots_written = cluster_shared(&written, parts, 0);
+  for (int base = share.warp_begin; base < share.warp_end; base += kWarp) {
+    const int j = base + lane;
+    const float f = j < share.warp_end ? value(j) : NAN;
+    const uint32_t key = f == f ? order_key(f) : 0;
+    const unsigned equals = __ballot_sync(0xffffffffu, f == f && key == threshold);
     int slot = -1;
-    if (key > prefix) slot = atomicAdd(slots_written, 1);
-    else if (key == prefix && rank < wanted) slot = above + rank++;
+    if (f == f && key > threshold) {
+      slot = int(atomicAdd(slots_written, 1u));
+    } else if (equals >> lane & 1) {
+      const unsigned r = rank + __popc(equals & lanes_before);
+      if (r < wanted) slot = int(above + r);
+    }
+    rank += __popc(equals);
     if (slot >= 0) {
       row_columns[slot] = j;
       row_values[slot] = f;
     }
   }
   if (part == 0)
-    for (int slot = above + min(wanted, equal_total) + int(threadIdx.x); slot < K; slot += kTopKBlock)
+    for (int slot = int(above + min(wanted, equal_total) + threadIdx.x); slot < K; slot += kRowBlock)
       row_columns[slot] = -1;
   cluster_barrier(parts);  // block 0's `written` outlives every block's additions
+}
+
+// A logit's probability relative to the row's largest, in units of 2^-kMassBits: exp((f - max) /
+// t) rounded to an integer (0 for NaN, and below 2^-(kMassBits + 1)). In integers, the sums of a
+// row's masses are exact, the same in any order, and below 2^63 for rows of up to 2^23 columns.
+constexpr int kMassBits = 40;
+
+__device__ unsigned long long umax64(unsigned long long a, unsigned long long b) { return a > b ? a : b; }
+__device__ unsigned long long umin64(unsigned long long a, unsigned long long b) { return a < b ? a : b; }
+constexpr int kMaxSampleColumns = 1 << 23;
+
+__device__ unsigned long long mass(float f, float largest, float t) {
+  if (f != f) return 0;
+  return __float2ull_rn(ldexpf(expf((f - largest) / t), kMassBits));
+}
+
+// One draw a row from the softmax of its logits over its temperature, kept to the nucleus of
+// top_p (Sampler::sample's draw with top-k off and no penalty): row blockIdx.x / PARTS, by a
+// cluster of PARTS consecutive blocks. In passes over the row:
+//   1. the largest key and its lowest column (NaN never): at temperature 0, or when the largest
+//      logit is infinite (all the probability), that column is the choice; a row of NaN gives 0;
+//   2. the masses' total Q;
+//   3. for top_p < 1, the nucleus: of the keys from the largest down, the fewest whose masses
+//      reach top_p Q (rounded up), equal keys taken by column: select_key finds the last key T
+//      in, then the equal keys' masses in column order (cluster_scan over the warps' pieces,
+//      warp_find within one) find the last column of T's in, and the nucleus's mass S (Q
+//      without top-p);
+//   4. the draw: r = u S rounded down, and the column where the running sum of the nucleus's
+//      masses, in column order, passes r (found alike).
+template <typename X>
+__global__ void __launch_bounds__(kRowBlock)
+    sample_kernel(int32_t* out, const X* logits, const RowDraw* draws, int V, int Vp, int parts, bool staged) {
+  using Mass = unsigned long long;
+  const int row = blockIdx.x / parts, part = blockIdx.x % parts;
+  extern __shared__ uint4 stage[];
+  const RowShare share(V, parts, part);
+  __shared__ unsigned long long block_best;
+  __shared__ Mass block_total, block_equal, block_nucleus, cut_mass;
+  __shared__ int cut_column;
+  wait_for_previous_kernel();
+  const RowDraw draw = draws[row];
+  const RowValues<X> value = stage_row(logits + size_t(row) * Vp, share, staged ? reinterpret_cast<X*>(stage) : nullptr);
+
+  // 1. The largest key, the lowest column among equal ones: the largest of (key, ~column).
+  if (threadIdx.x == 0) block_best = 0;
+  __syncthreads();
+  unsigned long long best = 0;  // none: every key is above 0
+  for (int j = share.begin + int(threadIdx.x); j < share.end; j += kRowBlock) {
+    const float f = value(j);
+    if (f == f) best = umax64(best, (unsigned long long)(order_key(f)) << 32 | ~uint32_t(j));
+  }
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) best = umax64(best, __shfl_xor_sync(0xffffffffu, best, offset));
+  if (threadIdx.x % kWarp == 0) atomicMax(&block_best, best);
+  __syncthreads();
+  cluster_barrier(parts);
+  best = 0;
+#pragma unroll
+  for (int r = 0; r < kRowCluster; ++r) {
+    if (r < parts) best = umax64(best, *cluster_shared(&block_best, parts, r));
+  }
+  const float largest = key_value(uint32_t(best >> 32));
+  if (best == 0 || draw.temperature == 0 || !isfinite(largest)) {
+    if (part == 0 && threadIdx.x == 0) out[row] = best == 0 ? 0 : int32_t(~uint32_t(best));
+    cluster_barrier(parts);  // block_best outlives the other blocks' reads
+    return;
+  }
+  // A temperature under the smallest normal float divides as that does.
+  const float t = fmaxf(float(draw.temperature), FLT_MIN);
+
+  // 2. The total.
+  Mass sum = 0;
+  for (int j = share.begin + int(threadIdx.x); j < share.end; j += kRowBlock) sum += mass(value(j), largest, t);
+  const Mass total = cluster_scan(warp_sum(sum), &block_total, parts, part);
+
+  // 3. The nucleus: keys above T, and T's keys up to column `cut`.
+  uint32_t threshold = 0;  // top_p = 1: every key (all are above 0)
+  int cut = V;
+  Mass nucleus = total;
+  if (draw.top_p < 1) {
+    const Mass target = umax64(1, umin64(total, Mass(ceil(draw.top_p * double(total)))));
+    Mass wanted = target;
+    threshold = select_key<X>(share, parts, wanted, [&](int j, uint32_t& key, Mass& weight) {
+      const float f = value(j);
+      key = order_key(f);
+      weight = mass(f, largest, t);
+    });
+    const auto equal_mass = [&](int j) {
+      const float f = value(j);
+      return f == f && order_key(f) == threshold ? mass(f, largest, t) : Mass(0);
+    };
+    Mass equal = 0;
+    for (int j = share.warp_begin + int(threadIdx.x % kWarp); j < share.warp_end; j += kWarp) equal += equal_mass(j);
+    equal = warp_sum(equal);
+    Mass before = 0;
+    cluster_scan(equal, &block_equal, parts, part, &before);
+    if (before < wanted && wanted <= before + equal) {  // the warp where T's masses reach `wanted`
+      Mass reached = 0;
+      const int j = warp_find(share, before, wanted, reached, equal_mass);
+      if (threadIdx.x % kWarp == 0) {
+        *cluster_shared(&cut_column, parts, 0) = j;
+        *cluster_shared(&cut_mass, parts, 0) = target - wanted + reached;
+      }
+    }
+    cluster_barrier(parts);
+    __syncthreads();
+    cut = *cluster_shared(&cut_column, parts, 0);
+    nucleus = *cluster_shared(&cut_mass, parts, 0);
+  }
+  const auto kept_mass = [&](int j) {
+    const float f = value(j);
+    if (f != f) return Mass(0);
+    const uint32_t key = order_key(f);
+    return key > threshold || (key == threshold && j <= cut) ? mass(f, largest, t) : Mass(0);
+  };
+
+  // 4. The draw.
+  const Mass r = umin64(nucleus - 1, Mass(draw.u * double(nucleus)));
+  Mass kept = 0;
+  for (int j = share.warp_begin + int(threadIdx.x % kWarp); j < share.warp_end; j += kWarp) kept += kept_mass(j);
+  kept = warp_sum(kept);
+  Mass before = 0;
+  cluster_scan(kept, &block_nucleus, parts, part, &before);
+  if (before <= r && r < before + kept) {  // the warp where the running sum passes r
+    Mass reached = 0;
+    const int j = warp_find(share, before, r + 1, reached, kept_mass);
+    if (threadIdx.x % kWarp == 0) out[row] = j;
+  }
+  cluster_barrier(parts);  // the block sums and the cut outlive the other blocks' reads
 }
 
 }  // namespace
@@ -238,21 +552,52 @@ void argmax_rows(int32_t* out, const X* logits, int N, int V, int Vp, cudaStream
   MEG_CUDA_CHECK(cudaGetLastError());
 }
 
+// Blocks a row: a cluster of up to kRowCluster (a power of two) while the rows' blocks still fit
+// one a multiprocessor (a block of kRowBlock threads takes one), so that every block runs in the
+// first wave.
+int row_parts(int N) {
+  int parts = clusters_supported() ? kRowCluster : 1;
+  while (parts > 1 && N * parts > multiprocessors()) parts /= 2;
+  return parts;
+}
+
+// KERNEL over N rows, PARTS blocks a row, with STAGE bytes of shared memory for the row, launched
+// overlapped with the kernel before it.
+template <typename... Params, typename... Args>
+void launch_row_kernel(void (*kernel)(Params...), int N, int parts, size_t stage, cudaStream_t stream, Args&&... args) {
+  static std::once_flag opted_in;  // to more than the default 48 KB of shared memory, once per kernel
+  std::call_once(opted_in, [&] {
+    MEG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxRowStageBytes)));
+  });
+  launch_overlapped_clusters(kernel, dim3(unsigned(N) * parts), unsigned(parts), dim3(kRowBlock), stage, stream,
+                             std::forward<Args>(args)...);
+}
+
 template <typename X>
 void top_k_rows(int32_t* columns, float* values, const X* logits, int N, int V, int Vp, int K, cudaStream_t stream) {
   if (N <= 0) return;
   if (K < 1 || K > kMaxTopK || V < 1 || V > Vp)
     throw std::invalid_argument("top_k_rows: K must be in [1, kMaxTopK] and V in [1, Vp]");
-  // A cluster a row while the rows alone would not fill half the multiprocessors.
-  const int parts = clusters_supported() && 2 * N < multiprocessors() ? kTopKCluster : 1;
-  launch_overlapped_clusters(top_k_kernel<X>, dim3(unsigned(N) * parts), unsigned(parts), dim3(kTopKBlock), 0, stream,
-                             columns, values, logits, V, Vp, K, parts);
+  const int parts = row_parts(N);
+  const size_t stage = row_stage_bytes<X>(V, parts);
+  launch_row_kernel(top_k_kernel<X>, N, parts, stage, stream, columns, values, logits, V, Vp, K, parts, stage > 0);
+}
+
+template <typename X>
+void sample_rows(int32_t* out, const X* logits, const RowDraw* draws, int N, int V, int Vp, cudaStream_t stream) {
+  if (N <= 0) return;
+  if (V < 1 || V > Vp || V > kMaxSampleColumns)
+    throw std::invalid_argument("sample_rows: V must be in [1, Vp] and at most 2^23");
+  const int parts = row_parts(N);
+  const size_t stage = row_stage_bytes<X>(V, parts);
+  launch_row_kernel(sample_kernel<X>, N, parts, stage, stream, out, logits, draws, V, Vp, parts, stage > 0);
 }
 
 #define MEG_INSTANTIATE(X)                                                                          \
   template void logits_to_float<X>(float*, const X*, int, int, int, cudaStream_t);                  \
   template void argmax_rows<X>(int32_t*, const X*, int, int, int, cudaStream_t);                    \
-  template void top_k_rows<X>(int32_t*, float*, const X*, int, int, int, int, cudaStream_t);
+  template void top_k_rows<X>(int32_t*, float*, const X*, int, int, int, int, cudaStream_t);         \
+  template void sample_rows<X>(int32_t*, const X*, const RowDraw*, int, int, int, cudaStream_t);
 MEG_INSTANTIATE(float)
 MEG_INSTANTIATE(bf16)
 MEG_INSTANTIATE(fp16)

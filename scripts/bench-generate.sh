@@ -7,8 +7,8 @@
 # fused layers and the graphs save; then a decode step's products alone (bench_decode_chain:
 # overlapped kernels against one persistent kernel with grid-wide barriers); then the host's choice
 # of the next tokens (bench_sampler), and GPT-2 124M's decode steps with each choice, as
-# meg-generate makes them (bench_generate --sampling: greedy on the device, the others on the
-# host). Where Nsight Compute is present, one batch-1 decode step of each model kernel by kernel
+# meg-generate makes them (bench_generate --sampling: greedy, top-p and temperature alone on the
+# device, top-k selected there and drawn on the host, each with a penalty on the host). Where Nsight Compute is present, one batch-1 decode step of each model kernel by kernel
 # (its kernels timed one at a time, so without the overlap of their launches).
 # Markdown tables on stdout; copies under OUT_DIR (default .bench/generate).
 #   scripts/bench-generate.sh BUILD_DIR [bench_generate options]
@@ -29,8 +29,8 @@ echo; echo "## A batch-1 decode step's linear layers alone, as overlapped kernel
 "$build/tests/bench_decode_chain" | tee "$out/decode-chain.md"
 echo; echo "## Choosing the next token on the host"
 "$build/tests/bench_sampler" | tee "$out/sampler.md"
-echo; echo "## GPT-2 124M decode steps with the host's choice of the next tokens"
-for sampling in greedy greedy-penalty top-k top-k-penalty top-p top-p-penalty; do
+echo; echo "## GPT-2 124M decode steps with the choice of the next tokens"
+for sampling in greedy greedy-penalty top-k top-k-penalty top-p top-p-penalty temperature temperature-penalty; do
   "$build/tests/bench_generate" --phase decode --sampling $sampling "$@" gpt2-124m
 done | tee "$out/generate-sampling.md"
 

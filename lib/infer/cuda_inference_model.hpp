@@ -14,14 +14,16 @@
 //     kernels/cached_attention.cu).
 //   - Only each request's last row goes through the final norm and the output layer; its logits are
 //     converted to fp32 on the device and copied to the caller's array once, at the end. For
-//     append_greedy() the device takes each such row's argmax instead, and for append_top_k() its
-//     K largest logits (kernels/logits.cu), and only those are copied back.
+//     append_greedy() the device takes each such row's argmax instead, for append_top_k() its
+//     K largest logits, and for append_sample() its draw (kernels/logits.cu), and only those are
+//     copied back.
 // The host waits for the device once per call, for the logits or the tokens.
 //
 // A decode step (every request one token) is one pass whose launches depend only on the number of
 // requests, so it is captured into a CUDA graph the second time a request count is seen and
 // replayed after that: hundreds of launches (and cuBLASLt's host work) become one. The inputs the
-// graph reads (tokens, positions, slots) are copied to fixed device arrays before each replay.
+// graph reads (tokens, positions, slots, and append_sample()'s draws) are copied to fixed device
+// arrays before each replay.
 //
 // The KV cache: per layer K and V [slots, NKV, max_length, HS] of X, allocated in full up front.
 //

@@ -54,6 +54,8 @@ class CudaInferenceModelImpl final : public CudaInferenceModel {
   void append_greedy(std::span<const AppendRequest> requests, int choices, int32_t* tokens) override;
   void append_top_k(std::span<const AppendRequest> requests, int choices, int k, int32_t* tokens,
                     float* logits) override;
+  void append_sample(std::span<const AppendRequest> requests, int choices, std::span<const SoftmaxDraw> draws,
+                     int32_t* tokens, float* logits) override;
   std::span<float> logits_buffer() override {
     const size_t n = size_t(slots_) * size_t(net_.dims().V);
     host_logits_.grow(n);
@@ -83,14 +85,16 @@ class CudaInferenceModelImpl final : public CudaInferenceModel {
     size_t staged() const { return 3 * size_t(N) + size_t(cached) + size_t(outputs); }
   };
 
-  // What a pass reads off its output rows' logits: the logits in fp32 (k = 0), or each row's k
-  // largest over tokens [0, choices) (k = 1: the argmax alone).
+  // What a pass reads off its output rows' logits: the logits in fp32 (k = 0), each row's k
+  // largest over tokens [0, choices) (k = 1: the argmax alone), or with DRAW each row's draw over
+  // them (sample_rows, from draws_), and with LOGITS the logits in fp32 too.
   struct Readout {
     int k = 0, choices = 0;
+    bool draw = false, logits = false;
     auto operator<=>(const Readout&) const = default;
   };
 
-  int run_passes(std::span<const AppendRequest> requests, Readout readout);
+  int run_passes(std::span<const AppendRequest> requests, Readout readout, std::span<const SoftmaxDraw> draws = {});
   void finish(std::span<const AppendRequest> requests);
   std::vector<std::vector<Piece>> plan(std::span<const AppendRequest> requests) const;
   Pass stage(const std::vector<Piece>& pieces, std::span<const AppendRequest> requests, int first_output,
@@ -113,9 +117,12 @@ class CudaInferenceModelImpl final : public CudaInferenceModel {
   // member's [slots, Vp] and gathered_ every member's.
   cuda::DeviceArray<float> logits_f32_, shard_f32_, gathered_, lse_, scratch_;
   cuda::DeviceArray<int32_t> ints_;
-  // append_greedy()'s tokens [slots], append_top_k()'s [slots, k] and their logits.
+  // append_greedy()'s and append_sample()'s tokens [slots], append_top_k()'s [slots, k] and their
+  // logits; append_sample()'s draws [slots], staged in host_draws_.
   cuda::DeviceArray<int32_t> top_tokens_;
   cuda::DeviceArray<float> top_logits_;
+  cuda::DeviceArray<cuda::RowDraw> draws_;
+  PinnedArray<cuda::RowDraw> host_draws_;
   PinnedArray<int32_t> staging_;
   PinnedArray<float> host_logits_;  // logits_buffer(), allocated when first asked for
   // Decode steps by request count and readout (the graph holds the readout's k and column count):
@@ -158,6 +165,8 @@ CudaInferenceModelImpl<X>::CudaInferenceModelImpl(const CheckpointModel& checkpo
   ints_ = cuda::DeviceArray<int32_t>(alloc, 4 * rows + size_t(slots));
   top_tokens_ = cuda::DeviceArray<int32_t>(alloc, size_t(slots) * kMaxAppendTopK);
   top_logits_ = cuda::DeviceArray<float>(alloc, size_t(slots) * kMaxAppendTopK);
+  draws_ = cuda::DeviceArray<cuda::RowDraw>(alloc, size_t(slots));
+  host_draws_.grow(size_t(slots));
 }
 
 template <typename X>
@@ -268,6 +277,23 @@ void CudaInferenceModelImpl<X>::append_top_k(std::span<const AppendRequest> requ
   for (int i = 0; i < outputs; ++i) order_top_k(tokens + size_t(i) * k, logits + size_t(i) * k, k);
 }
 
+// The draw on the device (sample_rows), each request's draw staged for it before its pass runs.
+template <typename X>
+void CudaInferenceModelImpl<X>::append_sample(std::span<const AppendRequest> requests, int choices,
+                                              std::span<const SoftmaxDraw> draws, int32_t* tokens, float* logits) {
+  if (tp_) return InferenceModel::append_sample(requests, choices, draws, tokens, logits);
+  check_choices(choices, int(config().vocab_size));
+  check_draws(draws, requests.size());
+  const int outputs = run_passes(requests, {1, choices, true, logits != nullptr}, draws);
+  if (outputs == 0) return;
+  MEG_CUDA_CHECK(
+      cudaMemcpyAsync(tokens, top_tokens_.get(), size_t(outputs) * sizeof(int32_t), cudaMemcpyDeviceToHost, stream()));
+  if (logits)
+    MEG_CUDA_CHECK(cudaMemcpyAsync(logits, logits_f32_.get(), size_t(outputs) * size_t(net_.dims().V) * sizeof(float),
+                                   cudaMemcpyDeviceToHost, stream()));
+  finish(requests);
+}
+
 // Waits for the device (the copy out queued last) and counts the requests' tokens in.
 template <typename X>
 void CudaInferenceModelImpl<X>::finish(std::span<const AppendRequest> requests) {
@@ -275,12 +301,19 @@ void CudaInferenceModelImpl<X>::finish(std::span<const AppendRequest> requests) 
   for (const auto& r : requests) lengths_[size_t(r.slot)] += int(r.tokens.size());
 }
 
-// Checks REQUESTS and queues their passes, each reading off its output rows as READOUT says; the
-// outputs (one a request, in request order; 0 for no requests).
+// Checks REQUESTS and queues their passes, each reading off its output rows as READOUT says (with
+// DRAWS, a request's, for a readout that draws); the outputs (one a request, in request order; 0
+// for no requests).
 template <typename X>
-int CudaInferenceModelImpl<X>::run_passes(std::span<const AppendRequest> requests, Readout readout) {
+int CudaInferenceModelImpl<X>::run_passes(std::span<const AppendRequest> requests, Readout readout,
+                                          std::span<const SoftmaxDraw> draws) {
   check_append(requests, lengths_, max_length_, int(config().vocab_size));
   if (requests.empty()) return 0;
+  if (readout.draw) {  // host_draws_ is free: the last call ended waiting for the device
+    for (size_t i = 0; i < draws.size(); ++i) host_draws_.get()[i] = {draws[i].temperature, draws[i].top_p, draws[i].u};
+    MEG_CUDA_CHECK(cudaMemcpyAsync(draws_.get(), host_draws_.get(), draws.size() * sizeof(cuda::RowDraw),
+                                   cudaMemcpyHostToDevice, stream()));
+  }
   const auto passes = plan(requests);
   size_t tokens = 0;
   for (const auto& r : requests) tokens += r.tokens.size();
@@ -380,10 +413,14 @@ void CudaInferenceModelImpl<X>::forward(const Pass& pass, Readout readout) {
     h = rows_.get();
   }
   net_.logits(logits_.get(), h, pass.outputs);
-  if (readout.k == 1)
+  if (readout.draw) {
+    cuda::sample_rows(top_tokens_.get() + pass.first_output, logits_.get(), draws_.get() + pass.first_output,
+                      pass.outputs, readout.choices, d.Vp, s);
+    if (!readout.logits) return;
+  } else if (readout.k == 1) {
     return cuda::argmax_rows(top_tokens_.get() + pass.first_output, logits_.get(), pass.outputs, readout.choices, d.Vp,
                              s);
-  if (readout.k > 1) {
+  } else if (readout.k > 1) {
     const size_t first = size_t(pass.first_output) * readout.k;
     return cuda::top_k_rows(top_tokens_.get() + first, top_logits_.get() + first, logits_.get(), pass.outputs,
                             readout.choices, d.Vp, readout.k, s);

@@ -33,6 +33,7 @@ void PinnedArray<T>::grow(size_t n) {
 
 template class PinnedArray<int32_t>;
 template class PinnedArray<float>;
+template class PinnedArray<cuda::RowDraw>;
 
 namespace {
 

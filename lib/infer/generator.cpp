@@ -2,6 +2,7 @@
 #include "infer/generator.hpp"
 
 #include <algorithm>
+#include <span>
 
 #include "core/error.hpp"
 #include "core/parallel.hpp"
@@ -17,6 +18,33 @@ const char* finish_reason_name(FinishReason reason) {
   }
   return "?";
 }
+
+namespace {
+
+// What the model hands over after a step, for rows that choose among CHOICES tokens as ROWS say.
+enum class Handover {
+  argmax,            // every row greedy without a penalty: its argmax (append_greedy)
+  draws,             // every row that or a draw from the softmax of all its logits: its token (append_sample)
+  draws_and_logits,  // some rows that draw so, some that need all the logits: both (append_sample)
+  top_k,             // every row greedy or top-k (k <= kMaxAppendTopK), no penalty: the K largest (append_top_k)
+  logits,            // otherwise: all the logits (append)
+};
+
+Handover handover(std::span<const SamplingParams* const> rows, int choices) {
+  bool argmax = true, all_drawn = true, any_drawn = false, few = true;
+  for (const SamplingParams* p : rows) {
+    if (p->argmax_of_logits()) continue;
+    argmax = false;
+    all_drawn = all_drawn && p->softmax_of_logits(choices);
+    any_drawn = any_drawn || p->softmax_of_logits(choices);
+    few = few && p->top_k_of_logits(choices) && p->top_k <= kMaxAppendTopK;
+  }
+  if (argmax) return Handover::argmax;
+  if (any_drawn) return all_drawn ? Handover::draws : Handover::draws_and_logits;
+  return few ? Handover::top_k : Handover::logits;
+}
+
+}  // namespace
 
 // A request in a slot.
 struct Generator::Sequence {
@@ -117,6 +145,8 @@ GenerationStats Generator::run(RequestSource& source, CompletionSink& sink) {
   std::vector<AppendRequest> appends;
   std::vector<int32_t> last_token(static_cast<size_t>(slots)), chosen(static_cast<size_t>(slots)), top_tokens;
   std::vector<float> top_logits;
+  std::vector<SoftmaxDraw> draws;
+  std::vector<const SamplingParams*> rows;
   const std::span<float> logits = model_.logits_buffer();
   GenerationStats stats;
   size_t active = 0;
@@ -142,52 +172,66 @@ GenerationStats Generator::run(RequestSource& source, CompletionSink& sink) {
                                         : std::span<const int32_t>(s.request.prompt)});
       s.prefilled = true;
     }
-    // The model hands over no more of the logits than the rows' choices need: when every row's is
-    // the largest logit, only that; when every row's is that or a top-k draw, the K largest (K the
-    // rows' largest top_k); otherwise all of them. Each row's token is then chosen on its own (a
-    // sampler a slot, the draw from the request's own numbers), the rows in parallel, and the
+    // The model hands over no more of the logits than the rows' choices need (handover()). A row
+    // that draws from the softmax of all the logits always takes the model's draw, so that it is
+    // drawn alike whatever shares its step; the other rows' tokens are chosen here, each on its own
+    // (a sampler a slot, the draw from the request's own numbers), the rows in parallel, and the
     // sequences take them in order.
     const int choices = tokenizer_.vocab_size();
     int top_k = 1;
-    bool argmax = true, few = true;
+    rows.clear();
     for (const AppendRequest& a : appends) {
-      const SamplingParams& p = running[size_t(a.slot)]->request.sampling;
-      argmax = argmax && p.argmax_of_logits();
-      if (p.argmax_of_logits()) continue;
-      few = few && p.top_k_of_logits(choices) && p.top_k <= kMaxAppendTopK;
-      top_k = std::max(top_k, p.top_k);
+      rows.push_back(&running[size_t(a.slot)]->request.sampling);
+      top_k = std::max(top_k, rows.back()->top_k);
     }
-    if (argmax) {
+    const Handover h = handover(rows, choices);
+    const auto uniform = [&](const Sequence& s) {
+      const SamplingParams& p = s.request.sampling;
+      return p.greedy() ? 0.0 : sampling_uniform(p.seed, s.id, s.completion.ids.size());
+    };
+    const auto drawn = [&](const SamplingParams& p) {
+      return p.softmax_of_logits(choices) || (h == Handover::draws && p.argmax_of_logits());
+    };
+    if (h == Handover::argmax) {
       model_.append_greedy(appends, choices, chosen.data());
-      for (size_t k = 0; k < appends.size(); ++k) last_token[size_t(appends[k].slot)] = chosen[k];
-    } else {
-      if (few) {
-        top_tokens.resize(appends.size() * size_t(top_k));
-        top_logits.resize(appends.size() * size_t(top_k));
-        model_.append_top_k(appends, choices, top_k, top_tokens.data(), top_logits.data());
-      } else {
-        model_.append(appends, logits.data());
+    } else if (h == Handover::draws || h == Handover::draws_and_logits) {
+      draws.clear();
+      for (const AppendRequest& a : appends) {
+        const Sequence& s = *running[size_t(a.slot)];
+        const SamplingParams& p = s.request.sampling;
+        draws.push_back(drawn(p) ? SoftmaxDraw{p.temperature, p.top_p, uniform(s)} : SoftmaxDraw{0, 1, 0});
       }
-      parallel_for(appends.size(), 1, [&](size_t begin, size_t end) {
-        for (size_t k = begin; k < end; ++k) {
-          const int i = appends[k].slot;
-          const Sequence& s = *running[size_t(i)];
-          const SamplingParams& p = s.request.sampling;
-          const double u = p.greedy() ? 0.0 : sampling_uniform(p.seed, s.id, s.completion.ids.size());
-          Sampler& sampler = samplers_[size_t(i)];
-          if (!few) {
-            last_token[size_t(i)] = sampler.sample(logits.data() + k * V, s.history, p, u);
-            continue;
-          }
-          const size_t K = size_t(top_k);
-          const std::span<const int32_t> tokens(top_tokens.data() + k * K, K);
-          if (p.argmax_of_logits())  // its first candidate (none: every logit NaN, token 0)
-            last_token[size_t(i)] = std::max(tokens[0], 0);
-          else
-            last_token[size_t(i)] = sampler.sample_top_k(tokens, {top_logits.data() + k * K, K}, p, u);
-        }
-      });
+      model_.append_sample(appends, choices, draws, chosen.data(), h == Handover::draws ? nullptr : logits.data());
+    } else if (h == Handover::top_k) {
+      top_tokens.resize(appends.size() * size_t(top_k));
+      top_logits.resize(appends.size() * size_t(top_k));
+      model_.append_top_k(appends, choices, top_k, top_tokens.data(), top_logits.data());
+    } else {
+      model_.append(appends, logits.data());
     }
+    parallel_for(appends.size(), 1, [&](size_t begin, size_t end) {
+      for (size_t k = begin; k < end; ++k) {
+        const int i = appends[k].slot;
+        const Sequence& s = *running[size_t(i)];
+        const SamplingParams& p = s.request.sampling;
+        if (h == Handover::argmax || ((h == Handover::draws || h == Handover::draws_and_logits) && drawn(p))) {
+          last_token[size_t(i)] = chosen[k];
+          continue;
+        }
+        const double u = uniform(s);
+        Sampler& sampler = samplers_[size_t(i)];
+        if (h != Handover::top_k) {
+          last_token[size_t(i)] = sampler.sample(logits.data() + k * V, s.history, p, u);
+          continue;
+        }
+        const size_t K = size_t(top_k);
+        const std::span<const int32_t> tokens(top_tokens.data() + k * K, K);
+        if (p.argmax_of_logits())  // its first candidate (none: every logit NaN, token 0)
+          last_token[size_t(i)] = std::max(tokens[0], 0);
+        else
+          last_token[size_t(i)] = sampler.sample_top_k(tokens, {top_logits.data() + k * K, K}, p, u);
+      }
+    });
     for (const AppendRequest& a : appends) {
       const int i = a.slot;
       ++stats.generated_tokens;

@@ -12,6 +12,7 @@
 
 #include "core/device.hpp"
 #include "core/error.hpp"
+#include "core/parallel.hpp"
 #include "infer/cpu_inference_model.hpp"
 #include "infer/sampler.hpp"
 #include "model/tensor_parallel.hpp"
@@ -57,6 +58,33 @@ void InferenceModel::append_top_k(std::span<const AppendRequest> requests, int c
       logits[i * size_t(k) + j] = j < n ? row[ids[j]] : 0.0f;
     }
   }
+}
+
+void InferenceModel::append_sample(std::span<const AppendRequest> requests, int choices,
+                                   std::span<const SoftmaxDraw> draws, int32_t* tokens, float* logits) {
+  check_choices(choices, int(config().vocab_size));
+  check_draws(draws, requests.size());
+  if (!logits) logits = logits_buffer().data();
+  append(requests, logits);
+  const size_t V = size_t(config().vocab_size);
+  parallel_for(requests.size(), 1, [&](size_t begin, size_t end) {
+    Sampler sampler(choices);
+    for (size_t i = begin; i < end; ++i) {
+      SamplingParams p;
+      p.temperature = draws[i].temperature;
+      p.top_p = draws[i].top_p;
+      tokens[i] = sampler.sample(logits + i * V, {}, p, draws[i].u);
+    }
+  });
+}
+
+void check_draws(std::span<const SoftmaxDraw> draws, size_t requests) {
+  if (draws.size() != requests)
+    throw std::invalid_argument(fmt::format("inference model: {} draws for {} requests", draws.size(), requests));
+  for (const SoftmaxDraw& d : draws)
+    if (!(d.temperature >= 0 && std::isfinite(d.temperature) && d.top_p > 0 && d.top_p <= 1 && d.u >= 0 && d.u < 1))
+      throw std::invalid_argument(fmt::format("inference model: a draw at temperature {}, top-p {}, u {}",
+                                              d.temperature, d.top_p, d.u));
 }
 
 void check_top_k(int choices, int k, int V) {

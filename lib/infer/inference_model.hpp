@@ -36,6 +36,12 @@ struct AppendRequest {
   std::span<const int32_t> tokens;
 };
 
+// One request's draw for InferenceModel::append_sample(): TEMPERATURE 0 (greedy) or above, TOP_P
+// in (0, 1] (1: off), U the uniform number in [0, 1) (sampling_uniform's, infer/sampler.hpp).
+struct SoftmaxDraw {
+  double temperature = 1, top_p = 1, u = 0;
+};
+
 class InferenceModel {
  public:
   virtual ~InferenceModel() = default;
@@ -69,6 +75,18 @@ class InferenceModel {
   virtual void append_top_k(std::span<const AppendRequest> requests, int choices, int k, int32_t* tokens,
                             float* logits);
 
+  // As append(), but writes request i's token drawn as DRAWS[i] says among tokens [0, CHOICES) to
+  // TOKENS[i]: the sampler's choice (Sampler::sample) at that temperature and top-p, with top-k off
+  // and no penalty; and with LOGITS (else null), the logits too, as append() writes them, for the
+  // rows whose choice needs them (a batch of mixed choices), so that a row is drawn alike whatever
+  // shares its call. This default draws on the host from append()'s logits. The CUDA model draws
+  // on the device (sample_rows, ops/cuda/ops.hpp) and without LOGITS copies back only the tokens;
+  // its sums are exact integers where the host's are doubles, so its draw may fall the other way
+  // where u is within rounding of a boundary between two tokens. One draw a request; CHOICES as
+  // append_greedy's.
+  virtual void append_sample(std::span<const AppendRequest> requests, int choices, std::span<const SoftmaxDraw> draws,
+                             int32_t* tokens, float* logits);
+
   // A host array of slots() * vocab_size floats that the model owns, the best place for append()'s
   // LOGITS: the CUDA model's is page-locked, so the logits come out at the bus's full rate, where
   // a pageable array's copy goes through the driver's staging at a fraction of it (at batch 32
@@ -91,6 +109,9 @@ int checked_slot(int slot, int slots);
 void check_append(std::span<const AppendRequest> requests, std::span<const int> lengths, int max_length, int V);
 // std::invalid_argument unless CHOICES (append_greedy's) is in [1, V].
 void check_choices(int choices, int V);
+
+// std::invalid_argument unless there are REQUESTS draws (append_sample's), each in its range.
+void check_draws(std::span<const SoftmaxDraw> draws, size_t requests);
 
 // The most candidates append_top_k() gives a row.
 constexpr int kMaxAppendTopK = 256;

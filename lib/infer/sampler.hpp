@@ -54,6 +54,11 @@ struct SamplingParams {
   bool top_k_of_logits(int vocab_size) const {
     return !greedy() && repetition_penalty == 1 && top_k > 0 && top_k < vocab_size;
   }
+  // Whether the choice is a draw from the softmax of all VOCAB_SIZE raw logits, at most kept to a
+  // nucleus (sampling without top-k or a penalty: InferenceModel::append_sample).
+  bool softmax_of_logits(int vocab_size) const {
+    return !greedy() && repetition_penalty == 1 && (top_k == 0 || top_k >= vocab_size);
+  }
 };
 
 // The uniform number in [0, 1) of STEP of STREAM under SEED: 53 bits of

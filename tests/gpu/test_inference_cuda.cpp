@@ -7,11 +7,12 @@
 //     replayed after) is checked too, and contexts past 64 keys, so that the key splits of the
 //     cached attention and their merge are; once more with passes of 16 rows, which cut a long
 //     prompt into pieces that attend through the cache;
-//   - append_greedy and append_top_k: a twin model given the same calls returns, for every
-//     request, the host sampler's greedy choice, or the 7 largest logits in order, from the first
-//     model's logits (over the whole vocabulary, and on some calls over its first half), on the
-//     graph path too; argmax_rows and top_k_rows, the kernels behind them, on rows of ties, NaN,
-//     zeros of both signs and infinities;
+//   - append_greedy, append_top_k and append_sample: a twin model given the same calls returns, for
+//     every request, the host sampler's greedy choice, the 7 largest logits in order, or the token
+//     whose share of the softmax (or of its nucleus) holds u, from the first model's logits (over
+//     the whole vocabulary, and on some calls over its first half), on the graph path too;
+//     argmax_rows, top_k_rows and sample_rows, the kernels behind them, on rows of ties, NaN, zeros
+//     of both signs and infinities;
 //   - the scorer: log p(target) and the greedy flag of every scored position of a padded batch,
 //     against a log-softmax in double over the reference's logits; unscored positions untouched.
 //
@@ -30,12 +31,15 @@
 #include <functional>
 #include <random>
 #include <span>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "core/error.hpp"
 #include "eval/scorer.hpp"
+#include "data/tokenizer.hpp"
 #include "infer/cuda_inference_model.hpp"
+#include "infer/generator.hpp"
 #include "infer/inference_model.hpp"
 #include "infer/sampler.hpp"
 #include "ops/cuda/check.hpp"
@@ -105,6 +109,58 @@ std::vector<int32_t> largest_first(const float* row, int choices) {
     if (!std::isnan(row[t])) ids.push_back(t);
   std::stable_sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) { return row[a] > row[b]; });
   return ids;
+}
+
+// The draw sample_rows makes from ROW [0, V) at temperature T > 0 and TOP_P, in long double: the
+// exact sums its integer ones stand for. ONLY: the choice when it does not depend on u (a row of
+// NaN, an infinite largest logit), else -1. Otherwise the nucleus, its running sums by column
+// (before[j]: of the nucleus's columns before j; p[j]: j's share, 0 outside), their total S, and
+// MARGIN: how close, relative to the row's total, a running sum in order (the largest first, equal
+// logits by column) comes to top_p of the total, which the device's roundings may put on the
+// other side where it is small.
+struct ExactDraw {
+  int only = -1;
+  std::vector<long double> before, p;
+  long double S = 0;
+  double margin = 1;
+
+  ExactDraw(const float* row, int V, double T, double top_p) : before(size_t(V)), p(size_t(V)) {
+    const std::vector<int32_t> order = largest_first(row, V);
+    if (order.empty() || !std::isfinite(row[order[0]])) {
+      only = order.empty() ? 0 : order[0];
+      return;
+    }
+    const long double max = row[order[0]];
+    long double total = 0;
+    std::vector<long double> e(size_t(V), 0.0L);
+    for (const int32_t j : order) total += e[size_t(j)] = std::exp((row[j] - max) / T);
+    const long double target = top_p * total;
+    long double running = 0;
+    for (const int32_t j : order) {
+      if (top_p < 1 && running >= target) break;
+      running += p[size_t(j)] = e[size_t(j)];
+      margin = std::min(margin, double(std::abs(running - target) / total));
+    }
+    for (int j = 0; j < V; ++j) {
+      before[size_t(j)] = S;
+      S += p[size_t(j)];
+    }
+  }
+  // The u at the middle of token J's share.
+  double middle(int j) const { return double((before[size_t(j)] + p[size_t(j)] / 2) / S); }
+  // Whether the device may draw J at U: J in the nucleus and U within SLACK of J's share.
+  bool allows(int j, double u, double slack) const {
+    if (only >= 0) return j == only;
+    if (j < 0 || j >= int(p.size()) || p[size_t(j)] == 0) return false;
+    const long double r = u * S;
+    return r >= before[size_t(j)] - slack * S && r <= before[size_t(j)] + p[size_t(j)] + slack * S;
+  }
+};
+
+// TOP_P for row I of LOGITS [*, V] over its first CHOICES, or 1 where the nucleus of TOP_P is
+// within 1e-5 of another (ExactDraw::margin): the draw is then certain.
+double exact_top_p(const std::vector<float>& logits, size_t i, int V, int choices, double top_p) {
+  return top_p < 1 && ExactDraw(logits.data() + i * size_t(V), choices, 1.0, top_p).margin < 1e-5 ? 1.0 : top_p;
 }
 
 // Checks one row of logits against the reference; counts rows and greedy agreements.
@@ -179,6 +235,31 @@ void check_inference(const CheckpointModel& ck, Precision precision, double tol,
           CHECK(top_tokens[i * K + j] == want[j]);
           CHECK(top_logits[i * K + j] == row[want[j]]);
         }
+      }
+    } else if (calls_made % 3 == 2) {
+      // Each request's draw at temperature 1 (top-p 0.9 on some calls), u at the middle of the
+      // share of the nucleus's token of median share among those above 1e-3.
+      const double top_p = calls_made % 2 ? 0.9 : 1.0;
+      std::vector<SoftmaxDraw> draws;
+      std::vector<int32_t> want;
+      for (size_t i = 0; i < calls.size(); ++i) {
+        const ExactDraw exact(logits.data() + i * size_t(V), choices, 1.0, exact_top_p(logits, i, V, choices, top_p));
+        std::vector<int32_t> kept;
+        for (int j = 0; j < choices; ++j)
+          if (exact.only < 0 && exact.p[size_t(j)] / exact.S > 1e-3) kept.push_back(j);
+        std::sort(kept.begin(), kept.end(), [&](int a, int b) { return exact.p[size_t(a)] > exact.p[size_t(b)]; });
+        want.push_back(kept.empty() ? exact.only : kept[kept.size() / 2]);
+        draws.push_back({1.0, exact_top_p(logits, i, V, choices, top_p), kept.empty() ? 0.5 : exact.middle(want.back())});
+      }
+      // On some calls the logits too, which must be the first model's.
+      std::vector<float> also(calls_made % 4 == 2 ? logits.size() : 0, NAN);
+      twin->append_sample(reqs, choices, draws, tokens.data(), also.empty() ? nullptr : also.data());
+      for (size_t i = 0; i < calls.size(); ++i) {
+        INFO("request " << i << " of call " << calls_made << ", " << choices << " choices, top-p " << draws[i].top_p);
+        CHECK(tokens[i] == want[i]);
+        if (!also.empty())
+          CHECK(std::equal(also.begin() + ptrdiff_t(i * V), also.begin() + ptrdiff_t((i + 1) * V),
+                           logits.begin() + ptrdiff_t(i * V)));
       }
     } else {
       twin->append_greedy(reqs, choices, tokens.data());
@@ -410,6 +491,116 @@ void check_top_k_rows() {
   cudaFree(values);
 }
 
+// sample_rows against ExactDraw, on rows in X (the host's copies rounded alike): rows of V = 37
+// (padded to 40, the padding the largest of all) of whole numbers in [-4, 4] (ties everywhere,
+// the nucleus's last logit among them), zeros of both signs, NaN and -inf, a row of NaN, rows
+// whose largest is +inf or -inf; and rows of GPT-2's 50257 columns, normal with spread 2 (in bf16,
+// ties again). For each row, temperature (0.5, 1, 2; 0: the argmax) and top-p (1, 0.9, 0.3): u at
+// the middle of up to 12 of the nucleus's largest shares must draw that token, and 8 u's at random
+// (0 among them) a token of the nucleus whose share holds u, within 1e-6. Cases whose nucleus is
+// within 1e-6 of taking one token more or fewer are left out (ExactDraw::margin): the device's
+// sums are within about 1e-7 (its exponentials' rounding). The draws run all together (a block a
+// row), 20 at a time (clusters of 4 blocks a row on 132 multiprocessors) and one at a time
+// (clusters of 8).
+template <typename X>
+void check_sample_rows() {
+  struct Case {
+    int row;
+    cuda::RowDraw draw;
+    int want;  // -1: any token ExactDraw allows
+  };
+  for (const auto& [V, Vp] : {std::pair{37, 40}, std::pair{50257, 50304}}) {
+    INFO("V " << V);
+    std::mt19937 rng(static_cast<uint32_t>(V));
+    std::vector<float> rows;
+    const auto add_row = [&](const std::function<float(int)>& value) {
+      for (int j = 0; j < Vp; ++j) rows.push_back(j < V ? float(X(value(j))) : 1e4f);
+    };
+    std::uniform_int_distribution<int> whole(-4, 4);
+    std::normal_distribution<float> normal(0.0f, 2.0f);
+    if (V < 100) {
+      add_row([&](int) { return float(whole(rng)); });
+      add_row([&](int j) { return j == 3 ? -0.0f : j == 8 ? 0.0f : j == 20 ? NAN : j == 31 ? -INFINITY : float(whole(rng)); });
+      add_row([&](int j) { return j % 4 == 0 ? float(j % 3) : NAN; });
+      add_row([&](int) { return NAN; });
+      add_row([&](int j) { return j == 11 || j == 29 ? INFINITY : j == 2 ? NAN : float(whole(rng)); });
+      add_row([&](int j) { return j == 5 ? NAN : -INFINITY; });
+    } else {
+      for (int r = 0; r < 2; ++r) add_row([&](int) { return normal(rng); });
+    }
+    const int base_rows = int(rows.size()) / Vp;
+    std::vector<Case> cases;
+    int left_out = 0;
+    std::uniform_real_distribution<double> uniform(0.0, 1.0);
+    for (int r = 0; r < base_rows; ++r) {
+      const float* row = rows.data() + size_t(r) * Vp;
+      cases.push_back({r, {0.0, 1.0, 0.5}, Sampler(V).sample(row, {}, SamplingParams{}, 0)});
+      for (const double T : {0.5, 1.0, 2.0})
+        for (const double top_p : {1.0, 0.9, 0.3}) {
+          const ExactDraw exact(row, V, T, top_p);
+          if (exact.only < 0 && top_p < 1 && exact.margin < 1e-6) {
+            ++left_out;
+            continue;
+          }
+          std::vector<int32_t> kept;
+          for (int j = 0; j < V; ++j)
+            if (exact.only < 0 && exact.p[size_t(j)] / exact.S > 1e-3) kept.push_back(j);
+          std::stable_sort(kept.begin(), kept.end(), [&](int a, int b) { return exact.p[size_t(a)] > exact.p[size_t(b)]; });
+          for (size_t k = 0; k < kept.size() && k < 12; ++k) cases.push_back({r, {T, top_p, exact.middle(kept[k])}, kept[k]});
+          for (int k = 0; k < 8; ++k) cases.push_back({r, {T, top_p, k == 0 ? 0.0 : uniform(rng)}, -1});
+        }
+    }
+    CHECK(left_out < 4);
+    const int N = int(cases.size());
+    int sms = 0;
+    MEG_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    REQUIRE(2 * N > sms);  // a block a row when run together
+    std::vector<float> case_rows;
+    std::vector<cuda::RowDraw> draws;
+    for (const Case& c : cases) {
+      case_rows.insert(case_rows.end(), rows.begin() + ptrdiff_t(c.row) * Vp, rows.begin() + ptrdiff_t(c.row + 1) * Vp);
+      draws.push_back(c.draw);
+    }
+    X* logits = upload_as<X>(case_rows);
+    cuda::RowDraw* device_draws = nullptr;
+    int32_t* out = nullptr;
+    MEG_CUDA_CHECK(cudaMalloc(&device_draws, draws.size() * sizeof(cuda::RowDraw)));
+    MEG_CUDA_CHECK(cudaMalloc(&out, size_t(N) * sizeof(int32_t)));
+    MEG_CUDA_CHECK(cudaMemcpy(device_draws, draws.data(), draws.size() * sizeof(cuda::RowDraw), cudaMemcpyHostToDevice));
+    std::vector<int32_t> together(static_cast<size_t>(N)), alone(together), by_20(together);
+    const auto draw_in = [&](int rows, std::vector<int32_t>& got) {
+      for (int i = 0; i < N; i += rows)
+        cuda::sample_rows(out + i, logits + size_t(i) * Vp, device_draws + i, std::min(rows, N - i), V, Vp, nullptr);
+      MEG_CUDA_CHECK(cudaMemcpy(got.data(), out, size_t(N) * sizeof(int32_t), cudaMemcpyDeviceToHost));
+    };
+    draw_in(N, together);
+    draw_in(1, alone);
+    draw_in(20, by_20);
+    cudaFree(logits);
+    cudaFree(device_draws);
+    cudaFree(out);
+    for (int i = 0; i < N; ++i) {
+      const Case& c = cases[size_t(i)];
+      INFO("case " << i << ": row " << c.row << ", temperature " << c.draw.temperature << ", top-p " << c.draw.top_p
+                   << ", u " << c.draw.u);
+      const float* row = rows.data() + size_t(c.row) * Vp;
+      CHECK(together[size_t(i)] == alone[size_t(i)]);
+      CHECK(together[size_t(i)] == by_20[size_t(i)]);
+      if (c.want >= 0) {
+        CHECK(together[size_t(i)] == c.want);
+      } else {
+        const ExactDraw exact(row, V, c.draw.temperature, c.draw.top_p);
+        CHECK(exact.allows(together[size_t(i)], c.draw.u, 1e-6));
+      }
+    }
+  }
+}
+
+TEST_CASE("sample_rows draws from each row's softmax and nucleus", "[gpu][infer]") {
+  check_sample_rows<float>();
+  check_sample_rows<__nv_bfloat16>();
+}
+
 TEST_CASE("top_k_rows gives each row's k largest logits", "[gpu][infer]") {
   check_top_k_rows<float>();
   check_top_k_rows<__nv_bfloat16>();
@@ -430,6 +621,41 @@ TEST_CASE("CUDA inference model in bf16 and fp16 tracks the CPU model", "[gpu][i
   SECTION("llama fp16, head size 64") {
     check_inference(random_checkpoint(test_config(ModelFamily::llama, 256, 4, 2, 256), 9), Precision::fp16, 2e-2);
   }
+}
+
+// On the GPU a request drawn from the softmax of all its logits (sample_rows) is drawn there
+// whatever shares its steps: alone, or beside requests whose choices need all the logits (a
+// repetition penalty) or their top k, its completion is the same.
+TEST_CASE("CUDA generation: a sampled completion does not depend on which requests share its steps", "[gpu][infer]") {
+  const auto tok = load_tokenizer(std::string(MEG_TEST_DATA) + "/megatron/fortunes_spm.model");
+  CheckpointModel ck;
+  ck.config = ModelConfig::preset("tiny-llama");
+  ck.config.set_vocab_from_tokenizer(tok->vocab_size());
+  ck.config.seq_length = 48;
+  ck.config.init_std = 0.2;  // far from uniform
+  ck.config.validate();
+  ck.params.resize(size_t(ck.config.num_parameters()));
+  gpt_init_parameters(ck.config, gpt_parameter_table(ck.config), 5, ck.params.data());
+  std::vector<GenerationRequest> reqs;
+  for (const char* prompt : {"The cat", "Life is a series", "People who take cat naps"}) {
+    GenerationRequest r;
+    tok->encode(prompt, r.prompt);
+    r.max_tokens = 24;
+    r.sampling.seed = 17;
+    r.sampling.temperature = 0.9;
+    reqs.push_back(std::move(r));
+  }
+  reqs[0].sampling.top_p = 0.9;  // drawn on the device
+  reqs[1].sampling.repetition_penalty = 1.3;
+  reqs[2].sampling.top_k = 20;
+  auto model = make_cuda_inference_model(ck, Precision::bf16, 3, 0);
+  const std::vector<Completion> together = generate(*model, *tok, reqs);
+  const std::vector<Completion> alone = generate(*model, *tok, {reqs[0]});
+  CHECK(!together[0].ids.empty());
+  CHECK(alone[0].ids == together[0].ids);
+  reqs.resize(1);
+  reqs[0].sampling.seed = 18;
+  CHECK(generate(*model, *tok, reqs)[0].ids != together[0].ids);  // the draw does depend on the seed
 }
 
 TEST_CASE("CUDA inference model refuses bad sizes and calls before any work", "[gpu][infer]") {

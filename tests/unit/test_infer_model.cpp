@@ -122,26 +122,45 @@ TEST_CASE("inference model: KV-cache decoding equals full recomputation, slots i
   }
 }
 
-TEST_CASE("inference model: append_greedy gives the sampler's greedy choice among the first tokens", "[infer][kvcache]") {
+TEST_CASE("inference model: append_greedy and append_sample give the sampler's choices among the first tokens",
+          "[infer][kvcache]") {
   const ModelConfig c = small_config(ModelFamily::gpt2);
   const std::vector<float> params = init_params(c, 9);
   const int V = int(c.vocab_size);
   const std::vector<int32_t> a = random_tokens(12, V, 4), b = random_tokens(12, V, 5);
+  std::mt19937 rng(12);
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
   for (const int choices : {V, V / 2, 1}) {
     INFO("choices " << choices);
-    // The same calls to two models: the logits from one, the greedy tokens from the other.
+    // The same calls to two models: the logits from one, the chosen tokens from the other, greedy
+    // and drawn in turn (one request sampled, the other greedy or sampled with top-p; on some
+    // calls the logits too, which must be append()'s).
     CpuInferenceModel with_logits(c, params, 2, 0), with_tokens(c, params, 2, 0);
-    Sampler greedy(choices);
+    Sampler sampler(choices);
     std::vector<float> logits(2 * size_t(V));
     size_t done = 0;
-    for (const size_t n : {size_t(5), size_t(1), size_t(1), size_t(3)}) {
+    int call = 0;
+    for (const size_t n : {size_t(5), size_t(1), size_t(1), size_t(3), size_t(2)}) {
       const AppendRequest reqs[] = {{1, std::span(b).subspan(done, n)}, {0, std::span(a).subspan(done, n)}};
+      SoftmaxDraw draws[] = {{0, 1, 0}, {0, 1, 0}};
+      if (call % 2) {
+        draws[0] = {0.7, 1, uniform(rng)};
+        draws[1] = {call % 4 == 1 ? 1.5 : 0.0, 0.8, uniform(rng)};
+      }
       with_logits.append(reqs, logits.data());
       int32_t tokens[2] = {-1, -1};
-      with_tokens.append_greedy(reqs, choices, tokens);
+      std::vector<float> also(2 * size_t(V), NAN);
+      if (call % 2 == 0)
+        with_tokens.append_greedy(reqs, choices, tokens);
+      else
+        with_tokens.append_sample(reqs, choices, draws, tokens, call % 4 == 3 ? also.data() : nullptr);
+      if (call++ % 4 == 3) CHECK(also == logits);
       done += n;
       for (size_t i = 0; i < 2; ++i) {
-        CHECK(tokens[i] == greedy.sample(logits.data() + i * size_t(V), {}, SamplingParams{}, 0));
+        SamplingParams p;
+        p.temperature = draws[i].temperature;
+        p.top_p = draws[i].top_p;
+        CHECK(tokens[i] == sampler.sample(logits.data() + i * size_t(V), {}, p, draws[i].u));
         CHECK(tokens[i] < choices);
       }
       CHECK(with_tokens.length(0) == int(done));
@@ -153,6 +172,18 @@ TEST_CASE("inference model: append_greedy gives the sampler's greedy choice amon
   int32_t token = 0;
   CHECK_THROWS_AS(model.append_greedy({&one, 1}, 0, &token), std::invalid_argument);
   CHECK_THROWS_AS(model.append_greedy({&one, 1}, V + 1, &token), std::invalid_argument);
+  const auto refused = [&](SoftmaxDraw d, int choices = 0) {
+    CHECK_THROWS_AS(model.append_sample({&one, 1}, choices > 0 ? choices : V, {&d, 1}, &token, nullptr),
+                    std::invalid_argument);
+  };
+  refused({-1, 1, 0.5});
+  refused({NAN, 1, 0.5});
+  refused({1, 0, 0.5});
+  refused({1, 1.5, 0.5});
+  refused({1, 1, 1.0});
+  refused({1, 1, -0.1});
+  refused({1, 1, 0.5}, V + 1);
+  CHECK_THROWS_AS(model.append_sample({&one, 1}, V, {}, &token, nullptr), std::invalid_argument);  // no draw for it
   CHECK(model.length(0) == 0);
 }
 

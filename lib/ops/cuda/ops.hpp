@@ -367,4 +367,20 @@ constexpr int kMaxTopK = 256;
 template <typename X>
 void top_k_rows(int32_t* columns, float* values, const X* logits, int N, int V, int Vp, int K, cudaStream_t stream);
 
+// A row's draw (sample_rows): TEMPERATURE 0 (the argmax) or above, TOP_P in (0, 1] (1: off), U in
+// [0, 1).
+struct RowDraw {
+  double temperature = 1, top_p = 1, u = 0;
+};
+
+// out[r] = the token drawn with draws[r] (device memory) from the softmax of logits[r, 0..V) over
+// its temperature, kept to its top_p nucleus: the sampler's choice with top-k off and no penalty
+// (infer/sampler.hpp), which meg-generate makes here through InferenceModel::append_sample. The
+// sums are exact: each probability, relative to the row's largest, is rounded to a multiple of
+// 2^-40 (so a token under 2^-41 of the largest is never drawn), and the nucleus's target (top_p of
+// the total) up to one; so the draw differs from the host's, whose sums are in double, only where
+// u falls within rounding of a boundary between two tokens. V at most 2^23.
+template <typename X>
+void sample_rows(int32_t* out, const X* logits, const RowDraw* draws, int N, int V, int Vp, cudaStream_t stream);
+
 }  // namespace meg::cuda

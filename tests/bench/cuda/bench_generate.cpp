@@ -19,15 +19,16 @@
 //
 // With --sampling, each decode step also chooses the rows' next tokens as meg-generate does after
 // every step: greedy from the device's argmax (InferenceModel::append_greedy: a token a row copied
-// back rather than the logits), top-k 50 from the device's 50 largest logits a row
-// (append_top_k), top-p 0.9 from all of them (both at temperature 1; the draws on the host,
-// infer/sampler.hpp, the rows in parallel), and with "-penalty" (greedy too) a repetition penalty
-// of 1.2 over the slot's tokens, which needs all the logits. The random weights' logits are flatter than a trained model's, so top-p's nucleus is
-// large: that case's worst.
+// back rather than the logits); top-k 50 from the device's 50 largest logits a row (append_top_k,
+// the draws on the host, infer/sampler.hpp, the rows in parallel); top-p 0.9, and temperature
+// alone, drawn on the device (append_sample: a token a row); all three at temperature 1; and with
+// "-penalty" (greedy too) a repetition penalty of 1.2 over the slot's tokens, which needs all the
+// logits on the host. The random weights' logits are flatter than a trained model's, so top-p's
+// nucleus is large: that case's worst.
 //
 // Usage: bench_generate [--precision bf16|fp16|fp32] [--prompt N] [--steps N] [--warmup N]
 //                       [--no-graphs] [--no-small-linear] [--phase prefill|decode] [--batch B] [--layers L]
-//                       [--sampling greedy|top-k|top-p[-penalty]] [--profile] [MODEL ...]
+//                       [--sampling greedy|top-k|top-p|temperature[-penalty]] [--profile] [MODEL ...]
 // --phase and --batch keep to one phase and one batch size; --layers gives the models L layers
 // (timing two depths splits a step into its per-layer time and the rest: embedding, output layer,
 // logits copy); --profile brackets the last decode step of each batch size with
@@ -86,7 +87,7 @@ bool parse_sampling(const std::string& sampling, meg::SamplingParams& p) {
   p.temperature = 1;
   if (kind == "top-k") p.top_k = 50;
   else if (kind == "top-p") p.top_p = 0.9;
-  else return false;
+  else if (kind != "temperature") return false;
   return true;
 }
 
@@ -152,6 +153,9 @@ void bench(const std::string& name, const Options& o) {
     std::vector<meg::Sampler> samplers(static_cast<size_t>(B), meg::Sampler(V));
     std::vector<int32_t> top_tokens(size_t(B) * std::max(o.params.top_k, 1));
     std::vector<float> top_logits(top_tokens.size());
+    // append_sample's draws: a fixed u a row (the draw's cost does not depend on it).
+    std::vector<meg::SoftmaxDraw> draws;
+    for (int s = 0; s < B; ++s) draws.push_back({o.params.temperature, o.params.top_p, (s + 0.5) / B});
     int call = 0;
     const double ms = meg::bench::median(meg::bench::time_calls(stream, o.warmup, o.steps, [&] {
       if (o.sampling.empty())
@@ -161,16 +165,19 @@ void bench(const std::string& name, const Options& o) {
       // the top_k largest logits for top-k draws, else all the logits.
       const bool sampled = !o.sampling.empty(), argmax = sampled && o.params.argmax_of_logits();
       const bool few = sampled && o.params.top_k_of_logits(V) && o.params.top_k <= meg::kMaxAppendTopK;
+      const bool drawn = sampled && o.params.softmax_of_logits(V);
       const size_t K = size_t(o.params.top_k);
       if (profiled) cudaProfilerStart();
       if (argmax)
         model->append_greedy(reqs, V, next.data());
+      else if (drawn)
+        model->append_sample(reqs, V, draws, next.data(), nullptr);
       else if (few)
         model->append_top_k(reqs, V, int(K), top_tokens.data(), top_logits.data());
       else
         model->append(reqs, logits.data());
       if (profiled) cudaProfilerStop();
-      if (!sampled || argmax) return;
+      if (!sampled || argmax || drawn) return;
       // The next tokens, the prompt as each row's history (as the generator's).
       meg::parallel_for(size_t(B), 1, [&](size_t begin, size_t end) {
         for (size_t r = begin; r < end; ++r)
@@ -207,7 +214,7 @@ int main(int argc, char** argv) {
     else if (a == "--sampling" && i + 1 < argc) {
       o.sampling = argv[++i];
       if (!parse_sampling(o.sampling, o.params)) {
-        std::fprintf(stderr, "bench_generate: --sampling %s: not greedy, top-k or top-p (with -penalty)\n", argv[i]);
+        std::fprintf(stderr, "bench_generate: --sampling %s: not greedy, top-k, top-p or temperature (with -penalty)\n", argv[i]);
         return 2;
       }
     } else if (a == "--profile") o.profile = true;
