@@ -405,7 +405,7 @@ __global__ void __launch_bounds__(kRowBlock)
 
 // A logit's probability relative to the row's largest, in units of 2^-kMassBits: exp((f - max) /
 // t) rounded to an integer (0 for NaN, and below 2^-(kMassBits + 1)). In integers, the sums of a
-// row's masses are exact, the same in any order, and below 2^63 for rows of up to 2^23 columns.
+// row's masses are exact, the same in any order, and at most 2^63 for rows of up to 2^23 columns.
 constexpr int kMassBits = 40;
 
 __device__ unsigned long long umax64(unsigned long long a, unsigned long long b) { return a > b ? a : b; }
