@@ -110,6 +110,9 @@ __device__ float key_value(uint32_t k) {
   return __uint_as_float(k & 0x80000000u ? k & 0x7fffffffu : ~k);
 }
 
+__device__ unsigned long long umax64(unsigned long long a, unsigned long long b) { return a > b ? a : b; }
+__device__ unsigned long long umin64(unsigned long long a, unsigned long long b) { return a < b ? a : b; }
+
 constexpr int kRowBlock = 1024;  // threads a block of top_k_kernel and sample_kernel
 constexpr int kRowCluster = 8;   // blocks a row at a decode step's few rows (the portable cluster size)
 constexpr int kDigitBits = 8, kDigits = 1 << kDigitBits;
@@ -184,13 +187,19 @@ __device__ unsigned long long group_sum(unsigned peers, unsigned long long v) {
 template <typename X>
 constexpr int kKeyBytes = sizeof(X) == 4 ? 4 : std::is_same_v<X, bf16> ? 2 : 3;
 
-// The sum of V over the cluster's PARTS blocks (V in this block's shared memory): the remote
-// reads issued together rather than one after another's return.
+// V (in this block's shared memory) of each of the cluster's PARTS blocks, in VALUES (0 past
+// PARTS): the remote reads issued together rather than one after another's return.
+template <typename W>
+__device__ void cluster_values(W* v, int parts, W (&values)[kRowCluster]) {
+#pragma unroll
+  for (int r = 0; r < kRowCluster; ++r) values[r] = r < parts ? *cluster_shared(v, parts, r) : W(0);
+}
+
+// The sum of V over the cluster's PARTS blocks.
 template <typename W>
 __device__ W cluster_total(W* v, int parts) {
   W values[kRowCluster];
-#pragma unroll
-  for (int r = 0; r < kRowCluster; ++r) values[r] = r < parts ? *cluster_shared(v, parts, r) : W(0);
+  cluster_values(v, parts, values);
   W total = 0;
 #pragma unroll
   for (int r = 0; r < kRowCluster; ++r) total += values[r];
@@ -199,9 +208,8 @@ __device__ W cluster_total(W* v, int parts) {
 
 // By the 32 lanes of a warp: the digit where the running sum of TOTALS [kDigits] from the top
 // reaches WANTED (0 if none does: a top-k row with fewer than K values), and in ABOVE, the sum of
-// the digits above it. Each lane adds
-// its 8 digits, a suffix sum over the lanes finds the lane where WANTED is reached, and that lane
-// finds the digit among its own.
+// the digits above it. Each lane adds its 8 digits, a suffix sum over the lanes finds the lane
+// where WANTED is reached, and that lane finds the digit among its own.
 template <typename W>
 __device__ int find_digit(const W* totals, W wanted, W& above) {
   constexpr int kPerLane = kDigits / kWarp;
@@ -305,8 +313,7 @@ __device__ W cluster_scan(W warp_value, W* block_sum, int parts, int part, W* be
   __syncthreads();  // every thread has read warp_values before another scan writes them
   cluster_barrier(parts);
   W sums[kRowCluster];
-#pragma unroll
-  for (int r = 0; r < kRowCluster; ++r) sums[r] = r < parts ? *cluster_shared(block_sum, parts, r) : W(0);
+  cluster_values(block_sum, parts, sums);
   W total = 0;
 #pragma unroll
   for (int r = 0; r < kRowCluster; ++r) {
@@ -315,6 +322,14 @@ __device__ W cluster_scan(W warp_value, W* block_sum, int parts, int part, W* be
   }
   if (before) *before = earlier;
   return total;
+}
+
+// The sum of VALUE(j) over the warp's piece of the row, to every lane.
+template <typename W, typename Value>
+__device__ W warp_piece_sum(const RowShare& share, Value value) {
+  W sum = 0;
+  for (int j = share.warp_begin + int(threadIdx.x % kWarp); j < share.warp_end; j += kWarp) sum += value(j);
+  return warp_sum(sum);
 }
 
 // By a warp, over its piece of the row: the first column j where RUNNING plus the sum of VALUE
@@ -343,9 +358,9 @@ __device__ int warp_find(const RowShare& share, W running, W target, W& reached,
 // Top-k: row blockIdx.x / PARTS, by a cluster of PARTS consecutive blocks. The K-th largest key T
 // is found by select_key with weights of 1; every key above T is a candidate, and of the keys
 // equal to T the ones with the lowest columns, as many as are still wanted, ranked in column
-// order (cluster_scan over the warps' pieces, a ballot a step within them). Candidates are written in no particular order (the
-// caller sorts K values); where a row has fewer than K values that are not NaN, the rest of its K
-// are column -1.
+// order (cluster_scan over the warps' pieces, a ballot a step within them). Candidates are
+// written in no particular order (the caller sorts K values); where a row has fewer than K values
+// that are not NaN, the rest of its K are column -1.
 template <typename X>
 __global__ void __launch_bounds__(kRowBlock)
     top_k_kernel(int32_t* columns, float* values, const X* logits, int V, int Vp, int K, int parts, bool staged) {
@@ -407,9 +422,6 @@ __global__ void __launch_bounds__(kRowBlock)
 // t) rounded to an integer (0 for NaN, and below 2^-(kMassBits + 1)). In integers, the sums of a
 // row's masses are exact, the same in any order, and at most 2^63 for rows of up to 2^23 columns.
 constexpr int kMassBits = 40;
-
-__device__ unsigned long long umax64(unsigned long long a, unsigned long long b) { return a > b ? a : b; }
-__device__ unsigned long long umin64(unsigned long long a, unsigned long long b) { return a < b ? a : b; }
 constexpr int kMaxSampleColumns = 1 << 23;
 
 __device__ unsigned long long mass(float f, float largest, float t) {
@@ -456,11 +468,11 @@ __global__ void __launch_bounds__(kRowBlock)
   if (threadIdx.x % kWarp == 0) atomicMax(&block_best, best);
   __syncthreads();
   cluster_barrier(parts);
+  unsigned long long bests[kRowCluster];
+  cluster_values(&block_best, parts, bests);
   best = 0;
 #pragma unroll
-  for (int r = 0; r < kRowCluster; ++r) {
-    if (r < parts) best = umax64(best, *cluster_shared(&block_best, parts, r));
-  }
+  for (int r = 0; r < kRowCluster; ++r) best = umax64(best, bests[r]);
   const float largest = key_value(uint32_t(best >> 32));
   if (best == 0 || draw.temperature == 0 || !isfinite(largest)) {
     if (part == 0 && threadIdx.x == 0) out[row] = best == 0 ? 0 : int32_t(~uint32_t(best));
@@ -491,9 +503,7 @@ __global__ void __launch_bounds__(kRowBlock)
       const float f = value(j);
       return f == f && order_key(f) == threshold ? mass(f, largest, t) : Mass(0);
     };
-    Mass equal = 0;
-    for (int j = share.warp_begin + int(threadIdx.x % kWarp); j < share.warp_end; j += kWarp) equal += equal_mass(j);
-    equal = warp_sum(equal);
+    const Mass equal = warp_piece_sum<Mass>(share, equal_mass);
     Mass before = 0;
     cluster_scan(equal, &block_equal, parts, part, &before);
     if (before < wanted && wanted <= before + equal) {  // the warp where T's masses reach `wanted`
@@ -518,9 +528,7 @@ __global__ void __launch_bounds__(kRowBlock)
 
   // 4. The draw.
   const Mass r = umin64(nucleus - 1, Mass(draw.u * double(nucleus)));
-  Mass kept = 0;
-  for (int j = share.warp_begin + int(threadIdx.x % kWarp); j < share.warp_end; j += kWarp) kept += kept_mass(j);
-  kept = warp_sum(kept);
+  const Mass kept = warp_piece_sum<Mass>(share, kept_mass);
   Mass before = 0;
   cluster_scan(kept, &block_nucleus, parts, part, &before);
   if (before <= r && r < before + kept) {  // the warp where the running sum passes r

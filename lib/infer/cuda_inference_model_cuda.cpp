@@ -95,6 +95,8 @@ class CudaInferenceModelImpl final : public CudaInferenceModel {
   };
 
   int run_passes(std::span<const AppendRequest> requests, Readout readout, std::span<const SoftmaxDraw> draws = {});
+  void copy_tokens(int32_t* tokens, size_t n);
+  void copy_logits(float* logits, int outputs);
   void finish(std::span<const AppendRequest> requests);
   std::vector<std::vector<Piece>> plan(std::span<const AppendRequest> requests) const;
   Pass stage(const std::vector<Piece>& pieces, std::span<const AppendRequest> requests, int first_output,
@@ -242,8 +244,7 @@ template <typename X>
 void CudaInferenceModelImpl<X>::append(std::span<const AppendRequest> requests, float* logits) {
   const int outputs = run_passes(requests, {});
   if (outputs == 0) return;
-  MEG_CUDA_CHECK(cudaMemcpyAsync(logits, logits_f32_.get(), size_t(outputs) * size_t(net_.dims().V) * sizeof(float),
-                                 cudaMemcpyDeviceToHost, stream()));
+  copy_logits(logits, outputs);
   finish(requests);
 }
 
@@ -257,8 +258,7 @@ void CudaInferenceModelImpl<X>::append_greedy(std::span<const AppendRequest> req
   check_choices(choices, int(config().vocab_size));
   const int outputs = run_passes(requests, {1, choices});
   if (outputs == 0) return;
-  MEG_CUDA_CHECK(
-      cudaMemcpyAsync(tokens, top_tokens_.get(), size_t(outputs) * sizeof(int32_t), cudaMemcpyDeviceToHost, stream()));
+  copy_tokens(tokens, size_t(outputs));
   finish(requests);
 }
 
@@ -271,7 +271,7 @@ void CudaInferenceModelImpl<X>::append_top_k(std::span<const AppendRequest> requ
   const int outputs = run_passes(requests, {k, choices});
   if (outputs == 0) return;
   const size_t n = size_t(outputs) * size_t(k);
-  MEG_CUDA_CHECK(cudaMemcpyAsync(tokens, top_tokens_.get(), n * sizeof(int32_t), cudaMemcpyDeviceToHost, stream()));
+  copy_tokens(tokens, n);
   MEG_CUDA_CHECK(cudaMemcpyAsync(logits, top_logits_.get(), n * sizeof(float), cudaMemcpyDeviceToHost, stream()));
   finish(requests);
   for (int i = 0; i < outputs; ++i) order_top_k(tokens + size_t(i) * k, logits + size_t(i) * k, k);
@@ -286,12 +286,22 @@ void CudaInferenceModelImpl<X>::append_sample(std::span<const AppendRequest> req
   check_draws(draws, requests.size());
   const int outputs = run_passes(requests, {1, choices, true, logits != nullptr}, draws);
   if (outputs == 0) return;
-  MEG_CUDA_CHECK(
-      cudaMemcpyAsync(tokens, top_tokens_.get(), size_t(outputs) * sizeof(int32_t), cudaMemcpyDeviceToHost, stream()));
-  if (logits)
-    MEG_CUDA_CHECK(cudaMemcpyAsync(logits, logits_f32_.get(), size_t(outputs) * size_t(net_.dims().V) * sizeof(float),
-                                   cudaMemcpyDeviceToHost, stream()));
+  copy_tokens(tokens, size_t(outputs));
+  if (logits) copy_logits(logits, outputs);
   finish(requests);
+}
+
+// Queues the copy out of the first N of top_tokens_ (the chosen tokens, or top-k's candidates).
+template <typename X>
+void CudaInferenceModelImpl<X>::copy_tokens(int32_t* tokens, size_t n) {
+  MEG_CUDA_CHECK(cudaMemcpyAsync(tokens, top_tokens_.get(), n * sizeof(int32_t), cudaMemcpyDeviceToHost, stream()));
+}
+
+// Queues the copy out of OUTPUTS rows of fp32 logits.
+template <typename X>
+void CudaInferenceModelImpl<X>::copy_logits(float* logits, int outputs) {
+  MEG_CUDA_CHECK(cudaMemcpyAsync(logits, logits_f32_.get(), size_t(outputs) * size_t(net_.dims().V) * sizeof(float),
+                                 cudaMemcpyDeviceToHost, stream()));
 }
 
 // Waits for the device (the copy out queued last) and counts the requests' tokens in.

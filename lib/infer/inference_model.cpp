@@ -103,7 +103,7 @@ void order_top_k(int32_t* tokens, float* logits, int k) {
 
 void check_choices(int choices, int V) {
   if (choices < 1 || choices > V)
-    throw std::invalid_argument(fmt::format("inference model: {} greedy choices for a vocabulary of {}", choices, V));
+    throw std::invalid_argument(fmt::format("inference model: {} choices for a vocabulary of {}", choices, V));
 }
 
 int checked_slot(int slot, int slots) {

@@ -107,7 +107,7 @@ class InferenceModel {
 // outside [0, V).
 int checked_slot(int slot, int slots);
 void check_append(std::span<const AppendRequest> requests, std::span<const int> lengths, int max_length, int V);
-// std::invalid_argument unless CHOICES (append_greedy's) is in [1, V].
+// std::invalid_argument unless CHOICES (append_greedy's and append_sample's) is in [1, V].
 void check_choices(int choices, int V);
 
 // std::invalid_argument unless there are REQUESTS draws (append_sample's), each in its range.
