@@ -7,8 +7,6 @@
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
-#include <tuple>
-#include <utility>
 
 #include "core/device.hpp"
 #include "core/error.hpp"
@@ -19,15 +17,6 @@
 #include "parallel/comm.hpp"
 
 namespace meg {
-
-namespace {
-
-// append_top_k()'s order: the larger logit first, the lower token among equal ones.
-bool larger_first(float a, int32_t token_a, float b, int32_t token_b) {
-  return a > b || (a == b && token_a < token_b);
-}
-
-}  // namespace
 
 void InferenceModel::append_greedy(std::span<const AppendRequest> requests, int choices, int32_t* tokens) {
   check_choices(choices, int(config().vocab_size));
@@ -52,7 +41,7 @@ void InferenceModel::append_top_k(std::span<const AppendRequest> requests, int c
       if (!std::isnan(row[t])) ids.push_back(t);
     const size_t n = std::min(ids.size(), size_t(k));
     std::partial_sort(ids.begin(), ids.begin() + ptrdiff_t(n), ids.end(),
-                      [&](int32_t a, int32_t b) { return larger_first(row[a], a, row[b], b); });
+                      [&](int32_t a, int32_t b) { return Sampler::before({row[a], a}, {row[b], b}); });
     for (size_t j = 0; j < size_t(k); ++j) {
       tokens[i * size_t(k) + j] = j < n ? ids[j] : -1;
       logits[i * size_t(k) + j] = j < n ? row[ids[j]] : 0.0f;
@@ -94,11 +83,13 @@ void check_top_k(int choices, int k, int V) {
 }
 
 void order_top_k(int32_t* tokens, float* logits, int k) {
-  std::vector<std::pair<float, int32_t>> row;
-  for (int j = 0; j < k && tokens[j] >= 0; ++j) row.emplace_back(logits[j], tokens[j]);
-  std::sort(row.begin(), row.end(),
-            [](const auto& a, const auto& b) { return larger_first(a.first, a.second, b.first, b.second); });
-  for (size_t j = 0; j < row.size(); ++j) std::tie(logits[j], tokens[j]) = row[j];
+  std::vector<Sampler::Candidate> row;
+  for (int j = 0; j < k && tokens[j] >= 0; ++j) row.push_back({logits[j], tokens[j]});
+  std::sort(row.begin(), row.end(), Sampler::before);
+  for (size_t j = 0; j < row.size(); ++j) {
+    logits[j] = float(row[j].logit);  // a float's value, exact in double
+    tokens[j] = row[j].id;
+  }
 }
 
 void check_choices(int choices, int V) {

@@ -30,7 +30,6 @@ double sampling_uniform(uint64_t seed, uint64_t stream, uint64_t step) {
 
 namespace {
 
-
 // The token of the first of N candidates at which R falls in the running sum of their
 // probabilities (candidate i: probability PROB(i), token ID(i)). Probabilities of 0 are never
 // drawn; the running sum is the one the caller's total was, so only the rounding of R = u * total

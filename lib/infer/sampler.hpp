@@ -80,12 +80,15 @@ class Sampler {
   int32_t sample_top_k(std::span<const int32_t> tokens, std::span<const float> logits, const SamplingParams& params,
                        double u);
 
- private:
+  // The order of candidates every choice uses (and InferenceModel::append_top_k's rows): the
+  // larger logit first, the lower id among equal ones.
   struct Candidate {
     double logit;
     int32_t id;
   };
   static bool before(const Candidate& a, const Candidate& b);
+
+ private:
   const float* penalise(const float* logits, std::span<const int32_t> history, double penalty);
   Candidate largest(const float* scan) const;
   void select(const float* scan, double temperature, size_t k);

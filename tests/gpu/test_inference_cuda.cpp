@@ -409,6 +409,19 @@ X* upload_as(const std::vector<float>& rows) {
   return device;
 }
 
+// N rows of logits, V real columns padded to Vp, for the row kernels' tests: row r's column j is
+// at(r, j), and pad() sets the padding to 100, larger than every real value, so that a kernel
+// that reads a padding column as a real one fails.
+struct PaddedRows {
+  int N, V, Vp;
+  std::vector<float> values = std::vector<float>(size_t(N) * size_t(Vp));
+  float& at(int r, int j) { return values[size_t(r) * Vp + j]; }
+  void pad() {
+    for (int r = 0; r < N; ++r)
+      for (int j = V; j < Vp; ++j) at(r, j) = 100.0f;
+  }
+};
+
 // Rows of V = 37 columns (padded to 40, the padding the largest of all) on the device in X: each
 // row's argmax_rows is the host sampler's greedy choice. Row 0 ties at its maximum; row 1 is NaN
 // then -inf; row 2 all NaN; row 3 has two +inf and a NaN; row 4 is -inf but one finite value.
@@ -417,19 +430,18 @@ void check_argmax_rows() {
   constexpr int V = 37, Vp = 40, N = 5;
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> u(-4.0f, 4.0f);
-  std::vector<float> rows(size_t(N) * Vp);
-  for (float& x : rows) x = std::round(u(rng));  // whole numbers: ties, and exact in bf16
-  const auto at = [&](int r, int j) -> float& { return rows[size_t(r) * Vp + j]; };
+  PaddedRows rows{N, V, Vp};
+  for (float& x : rows.values) x = std::round(u(rng));  // whole numbers: ties, and exact in bf16
+  const auto at = [&](int r, int j) -> float& { return rows.at(r, j); };
   at(0, 9) = at(0, 30) = 8.0f;
   for (int j = 0; j < V; ++j) at(1, j) = j == 0 ? NAN : -INFINITY;
   for (int j = 0; j < V; ++j) at(2, j) = NAN;
   at(3, 4) = NAN;
   at(3, 21) = at(3, 33) = INFINITY;
   for (int j = 0; j < V; ++j) at(4, j) = j == 17 ? -3.0f : -INFINITY;
-  for (int r = 0; r < N; ++r)
-    for (int j = V; j < Vp; ++j) at(r, j) = 100.0f;
+  rows.pad();
 
-  X* logits = upload_as<X>(rows);
+  X* logits = upload_as<X>(rows.values);
   int32_t* out = nullptr;
   MEG_CUDA_CHECK(cudaMalloc(&out, N * sizeof(int32_t)));
   cuda::argmax_rows(out, logits, N, V, Vp, nullptr);
@@ -456,15 +468,14 @@ void check_top_k_rows() {
   constexpr int V = 37, Vp = 40, N = 4;
   std::mt19937 rng(5);
   std::uniform_int_distribution<int> u(-4, 4);
-  std::vector<float> rows(size_t(N) * Vp);
-  for (float& x : rows) x = float(u(rng));
-  const auto at = [&](int r, int j) -> float& { return rows[size_t(r) * Vp + j]; };
+  PaddedRows rows{N, V, Vp};
+  for (float& x : rows.values) x = float(u(rng));
+  const auto at = [&](int r, int j) -> float& { return rows.at(r, j); };
   at(1, 3) = -0.0f, at(1, 8) = 0.0f, at(1, 20) = NAN, at(1, 30) = INFINITY, at(1, 31) = -INFINITY;
   for (int j = 0; j < V; ++j) at(2, j) = j % 4 == 0 ? float(j % 3) : NAN;  // 10 values, 3 distinct
   for (int j = 0; j < V; ++j) at(3, j) = j == 5 ? NAN : -INFINITY;
-  for (int r = 0; r < N; ++r)
-    for (int j = V; j < Vp; ++j) at(r, j) = 100.0f;
-  X* logits = upload_as<X>(rows);
+  rows.pad();
+  X* logits = upload_as<X>(rows.values);
   int32_t* columns = nullptr;
   float* values = nullptr;
   constexpr int kMaxK = 30;
