@@ -66,8 +66,7 @@ const float* Sampler::penalise(const float* logits, std::span<const int32_t> his
   for (const int32_t t : history) {
     if (marked_[size_t(t)] || std::isnan(logits[t])) continue;  // once per distinct token; NaN stays
     marked_[size_t(t)] = 1;
-    const double l = logits[t];
-    penalised_.push_back({l > 0 ? l / penalty : l * penalty, t});
+    penalised_.push_back({penalised_logit(logits[t], float(penalty)), t});
     masked_[size_t(t)] = std::numeric_limits<float>::quiet_NaN();
   }
   for (const Candidate& c : penalised_) marked_[size_t(c.id)] = 0;

@@ -2,7 +2,9 @@
 //
 // In order, as Hugging Face's generate() applies its logits processors:
 //   1. repetition penalty R (CTRL, Keskar et al. 2019; Hugging Face's): for each DISTINCT token of
-//      the sequence so far (prompt and generated), a logit l > 0 becomes l / R, any other l * R;
+//      the sequence so far (prompt and generated), a logit l > 0 becomes l / R, any other l * R,
+//      in fp32 with R rounded to fp32 (penalised_logit(), as transformers' processor computes it on
+//      fp32 logits, and as a device can reproduce it bit for bit);
 //   2. temperature 0 (the default): greedy, the largest logit, the lowest id among equal ones;
 //   3. otherwise the logits divided by the temperature, then top-k (0 = off): the k largest logits
 //      (exactly k; equal logits ordered by id), then top-p (nucleus, 1 = off): the fewest of the
@@ -60,6 +62,9 @@ struct SamplingParams {
     return !greedy() && repetition_penalty == 1 && (top_k == 0 || top_k >= vocab_size);
   }
 };
+
+// Logit L of a token the repetition penalty R applies to: L / R for L > 0, else L * R, in fp32.
+inline float penalised_logit(float l, float r) { return l > 0 ? l / r : l * r; }
 
 // The uniform number in [0, 1) of STEP of STREAM under SEED: 53 bits of
 // Philox4x32-10(counter = (step mod 2^32, step div 2^32, stream mod 2^32, stream div 2^32),

@@ -81,6 +81,25 @@ TEST_CASE("sampler: the repetition penalty divides positive logits, multiplies n
   CHECK(s.sample(pos.data(), {}, p, 0) == 0);
 }
 
+TEST_CASE("sampler: the repetition penalty is computed in fp32", "[infer][sampler]") {
+  // A penalised logit of 2 / 1.1 in fp32 ties an unpenalised logit of exactly that value, and the
+  // lower id wins; in double the penalised one would be above or below it. The tokens are placed
+  // so that double arithmetic would choose the other one, whichever way it rounds.
+  const float r = 1.1f, tied = 2.0f / r;
+  REQUIRE(2.0 / 1.1 != double(tied));
+  const bool above = 2.0 / 1.1 > double(tied);  // in double, the penalised token would win
+  const int32_t penalised = above ? 1 : 0, other = 1 - penalised;
+  std::vector<float> logits(3, -1.0f);
+  logits[size_t(penalised)] = 2.0f;
+  logits[size_t(other)] = tied;
+  CHECK(penalised_logit(2.0f, r) == tied);
+  Sampler s(3);
+  SamplingParams p;
+  p.repetition_penalty = 1.1;
+  const std::vector<int32_t> history = {penalised};
+  CHECK(s.sample(logits.data(), history, p, 0) == 0);
+}
+
 namespace {
 
 // Draws from logits L whose tokens IDS have probabilities 0.5, 0.3 and 0.2 (every other token
@@ -221,8 +240,11 @@ struct Reference {
                                        const SamplingParams& p) {
     std::vector<double> l(logits.begin(), logits.end());
     std::set<int32_t> distinct(history.begin(), history.end());
-    for (const int32_t t : distinct) l[size_t(t)] = l[size_t(t)] > 0 ? l[size_t(t)] / p.repetition_penalty
-                                                                      : l[size_t(t)] * p.repetition_penalty;
+    const float r = float(p.repetition_penalty);  // in fp32 (sampler.hpp)
+    for (const int32_t t : distinct) {
+      const float x = logits[size_t(t)];
+      l[size_t(t)] = x > 0 ? x / r : x * r;
+    }
     std::vector<Candidate> c;
     for (size_t i = 0; i < l.size(); ++i) c.push_back({p.greedy() ? l[i] : l[i] / p.temperature, int32_t(i)});
     std::sort(c.begin(), c.end(), before);
