@@ -22,6 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <numeric>
+#include <stdexcept>
 #include <vector>
 
 #include "common.cuh"
@@ -38,14 +39,16 @@ constexpr int kPrefetch = 8;  // dout rows loaded ahead of their (in-order) adds
 // One thread per vector of W channels of the output, rows one after the other.
 template <typename X, int W>
 __global__ void embedding_forward_kernel(X* out, const int32_t* tokens, const X* wte, const X* wpe,
-                                         const int32_t* positions, int N, int T, int C, int vocab_begin,
-                                         int vocab_size) {
+                                         const int32_t* positions, TokenLog log, int N, int T, int C,
+                                         int vocab_begin, int vocab_size) {
   using V = Vec<X, W>;
   const int nvec = C / W;
   const size_t total = size_t(N) * nvec;
   const size_t stride = size_t(gridDim.x) * blockDim.x;
   for (size_t idx = size_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < total; idx += stride) {
     const int row = int(idx / nvec), i = int(idx % nvec);
+    if (log.history && i == 0)
+      log.history[size_t(log.slots[row]) * log.max_length + positions[row]] = tokens[row];
     const int token = tokens[row] - vocab_begin;
     V o;
     if (token >= 0 && token < vocab_size) {
@@ -116,10 +119,10 @@ __global__ void embedding_backward_kernel(float* dwte, float* dwpe, const X* dou
 }
 
 template <typename X, int W>
-void launch_forward(X* out, const int32_t* tokens, const X* wte, const X* wpe, const int32_t* positions, int B,
-                    int T, int C, int vocab_begin, int vocab_size, cudaStream_t stream) {
+void launch_forward(X* out, const int32_t* tokens, const X* wte, const X* wpe, const int32_t* positions,
+                    const TokenLog& log, int B, int T, int C, int vocab_begin, int vocab_size, cudaStream_t stream) {
   const unsigned grid = grid_stride_blocks(size_t(B) * T * (C / W), kBlock);
-  embedding_forward_kernel<X, W><<<grid, kBlock, 0, stream>>>(out, tokens, wte, wpe, positions, B * T, T, C,
+  embedding_forward_kernel<X, W><<<grid, kBlock, 0, stream>>>(out, tokens, wte, wpe, positions, log, B * T, T, C,
                                                               vocab_begin, vocab_size);
   MEG_CUDA_CHECK(cudaGetLastError());
 }
@@ -141,13 +144,16 @@ void launch_backward(float* dwte, float* dwpe, const X* dout, const int32_t* uni
 
 template <typename X>
 void embedding_forward(X* out, const int32_t* tokens, const X* wte, const X* wpe, int B, int T,
-                       int C, int vocab_begin, int vocab_size, cudaStream_t stream, const int32_t* positions) {
+                       int C, int vocab_begin, int vocab_size, cudaStream_t stream, const int32_t* positions,
+                       const TokenLog& log) {
   if (B <= 0 || T <= 0 || C <= 0) return;
+  if (log.history && (!positions || !log.slots))
+    throw std::invalid_argument("embedding_forward: a token log needs the rows' positions and slots");
   constexpr int W = kVecWidth<X>;
   if (C % W == 0 && aligned16(out) && aligned16(wte) && aligned16(wpe))
-    launch_forward<X, W>(out, tokens, wte, wpe, positions, B, T, C, vocab_begin, vocab_size, stream);
+    launch_forward<X, W>(out, tokens, wte, wpe, positions, log, B, T, C, vocab_begin, vocab_size, stream);
   else
-    launch_forward<X, 1>(out, tokens, wte, wpe, positions, B, T, C, vocab_begin, vocab_size, stream);
+    launch_forward<X, 1>(out, tokens, wte, wpe, positions, log, B, T, C, vocab_begin, vocab_size, stream);
 }
 
 TokenGroups group_positions_by_token(const int32_t* tokens, int N, int vocab_begin, int vocab_size) {
@@ -189,7 +195,7 @@ void embedding_backward(float* dwte, float* dwpe, const X* dout, const int32_t* 
 
 #define MEG_INSTANTIATE(X)                                                                      \
   template void embedding_forward<X>(X*, const int32_t*, const X*, const X*, int, int, int, int, \
-                                     int, cudaStream_t, const int32_t*);                        \
+                                     int, cudaStream_t, const int32_t*, const TokenLog&);       \
   template void embedding_backward<X>(float*, float*, const X*, const int32_t*, const int32_t*, \
                                       const int32_t*, int, int, int, int, cudaStream_t);
 MEG_INSTANTIATE(float)

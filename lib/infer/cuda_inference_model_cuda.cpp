@@ -50,6 +50,8 @@ class CudaInferenceModelImpl final : public CudaInferenceModel {
   int max_length() const override { return max_length_; }
   int length(int slot) const override { return lengths_[size_t(checked_slot(slot, slots_))]; }
   void reset(int slot) override { lengths_[size_t(checked_slot(slot, slots_))] = 0; }
+  // Tensor-parallel members choose on the host (append_greedy), from logits they do not penalise.
+  bool penalises() const override { return !tp_; }
   void append(std::span<const AppendRequest> requests, float* logits) override;
   void append_greedy(std::span<const AppendRequest> requests, int choices, int32_t* tokens) override;
   void append_top_k(std::span<const AppendRequest> requests, int choices, int k, int32_t* tokens,
@@ -91,6 +93,7 @@ class CudaInferenceModelImpl final : public CudaInferenceModel {
   struct Readout {
     int k = 0, choices = 0;
     bool draw = false, logits = false;
+    bool penalty = false;  // the rows' repetition penalties first (on fp32 copies of the rows)
     auto operator<=>(const Readout&) const = default;
   };
 
@@ -104,6 +107,7 @@ class CudaInferenceModelImpl final : public CudaInferenceModel {
   void run(const Pass& pass, Readout readout);
   cudaGraphExec_t capture(const Pass& pass, Readout readout);
   void forward(const Pass& pass, Readout readout);
+  void choose_penalised(const Pass& pass, Readout readout);
   void gather_logits(float* out, int R);
   X* k_cache(size_t layer) const { return cache_.get() + 2 * layer * layer_elements_; }
   X* v_cache(size_t layer) const { return cache_.get() + (2 * layer + 1) * layer_elements_; }
@@ -120,11 +124,17 @@ class CudaInferenceModelImpl final : public CudaInferenceModel {
   cuda::DeviceArray<float> logits_f32_, shard_f32_, gathered_, lse_, scratch_;
   cuda::DeviceArray<int32_t> ints_;
   // append_greedy()'s and append_sample()'s tokens [slots], append_top_k()'s [slots, k] and their
-  // logits; append_sample()'s draws [slots], staged in host_draws_.
+  // logits; append_sample()'s draws [slots], staged in host_draws_; the requests' repetition
+  // penalties [slots], staged in host_penalties_.
   cuda::DeviceArray<int32_t> top_tokens_;
   cuda::DeviceArray<float> top_logits_;
   cuda::DeviceArray<cuda::RowDraw> draws_;
   PinnedArray<cuda::RowDraw> host_draws_;
+  cuda::DeviceArray<float> penalties_;
+  PinnedArray<float> host_penalties_;
+  // The tokens each slot holds [slots, max_length], logged by every pass's embedding lookup: what
+  // the repetition penalty reads.
+  cuda::DeviceArray<int32_t> history_;
   PinnedArray<int32_t> staging_;
   PinnedArray<float> host_logits_;  // logits_buffer(), allocated when first asked for
   // Decode steps by request count and readout (the graph holds the readout's k and column count):
@@ -169,6 +179,9 @@ CudaInferenceModelImpl<X>::CudaInferenceModelImpl(const CheckpointModel& checkpo
   top_logits_ = cuda::DeviceArray<float>(alloc, size_t(slots) * kMaxAppendTopK);
   draws_ = cuda::DeviceArray<cuda::RowDraw>(alloc, size_t(slots));
   host_draws_.grow(size_t(slots));
+  penalties_ = cuda::DeviceArray<float>(alloc, size_t(slots));
+  host_penalties_.grow(size_t(slots));
+  history_ = cuda::DeviceArray<int32_t>(alloc, size_t(slots) * size_t(max_length_));
 }
 
 template <typename X>
@@ -256,7 +269,8 @@ void CudaInferenceModelImpl<X>::append_greedy(std::span<const AppendRequest> req
                                               int32_t* tokens) {
   if (tp_) return InferenceModel::append_greedy(requests, choices, tokens);
   check_choices(choices, int(config().vocab_size));
-  const int outputs = run_passes(requests, {1, choices});
+  check_penalties(requests, true);
+  const int outputs = run_passes(requests, {1, choices, false, false, any_penalty(requests)});
   if (outputs == 0) return;
   copy_tokens(tokens, size_t(outputs));
   finish(requests);
@@ -268,7 +282,8 @@ void CudaInferenceModelImpl<X>::append_top_k(std::span<const AppendRequest> requ
                                              int32_t* tokens, float* logits) {
   if (tp_) return InferenceModel::append_top_k(requests, choices, k, tokens, logits);
   check_top_k(choices, k, int(config().vocab_size));
-  const int outputs = run_passes(requests, {k, choices});
+  check_penalties(requests, true);
+  const int outputs = run_passes(requests, {k, choices, false, false, any_penalty(requests)});
   if (outputs == 0) return;
   const size_t n = size_t(outputs) * size_t(k);
   copy_tokens(tokens, n);
@@ -284,7 +299,8 @@ void CudaInferenceModelImpl<X>::append_sample(std::span<const AppendRequest> req
   if (tp_) return InferenceModel::append_sample(requests, choices, draws, tokens, logits);
   check_choices(choices, int(config().vocab_size));
   check_draws(draws, requests.size());
-  const int outputs = run_passes(requests, {1, choices, true, logits != nullptr}, draws);
+  check_penalties(requests, true);
+  const int outputs = run_passes(requests, {1, choices, true, logits != nullptr, any_penalty(requests)}, draws);
   if (outputs == 0) return;
   copy_tokens(tokens, size_t(outputs));
   if (logits) copy_logits(logits, outputs);
@@ -322,6 +338,11 @@ int CudaInferenceModelImpl<X>::run_passes(std::span<const AppendRequest> request
   if (readout.draw) {  // host_draws_ is free: the last call ended waiting for the device
     for (size_t i = 0; i < draws.size(); ++i) host_draws_.get()[i] = {draws[i].temperature, draws[i].top_p, draws[i].u};
     MEG_CUDA_CHECK(cudaMemcpyAsync(draws_.get(), host_draws_.get(), draws.size() * sizeof(cuda::RowDraw),
+                                   cudaMemcpyHostToDevice, stream()));
+  }
+  if (readout.penalty) {  // host_penalties_ is free likewise; in fp32, as the host sampler's
+    for (size_t i = 0; i < requests.size(); ++i) host_penalties_.get()[i] = float(requests[i].repetition_penalty);
+    MEG_CUDA_CHECK(cudaMemcpyAsync(penalties_.get(), host_penalties_.get(), requests.size() * sizeof(float),
                                    cudaMemcpyHostToDevice, stream()));
   }
   const auto passes = plan(requests);
@@ -394,7 +415,8 @@ void CudaInferenceModelImpl<X>::forward(const Pass& pass, Readout readout) {
   // The token and position embeddings (GPT-2's), each row's position from positions. Vocabulary-
   // parallel: each member looks up the tokens of its rows (zeros for the others), the sum over the
   // group is the whole lookup; then the (replicated) position embedding, added once.
-  cuda::embedding_forward<X>(x, tokens, net_.wte(), tp_ ? nullptr : net_.wpe(), 1, N, d.C, d.V0, d.Vp, s, positions);
+  cuda::embedding_forward<X>(x, tokens, net_.wte(), tp_ ? nullptr : net_.wpe(), 1, N, d.C, d.V0, d.Vp, s, positions,
+                             cuda::TokenLog{history_.get(), slots, max_length_});
   if (tp_) {
     tp_->all_reduce_sum(x, size_t(N) * d.C, s);
     if (net_.wpe()) {
@@ -423,6 +445,7 @@ void CudaInferenceModelImpl<X>::forward(const Pass& pass, Readout readout) {
     h = rows_.get();
   }
   net_.logits(logits_.get(), h, pass.outputs);
+  if (readout.penalty) return choose_penalised(pass, readout);
   if (readout.draw) {
     cuda::sample_rows(top_tokens_.get() + pass.first_output, logits_.get(), draws_.get() + pass.first_output,
                       pass.outputs, readout.choices, d.Vp, s);
@@ -440,6 +463,28 @@ void CudaInferenceModelImpl<X>::forward(const Pass& pass, Readout readout) {
     gather_logits(out, pass.outputs);
   else
     cuda::logits_to_float(out, logits_.get(), pass.outputs, d.V, d.Vp, s);
+}
+
+// The pass's choices with the requests' repetition penalties: the output rows in fp32 (where the
+// caller of a readout with logits finds them), penalised, then chosen from as forward() chooses
+// from the unpenalised rows. Not for tensor-parallel members (penalises()).
+template <typename X>
+void CudaInferenceModelImpl<X>::choose_penalised(const Pass& pass, Readout readout) {
+  const auto& d = net_.dims();
+  const cudaStream_t s = stream();
+  const int N = pass.N, R = pass.outputs, first = pass.first_output;
+  const int32_t *positions = ints_.get() + N, *slots = positions + N, *last = slots + N + pass.cached;
+  float* rows = logits_f32_.get() + size_t(first) * d.V;
+  cuda::logits_to_float(rows, logits_.get(), R, d.V, d.Vp, s);
+  cuda::penalise_rows(rows, history_.get(), slots, positions, R == N ? nullptr : last, penalties_.get() + first, R,
+                      d.V, max_length_, s);
+  if (readout.draw)
+    cuda::sample_rows(top_tokens_.get() + first, rows, draws_.get() + first, R, readout.choices, d.V, s);
+  else if (readout.k == 1)
+    cuda::argmax_rows(top_tokens_.get() + first, rows, R, readout.choices, d.V, s);
+  else
+    cuda::top_k_rows(top_tokens_.get() + size_t(first) * readout.k, top_logits_.get() + size_t(first) * readout.k,
+                     rows, R, readout.choices, d.V, readout.k, s);
 }
 
 // Every member's vocabulary shard of the logits of R rows in fp32, gathered ([member][R][Vp]), and

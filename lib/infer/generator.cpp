@@ -22,22 +22,24 @@ const char* finish_reason_name(FinishReason reason) {
 namespace {
 
 // What the model hands over after a step, for rows that choose among CHOICES tokens as ROWS say.
+// A penalty counts only where the model applies it (PENALISED: InferenceModel::penalises()); else
+// a penalised row needs all its logits.
 enum class Handover {
-  argmax,            // every row greedy without a penalty: its argmax (append_greedy)
+  argmax,            // every row greedy: its argmax (append_greedy)
   draws,             // every row that or a draw from the softmax of all its logits: its token (append_sample)
   draws_and_logits,  // some rows that draw so, some that need all the logits: both (append_sample)
-  top_k,             // every row greedy or top-k (k <= kMaxAppendTopK), no penalty: the K largest (append_top_k)
+  top_k,             // every row greedy or top-k (k <= kMaxAppendTopK): the K largest (append_top_k)
   logits,            // otherwise: all the logits (append)
 };
 
-Handover handover(std::span<const SamplingParams* const> rows, int choices) {
+Handover handover(std::span<const SamplingParams* const> rows, int choices, bool penalised) {
   bool argmax = true, all_drawn = true, any_drawn = false, few = true;
   for (const SamplingParams* p : rows) {
-    if (p->argmax_of_logits()) continue;
+    if (p->argmax_of_logits(penalised)) continue;
     argmax = false;
-    all_drawn = all_drawn && p->softmax_of_logits(choices);
-    any_drawn = any_drawn || p->softmax_of_logits(choices);
-    few = few && p->top_k_of_logits(choices) && p->top_k <= kMaxAppendTopK;
+    all_drawn = all_drawn && p->softmax_of_logits(choices, penalised);
+    any_drawn = any_drawn || p->softmax_of_logits(choices, penalised);
+    few = few && p->top_k_of_logits(choices, penalised) && p->top_k <= kMaxAppendTopK;
   }
   if (argmax) return Handover::argmax;
   if (any_drawn) return all_drawn ? Handover::draws : Handover::draws_and_logits;
@@ -184,14 +186,23 @@ GenerationStats Generator::run(RequestSource& source, CompletionSink& sink) {
       rows.push_back(&running[size_t(a.slot)]->request.sampling);
       top_k = std::max(top_k, rows.back()->top_k);
     }
-    const Handover h = handover(rows, choices);
+    const bool penalised = model_.penalises();
+    const Handover h = handover(rows, choices, penalised);
     const auto uniform = [&](const Sequence& s) {
       const SamplingParams& p = s.request.sampling;
       return p.greedy() ? 0.0 : sampling_uniform(p.seed, s.id, s.completion.ids.size());
     };
     const auto drawn = [&](const SamplingParams& p) {
-      return p.softmax_of_logits(choices) || (h == Handover::draws && p.argmax_of_logits());
+      return p.softmax_of_logits(choices, penalised) || (h == Handover::draws && p.argmax_of_logits(penalised));
     };
+    // The model applies a row's penalty where it makes the row's choice, or selects its top k; a
+    // row chosen here from all its logits gets them unpenalised, and the sampler applies it.
+    for (AppendRequest& a : appends) {
+      const SamplingParams& p = running[size_t(a.slot)]->request.sampling;
+      const bool there = h == Handover::argmax || h == Handover::top_k ||
+                         ((h == Handover::draws || h == Handover::draws_and_logits) && drawn(p));
+      a.repetition_penalty = penalised && there ? p.repetition_penalty : 1;
+    }
     if (h == Handover::argmax) {
       model_.append_greedy(appends, choices, chosen.data());
     } else if (h == Handover::draws || h == Handover::draws_and_logits) {
@@ -226,7 +237,7 @@ GenerationStats Generator::run(RequestSource& source, CompletionSink& sink) {
         }
         const size_t K = size_t(top_k);
         const std::span<const int32_t> tokens(top_tokens.data() + k * K, K);
-        if (p.argmax_of_logits())  // its first candidate (none: every logit NaN, token 0)
+        if (p.argmax_of_logits(penalised))  // its first candidate (none: every logit NaN, token 0)
           last_token[size_t(i)] = std::max(tokens[0], 0);
         else
           last_token[size_t(i)] = sampler.sample_top_k(tokens, {top_logits.data() + k * K, K}, p, u);

@@ -20,6 +20,7 @@ namespace meg {
 
 void InferenceModel::append_greedy(std::span<const AppendRequest> requests, int choices, int32_t* tokens) {
   check_choices(choices, int(config().vocab_size));
+  check_penalties(requests, penalises());
   const std::span<float> logits = logits_buffer();
   append(requests, logits.data());
   const size_t V = size_t(config().vocab_size);
@@ -30,6 +31,7 @@ void InferenceModel::append_greedy(std::span<const AppendRequest> requests, int 
 void InferenceModel::append_top_k(std::span<const AppendRequest> requests, int choices, int k, int32_t* tokens,
                                   float* logits) {
   check_top_k(choices, k, int(config().vocab_size));
+  check_penalties(requests, penalises());
   const std::span<float> all = logits_buffer();
   append(requests, all.data());
   const size_t V = size_t(config().vocab_size);
@@ -53,6 +55,7 @@ void InferenceModel::append_sample(std::span<const AppendRequest> requests, int 
                                    std::span<const SoftmaxDraw> draws, int32_t* tokens, float* logits) {
   check_choices(choices, int(config().vocab_size));
   check_draws(draws, requests.size());
+  check_penalties(requests, penalises());
   if (!logits) logits = logits_buffer().data();
   append(requests, logits);
   const size_t V = size_t(config().vocab_size);
@@ -65,6 +68,22 @@ void InferenceModel::append_sample(std::span<const AppendRequest> requests, int 
       tokens[i] = sampler.sample(logits + i * V, {}, p, draws[i].u);
     }
   });
+}
+
+void check_penalties(std::span<const AppendRequest> requests, bool penalises) {
+  for (const AppendRequest& r : requests) {
+    if (r.repetition_penalty == 1) continue;
+    if (!penalises)
+      throw std::invalid_argument(fmt::format("inference model: a repetition penalty of {} for slot {}, which this "
+                                              "model does not apply", r.repetition_penalty, r.slot));
+    if (!(r.repetition_penalty > 0) || !std::isfinite(r.repetition_penalty))
+      throw std::invalid_argument(
+          fmt::format("inference model: a repetition penalty of {} for slot {}", r.repetition_penalty, r.slot));
+  }
+}
+
+bool any_penalty(std::span<const AppendRequest> requests) {
+  return std::any_of(requests.begin(), requests.end(), [](const AppendRequest& r) { return r.repetition_penalty != 1; });
 }
 
 void check_draws(std::span<const SoftmaxDraw> draws, size_t requests) {

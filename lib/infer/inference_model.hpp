@@ -30,10 +30,14 @@
 
 namespace meg {
 
-// TOKENS to run after the tokens slot SLOT already holds.
+// TOKENS to run after the tokens slot SLOT already holds. For the calls that choose the next token
+// (append_greedy, append_top_k, append_sample), REPETITION_PENALTY (1: none; else above 0) is the
+// sampler's penalty (infer/sampler.hpp) over the distinct tokens the slot then holds, applied to
+// the logits before the choice, by a model that penalises() only; append() ignores it.
 struct AppendRequest {
   int slot = 0;
   std::span<const int32_t> tokens;
+  double repetition_penalty = 1;
 };
 
 // One request's draw for InferenceModel::append_sample(): TEMPERATURE 0 (greedy) or above, TOP_P
@@ -51,6 +55,10 @@ class InferenceModel {
   virtual int max_length() const = 0;  // tokens a slot holds (prompt and generated)
   virtual int length(int slot) const = 0;  // tokens slot SLOT holds now
   virtual void reset(int slot) = 0;        // empties slot SLOT
+  // Whether the choosing calls take requests' repetition penalties: the CUDA model keeps each
+  // slot's tokens on the device for them; the defaults below, which choose from append()'s logits,
+  // do not know a slot's tokens, and throw std::invalid_argument for a penalty.
+  virtual bool penalises() const { return false; }
 
   // Runs each request's tokens (at least one; each slot at most once per call; each token in
   // [0, vocab_size)) at the positions after its slot's, caching their keys and values, and writes
@@ -109,6 +117,12 @@ int checked_slot(int slot, int slots);
 void check_append(std::span<const AppendRequest> requests, std::span<const int> lengths, int max_length, int V);
 // std::invalid_argument unless CHOICES (append_greedy's and append_sample's) is in [1, V].
 void check_choices(int choices, int V);
+
+// std::invalid_argument unless every request's repetition penalty is 1, or, for a model that
+// PENALISES, above 0 and finite.
+void check_penalties(std::span<const AppendRequest> requests, bool penalises);
+// Whether a request has a repetition penalty (one other than 1).
+bool any_penalty(std::span<const AppendRequest> requests);
 
 // std::invalid_argument unless there are REQUESTS draws (append_sample's), each in its range.
 void check_draws(std::span<const SoftmaxDraw> draws, size_t requests);

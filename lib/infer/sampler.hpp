@@ -48,18 +48,20 @@ struct SamplingParams {
   // top_k >= 0, top_p in (0, 1], repetition_penalty > 0.
   void validate(const std::string& where) const;
   bool greedy() const { return temperature == 0; }
-  // Whether the choice is the largest raw logit (greedy without a penalty), which a model can make
-  // where the logits are (InferenceModel::append_greedy) without handing them over.
-  bool argmax_of_logits() const { return greedy() && repetition_penalty == 1; }
-  // Whether the choice needs only the top_k largest raw logits of VOCAB_SIZE (top-k sampling
-  // without a penalty: Sampler::sample_top_k).
-  bool top_k_of_logits(int vocab_size) const {
-    return !greedy() && repetition_penalty == 1 && top_k > 0 && top_k < vocab_size;
+  // Whether the choice is the largest logit (greedy), which a model can make where the logits are
+  // (InferenceModel::append_greedy) without handing them over: without a penalty, or with one that
+  // the model applies there (PENALISED: InferenceModel::penalises()).
+  bool argmax_of_logits(bool penalised = false) const { return greedy() && (penalised || repetition_penalty == 1); }
+  // Whether the choice needs only the top_k largest logits of VOCAB_SIZE (top-k sampling, without
+  // a penalty or with one the model applies: Sampler::sample_top_k).
+  bool top_k_of_logits(int vocab_size, bool penalised = false) const {
+    return !greedy() && (penalised || repetition_penalty == 1) && top_k > 0 && top_k < vocab_size;
   }
-  // Whether the choice is a draw from the softmax of all VOCAB_SIZE raw logits, at most kept to a
-  // nucleus (sampling without top-k or a penalty: InferenceModel::append_sample).
-  bool softmax_of_logits(int vocab_size) const {
-    return !greedy() && repetition_penalty == 1 && (top_k == 0 || top_k >= vocab_size);
+  // Whether the choice is a draw from the softmax of all VOCAB_SIZE logits, at most kept to a
+  // nucleus (sampling without top-k, and without a penalty or with one the model applies:
+  // InferenceModel::append_sample).
+  bool softmax_of_logits(int vocab_size, bool penalised = false) const {
+    return !greedy() && (penalised || repetition_penalty == 1) && (top_k == 0 || top_k >= vocab_size);
   }
 };
 
@@ -79,8 +81,8 @@ class Sampler {
   // far (for the repetition penalty; ids in [0, vocab_size)) and U the draw (unused when greedy).
   int32_t sample(const float* logits, std::span<const int32_t> history, const SamplingParams& params, double u);
 
-  // The token sample() chooses for PARAMS with top-k on (0 < top_k < vocab_size) and no penalty,
-  // from the logits' top_k largest only: LOGITS and their TOKENS as InferenceModel::append_top_k
+  // The token sample() chooses for PARAMS with top-k on (0 < top_k < vocab_size), from the logits'
+  // top_k largest only, PARAMS's repetition penalty already applied to them (or none): LOGITS and their TOKENS as InferenceModel::append_top_k
   // gives them (the largest first, equal ones by token; token -1 past the last; at least top_k).
   int32_t sample_top_k(std::span<const int32_t> tokens, std::span<const float> logits, const SamplingParams& params,
                        double u);

@@ -184,6 +184,17 @@ TEST_CASE("inference model: append_greedy and append_sample give the sampler's c
   refused({1, 1, -0.1});
   refused({1, 1, 0.5}, V + 1);
   CHECK_THROWS_AS(model.append_sample({&one, 1}, V, {}, &token, nullptr), std::invalid_argument);  // no draw for it
+  // The CPU model does not apply a repetition penalty (penalises(): the generator applies it on the
+  // host), so its choosing calls refuse one.
+  CHECK(!model.penalises());
+  const AppendRequest penalised{0, std::span(a).first(1), 1.2};
+  std::vector<int32_t> top_tokens(2);
+  std::vector<float> top_logits(2);
+  const SoftmaxDraw draw{1, 1, 0.5};
+  CHECK_THROWS_AS(model.append_greedy({&penalised, 1}, V, &token), std::invalid_argument);
+  CHECK_THROWS_AS(model.append_top_k({&penalised, 1}, V, 2, top_tokens.data(), top_logits.data()),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(model.append_sample({&penalised, 1}, V, {&draw, 1}, &token, nullptr), std::invalid_argument);
   CHECK(model.length(0) == 0);
 }
 

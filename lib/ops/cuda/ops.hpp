@@ -46,10 +46,18 @@ using fp16 = __half;
 // (device) must be in [0, V): the caller checks them on the host. POSITIONS (device, [B*T]; null:
 // row t of each sequence is at position t) gives each row's position, the wpe row it adds (a
 // decode step's rows are single tokens of their sequences); they must be rows of wpe.
+// With LOG (an inference pass's), each row's token is also written to LOG.history[slot, position]
+// (slot = LOG.slots[row], position = POSITIONS[row], which the log needs): the tokens a slot holds,
+// which the repetition penalty reads (penalise_rows).
+struct TokenLog {
+  int32_t* history = nullptr;       // [slots, max_length]
+  const int32_t* slots = nullptr;   // [B*T]: each row's slot
+  int max_length = 0;
+};
 template <typename X>
 void embedding_forward(X* out, const int32_t* tokens, const X* wte, const X* wpe, int B, int T,
                        int C, int vocab_begin, int vocab_size, cudaStream_t stream,
-                       const int32_t* positions = nullptr);
+                       const int32_t* positions = nullptr, const TokenLog& log = {});
 
 // The positions of a batch whose tokens lie in [vocab_begin, vocab_begin + vocab_size), grouped
 // by token, built on the HOST from the host copy of the tokens, for a deterministic embedding
@@ -353,6 +361,15 @@ bool small_linear(X* out, const X* inp, const X* W, const X* bias, int N, int C,
 // out[N, V] (fp32) = the real columns of logits [N, Vp].
 template <typename X>
 void logits_to_float(float* out, const X* logits, int N, int V, int Vp, cudaStream_t stream);
+
+// Row r of ROWS [N, V] (fp32 logits) under the repetition penalty PENALTIES[r] (device; 1: the row
+// is left as it is): each distinct token of its slot's history, HISTORY[slot, 0..position] (what
+// embedding_forward's TokenLog wrote), has its logit l made l / p for l > 0, else l * p, in fp32:
+// the host sampler's penalty, bit for bit (infer/sampler.hpp's penalised_logit). The row's slot
+// and position are SLOTS[i] and POSITIONS[i] of its pass row i: LAST[r] (device), or r where LAST
+// is null (every row an output).
+void penalise_rows(float* rows, const int32_t* history, const int32_t* slots, const int32_t* positions,
+                   const int32_t* last, const float* penalties, int N, int V, int max_length, cudaStream_t stream);
 
 // out[r] = the column of the largest of logits[r, 0..V) (the lowest one among equal maxima, as
 // torch.argmax; NaN never wins, and a row of NaN gives 0): the sampler's greedy choice

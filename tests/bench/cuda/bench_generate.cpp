@@ -22,13 +22,14 @@
 // back rather than the logits); top-k 50 from the device's 50 largest logits a row (append_top_k,
 // the draws on the host, infer/sampler.hpp, the rows in parallel); top-p 0.9, and temperature
 // alone, drawn on the device (append_sample: a token a row); all three at temperature 1; and with
-// "-penalty" (greedy too) a repetition penalty of 1.2 over the slot's tokens, which needs all the
-// logits on the host. The random weights' logits are flatter than a trained model's, so top-p's
+// "-penalty" (greedy too) a repetition penalty of 1.2 over the slot's tokens, applied on the
+// device before the same choices (penalise_rows, over fp32 copies of the rows). The random weights' logits are flatter than a trained model's, so top-p's
 // nucleus is large: that case's worst.
 //
 // Usage: bench_generate [--precision bf16|fp16|fp32] [--prompt N] [--steps N] [--warmup N]
 //                       [--no-graphs] [--no-small-linear] [--phase prefill|decode] [--batch B] [--layers L]
-//                       [--sampling greedy|top-k|top-p|temperature[-penalty]] [--profile] [MODEL ...]
+//                       [--sampling greedy|top-k|top-p|temperature[-penalty]] [--host-penalty] [--profile]
+//                       [MODEL ...]
 // --phase and --batch keep to one phase and one batch size; --layers gives the models L layers
 // (timing two depths splits a step into its per-layer time and the rest: embedding, output layer,
 // logits copy); --profile brackets the last decode step of each batch size with
@@ -70,6 +71,7 @@ struct Options {
   meg::CudaInferenceOptions model;
   bool prefill = true, decode = true;
   bool profile = false;
+  bool host_penalty = false;  // a penalty's choices from all the logits on the host, as before penalise_rows
   std::vector<int> batches{std::begin(kBatches), std::end(kBatches)};
   std::string sampling;  // empty: the logits only
   meg::SamplingParams params;
@@ -104,7 +106,7 @@ void bench(const std::string& name, const Options& o) {
   ck.config = meg::ModelConfig::preset(name);
   if (o.layers > 0) ck.config.num_layers = o.layers;
   std::string label = o.layers > 0 ? name + ", " + std::to_string(o.layers) + " layers" : name;
-  if (!o.sampling.empty()) label += ", " + o.sampling;
+  if (!o.sampling.empty()) label += ", " + o.sampling + (o.host_penalty ? " (host)" : "");
   const meg::ModelConfig& c = ck.config;
   ck.params.resize(size_t(c.num_parameters()));
   meg::gpt_init_parameters(c, meg::gpt_parameter_table(c), 1, ck.params.data());
@@ -163,9 +165,11 @@ void bench(const std::string& name, const Options& o) {
       const bool profiled = o.profile && ++call == o.warmup + o.steps;
       // What the model hands over, as the generator asks for it: the argmax for greedy choices,
       // the top_k largest logits for top-k draws, else all the logits.
-      const bool sampled = !o.sampling.empty(), argmax = sampled && o.params.argmax_of_logits();
-      const bool few = sampled && o.params.top_k_of_logits(V) && o.params.top_k <= meg::kMaxAppendTopK;
-      const bool drawn = sampled && o.params.softmax_of_logits(V);
+      const bool penalised = model->penalises() && !o.host_penalty;
+      const bool sampled = !o.sampling.empty(), argmax = sampled && o.params.argmax_of_logits(penalised);
+      const bool few = sampled && o.params.top_k_of_logits(V, penalised) && o.params.top_k <= meg::kMaxAppendTopK;
+      const bool drawn = sampled && o.params.softmax_of_logits(V, penalised);
+      for (auto& r : reqs) r.repetition_penalty = argmax || few || drawn ? o.params.repetition_penalty : 1;
       const size_t K = size_t(o.params.top_k);
       if (profiled) cudaProfilerStart();
       if (argmax)
@@ -218,10 +222,11 @@ int main(int argc, char** argv) {
         return 2;
       }
     } else if (a == "--profile") o.profile = true;
+    else if (a == "--host-penalty") o.host_penalty = true;
     else if (a.rfind("--", 0) != 0) models.push_back(a);
     else {
       std::fprintf(stderr, "usage: bench_generate [--precision P] [--prompt N] [--steps N] [--warmup N] [--no-graphs] "
-                           "[--no-small-linear] [--phase prefill|decode] [--batch B] [--layers L] [--sampling S] [--profile] "
+                           "[--no-small-linear] [--phase prefill|decode] [--batch B] [--layers L] [--sampling S] [--host-penalty] [--profile] "
                            "[MODEL ...]\n");
       return 2;
     }
