@@ -107,7 +107,8 @@ class CudaInferenceModelImpl final : public CudaInferenceModel {
   void run(const Pass& pass, Readout readout);
   cudaGraphExec_t capture(const Pass& pass, Readout readout);
   void forward(const Pass& pass, Readout readout);
-  void choose_penalised(const Pass& pass, Readout readout);
+  void choose_penalised(const Pass& pass, Readout readout, const int32_t* positions, const int32_t* slots,
+                        const int32_t* last);
   void gather_logits(float* out, int R);
   X* k_cache(size_t layer) const { return cache_.get() + 2 * layer * layer_elements_; }
   X* v_cache(size_t layer) const { return cache_.get() + (2 * layer + 1) * layer_elements_; }
@@ -133,7 +134,7 @@ class CudaInferenceModelImpl final : public CudaInferenceModel {
   cuda::DeviceArray<float> penalties_;
   PinnedArray<float> host_penalties_;
   // The tokens each slot holds [slots, max_length], logged by every pass's embedding lookup: what
-  // the repetition penalty reads.
+  // the repetition penalty reads (none for a tensor-parallel member, which does not penalise).
   cuda::DeviceArray<int32_t> history_;
   PinnedArray<int32_t> staging_;
   PinnedArray<float> host_logits_;  // logits_buffer(), allocated when first asked for
@@ -181,7 +182,7 @@ CudaInferenceModelImpl<X>::CudaInferenceModelImpl(const CheckpointModel& checkpo
   host_draws_.grow(size_t(slots));
   penalties_ = cuda::DeviceArray<float>(alloc, size_t(slots));
   host_penalties_.grow(size_t(slots));
-  history_ = cuda::DeviceArray<int32_t>(alloc, size_t(slots) * size_t(max_length_));
+  if (penalises()) history_ = cuda::DeviceArray<int32_t>(alloc, size_t(slots) * size_t(max_length_));
 }
 
 template <typename X>
@@ -269,7 +270,7 @@ void CudaInferenceModelImpl<X>::append_greedy(std::span<const AppendRequest> req
                                               int32_t* tokens) {
   if (tp_) return InferenceModel::append_greedy(requests, choices, tokens);
   check_choices(choices, int(config().vocab_size));
-  check_penalties(requests, true);
+  check_penalties(requests, penalises());
   const int outputs = run_passes(requests, {1, choices, false, false, any_penalty(requests)});
   if (outputs == 0) return;
   copy_tokens(tokens, size_t(outputs));
@@ -282,7 +283,7 @@ void CudaInferenceModelImpl<X>::append_top_k(std::span<const AppendRequest> requ
                                              int32_t* tokens, float* logits) {
   if (tp_) return InferenceModel::append_top_k(requests, choices, k, tokens, logits);
   check_top_k(choices, k, int(config().vocab_size));
-  check_penalties(requests, true);
+  check_penalties(requests, penalises());
   const int outputs = run_passes(requests, {k, choices, false, false, any_penalty(requests)});
   if (outputs == 0) return;
   const size_t n = size_t(outputs) * size_t(k);
@@ -299,7 +300,7 @@ void CudaInferenceModelImpl<X>::append_sample(std::span<const AppendRequest> req
   if (tp_) return InferenceModel::append_sample(requests, choices, draws, tokens, logits);
   check_choices(choices, int(config().vocab_size));
   check_draws(draws, requests.size());
-  check_penalties(requests, true);
+  check_penalties(requests, penalises());
   const int outputs = run_passes(requests, {1, choices, true, logits != nullptr, any_penalty(requests)}, draws);
   if (outputs == 0) return;
   copy_tokens(tokens, size_t(outputs));
@@ -416,7 +417,7 @@ void CudaInferenceModelImpl<X>::forward(const Pass& pass, Readout readout) {
   // parallel: each member looks up the tokens of its rows (zeros for the others), the sum over the
   // group is the whole lookup; then the (replicated) position embedding, added once.
   cuda::embedding_forward<X>(x, tokens, net_.wte(), tp_ ? nullptr : net_.wpe(), 1, N, d.C, d.V0, d.Vp, s, positions,
-                             cuda::TokenLog{history_.get(), slots, max_length_});
+                             cuda::TokenLog{history_.get(), slots, max_length_});  // null under TP: no log
   if (tp_) {
     tp_->all_reduce_sum(x, size_t(N) * d.C, s);
     if (net_.wpe()) {
@@ -445,7 +446,7 @@ void CudaInferenceModelImpl<X>::forward(const Pass& pass, Readout readout) {
     h = rows_.get();
   }
   net_.logits(logits_.get(), h, pass.outputs);
-  if (readout.penalty) return choose_penalised(pass, readout);
+  if (readout.penalty) return choose_penalised(pass, readout, positions, slots, pass.outputs != N ? last : nullptr);
   if (readout.draw) {
     cuda::sample_rows(top_tokens_.get() + pass.first_output, logits_.get(), draws_.get() + pass.first_output,
                       pass.outputs, readout.choices, d.Vp, s);
@@ -467,17 +468,17 @@ void CudaInferenceModelImpl<X>::forward(const Pass& pass, Readout readout) {
 
 // The pass's choices with the requests' repetition penalties: the output rows in fp32 (where the
 // caller of a readout with logits finds them), penalised, then chosen from as forward() chooses
-// from the unpenalised rows. Not for tensor-parallel members (penalises()).
+// from the unpenalised rows. POSITIONS, SLOTS and LAST are the pass's staged rows (LAST null: every
+// row an output). Not for tensor-parallel members (penalises()).
 template <typename X>
-void CudaInferenceModelImpl<X>::choose_penalised(const Pass& pass, Readout readout) {
+void CudaInferenceModelImpl<X>::choose_penalised(const Pass& pass, Readout readout, const int32_t* positions,
+                                                 const int32_t* slots, const int32_t* last) {
   const auto& d = net_.dims();
   const cudaStream_t s = stream();
-  const int N = pass.N, R = pass.outputs, first = pass.first_output;
-  const int32_t *positions = ints_.get() + N, *slots = positions + N, *last = slots + N + pass.cached;
+  const int R = pass.outputs, first = pass.first_output;
   float* rows = logits_f32_.get() + size_t(first) * d.V;
   cuda::logits_to_float(rows, logits_.get(), R, d.V, d.Vp, s);
-  cuda::penalise_rows(rows, history_.get(), slots, positions, R == N ? nullptr : last, penalties_.get() + first, R,
-                      d.V, max_length_, s);
+  cuda::penalise_rows(rows, history_.get(), slots, positions, last, penalties_.get() + first, R, d.V, max_length_, s);
   if (readout.draw)
     cuda::sample_rows(top_tokens_.get() + first, rows, draws_.get() + first, R, readout.choices, d.V, s);
   else if (readout.k == 1)

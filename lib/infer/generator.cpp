@@ -195,12 +195,15 @@ GenerationStats Generator::run(RequestSource& source, CompletionSink& sink) {
     const auto drawn = [&](const SamplingParams& p) {
       return p.softmax_of_logits(choices, penalised) || (h == Handover::draws && p.argmax_of_logits(penalised));
     };
+    // Whether the model hands over the row's token itself.
+    const auto chosen_there = [&](const SamplingParams& p) {
+      return h == Handover::argmax || ((h == Handover::draws || h == Handover::draws_and_logits) && drawn(p));
+    };
     // The model applies a row's penalty where it makes the row's choice, or selects its top k; a
     // row chosen here from all its logits gets them unpenalised, and the sampler applies it.
     for (AppendRequest& a : appends) {
       const SamplingParams& p = running[size_t(a.slot)]->request.sampling;
-      const bool there = h == Handover::argmax || h == Handover::top_k ||
-                         ((h == Handover::draws || h == Handover::draws_and_logits) && drawn(p));
+      const bool there = chosen_there(p) || h == Handover::top_k;
       a.repetition_penalty = penalised && there ? p.repetition_penalty : 1;
     }
     if (h == Handover::argmax) {
@@ -225,7 +228,7 @@ GenerationStats Generator::run(RequestSource& source, CompletionSink& sink) {
         const int i = appends[k].slot;
         const Sequence& s = *running[size_t(i)];
         const SamplingParams& p = s.request.sampling;
-        if (h == Handover::argmax || ((h == Handover::draws || h == Handover::draws_and_logits) && drawn(p))) {
+        if (chosen_there(p)) {
           last_token[size_t(i)] = chosen[k];
           continue;
         }

@@ -48,21 +48,25 @@ struct SamplingParams {
   // top_k >= 0, top_p in (0, 1], repetition_penalty > 0.
   void validate(const std::string& where) const;
   bool greedy() const { return temperature == 0; }
+  // The three below say what a model can hand over instead of all the logits. Each needs the
+  // logits the model has to be the ones the choice is made from: without a penalty, or with one
+  // the model applies (PENALISED: InferenceModel::penalises()).
   // Whether the choice is the largest logit (greedy), which a model can make where the logits are
-  // (InferenceModel::append_greedy) without handing them over: without a penalty, or with one that
-  // the model applies there (PENALISED: InferenceModel::penalises()).
-  bool argmax_of_logits(bool penalised = false) const { return greedy() && (penalised || repetition_penalty == 1); }
-  // Whether the choice needs only the top_k largest logits of VOCAB_SIZE (top-k sampling, without
-  // a penalty or with one the model applies: Sampler::sample_top_k).
+  // (InferenceModel::append_greedy) without handing them over.
+  bool argmax_of_logits(bool penalised = false) const { return greedy() && penalty_applied(penalised); }
+  // Whether the choice needs only the top_k largest logits of VOCAB_SIZE (top-k sampling:
+  // Sampler::sample_top_k).
   bool top_k_of_logits(int vocab_size, bool penalised = false) const {
-    return !greedy() && (penalised || repetition_penalty == 1) && top_k > 0 && top_k < vocab_size;
+    return !greedy() && penalty_applied(penalised) && top_k > 0 && top_k < vocab_size;
   }
   // Whether the choice is a draw from the softmax of all VOCAB_SIZE logits, at most kept to a
-  // nucleus (sampling without top-k, and without a penalty or with one the model applies:
-  // InferenceModel::append_sample).
+  // nucleus (sampling without top-k: InferenceModel::append_sample).
   bool softmax_of_logits(int vocab_size, bool penalised = false) const {
-    return !greedy() && (penalised || repetition_penalty == 1) && (top_k == 0 || top_k >= vocab_size);
+    return !greedy() && penalty_applied(penalised) && (top_k == 0 || top_k >= vocab_size);
   }
+
+ private:
+  bool penalty_applied(bool penalised) const { return penalised || repetition_penalty == 1; }
 };
 
 // Logit L of a token the repetition penalty R applies to: L / R for L > 0, else L * R, in fp32.
@@ -82,8 +86,9 @@ class Sampler {
   int32_t sample(const float* logits, std::span<const int32_t> history, const SamplingParams& params, double u);
 
   // The token sample() chooses for PARAMS with top-k on (0 < top_k < vocab_size), from the logits'
-  // top_k largest only, PARAMS's repetition penalty already applied to them (or none): LOGITS and their TOKENS as InferenceModel::append_top_k
-  // gives them (the largest first, equal ones by token; token -1 past the last; at least top_k).
+  // top_k largest only, PARAMS's repetition penalty already applied to them (or none): LOGITS and
+  // their TOKENS as InferenceModel::append_top_k gives them (the largest first, equal ones by
+  // token; token -1 past the last; at least top_k).
   int32_t sample_top_k(std::span<const int32_t> tokens, std::span<const float> logits, const SamplingParams& params,
                        double u);
 

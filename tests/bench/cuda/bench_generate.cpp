@@ -23,8 +23,9 @@
 // the draws on the host, infer/sampler.hpp, the rows in parallel); top-p 0.9, and temperature
 // alone, drawn on the device (append_sample: a token a row); all three at temperature 1; and with
 // "-penalty" (greedy too) a repetition penalty of 1.2 over the slot's tokens, applied on the
-// device before the same choices (penalise_rows, over fp32 copies of the rows). The random weights' logits are flatter than a trained model's, so top-p's
-// nucleus is large: that case's worst.
+// device before the same choices (penalise_rows, over fp32 copies of the rows), or with
+// --host-penalty on the host from all the logits. The random weights' logits are flatter than a
+// trained model's, so top-p's nucleus is large: that case's worst.
 //
 // Usage: bench_generate [--precision bf16|fp16|fp32] [--prompt N] [--steps N] [--warmup N]
 //                       [--no-graphs] [--no-small-linear] [--phase prefill|decode] [--batch B] [--layers L]
@@ -226,8 +227,8 @@ int main(int argc, char** argv) {
     else if (a.rfind("--", 0) != 0) models.push_back(a);
     else {
       std::fprintf(stderr, "usage: bench_generate [--precision P] [--prompt N] [--steps N] [--warmup N] [--no-graphs] "
-                           "[--no-small-linear] [--phase prefill|decode] [--batch B] [--layers L] [--sampling S] [--host-penalty] [--profile] "
-                           "[MODEL ...]\n");
+                           "[--no-small-linear] [--phase prefill|decode] [--batch B] [--layers L] [--sampling S] "
+                           "[--host-penalty] [--profile] [MODEL ...]\n");
       return 2;
     }
   }
