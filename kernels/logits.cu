@@ -114,8 +114,14 @@ __device__ unsigned long long umax64(unsigned long long a, unsigned long long b)
 __device__ unsigned long long umin64(unsigned long long a, unsigned long long b) { return a < b ? a : b; }
 
 constexpr int kRowBlock = 1024;  // threads a block of top_k_kernel and sample_kernel
-constexpr int kRowCluster = 8;   // blocks a row at a decode step's few rows (the portable cluster size)
+// Blocks a row at a decode step's few rows: up to 16 (a size Hopper allows a kernel that asks for
+// it), where the device places that many clusters of 16; else up to 8 (the portable size).
+constexpr int kRowCluster = 16, kPortableRowCluster = 8;
+static_assert(kRowBlock == kWarp * kWarp, "cluster_scan scans a block's warps with one warp's lanes");
 constexpr int kDigitBits = 8, kDigits = 1 << kDigitBits;
+// 32-bit words of a warp's histogram of kDigits weights W (warp_histogram_add's).
+template <typename W>
+constexpr int kHistogramWords = int(sizeof(W) / sizeof(unsigned)) * kDigits;
 
 // A row split over a cluster of PARTS blocks (1: a block a row): block PART's columns [begin,
 // end), contiguous, and of each warp a contiguous piece of those, [warp_begin, warp_end), whose
@@ -135,9 +141,9 @@ struct RowShare {
 };
 
 // The values of a block's share of a row, read through value(j) for its columns j: staged in
-// shared memory once, all loads in flight together, where they fit (the launcher gives the
-// kernel the shared memory: row_stage_bytes), so that each pass over them waits on shared memory
-// rather than on a round trip to L2 for every few columns; else read from the row itself.
+// shared memory once, all loads in flight together, where they fit (RowStage), so that each pass
+// over them waits on shared memory rather than on a round trip to L2 for every few columns; else
+// read from the row itself.
 template <typename X>
 struct RowValues {
   const X* values;
@@ -145,13 +151,40 @@ struct RowValues {
   __device__ float operator()(int j) const { return to_float(values[j - first]); }
 };
 
-// Where the block's share fits in at most this much shared memory.
-constexpr size_t kMaxRowStageBytes = 160 * 1024;
+// The dynamic shared memory of a block of top_k_kernel or sample_kernel, in this order:
+//   - a histogram of kDigits weights W for each of its warps (select_key's), always;
+//   - its share's values (RowValues), where they fit;
+//   - for sample_kernel (MASSES), its share's masses (RowMasses, 8 bytes a column), where they
+//     fit after the values (which every pass reads, the masses only some).
+// BYTES in all, at most LIMIT: the device's limit for a block less the kernel's static shared memory.
+struct RowStage {
+  size_t bytes = 0, masses_offset = 0, values_offset = 0;
+  bool masses = false, values = false;
+};
 
-template <typename X>
-size_t row_stage_bytes(int V, int parts) {
-  const size_t bytes = size_t(ceil_div(V, parts)) * sizeof(X);
-  return bytes <= kMaxRowStageBytes ? bytes : 0;
+template <typename X, typename W>
+RowStage row_stage(int V, int parts, size_t limit, bool masses) {
+  const size_t share = size_t(ceil_div(V, parts));
+  RowStage stage;
+  stage.bytes = size_t(kRowBlock / kWarp) * kHistogramWords<W> * sizeof(unsigned);
+  if (stage.bytes + share * sizeof(X) <= limit) {
+    stage.values = true;
+    stage.values_offset = stage.bytes;
+    stage.bytes += share * sizeof(X);
+  }
+  const size_t mass_bytes = share * sizeof(unsigned long long);
+  if (masses && stage.values && (stage.bytes + 7) / 8 * 8 + mass_bytes <= limit) {
+    stage.masses = true;
+    stage.masses_offset = (stage.bytes + 7) / 8 * 8;
+    stage.bytes = stage.masses_offset + mass_bytes;
+  }
+  return stage;
+}
+
+// The part of a block's dynamic shared memory SHARED at byte OFFSET (RowStage's).
+template <typename T>
+__device__ T* stage_part(uint4* shared, size_t offset) {
+  return reinterpret_cast<T*>(reinterpret_cast<char*>(shared) + offset);
 }
 
 // After the wait for the kernel that wrote ROW: the block's share staged in STAGE, if any (a
@@ -165,21 +198,32 @@ __device__ RowValues<X> stage_row(const X* row, const RowShare& share, X* stage)
   return {stage, share.begin};
 }
 
-// V summed over the lanes of the warp that name PEERS (__match_any_sync's group), to each of them.
-// Integer sums: the same in any order.
-__device__ unsigned group_sum(unsigned peers, unsigned v) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  return __reduce_add_sync(peers, v);
-#else
-  unsigned sum = 0;
-  for (unsigned rest = peers; rest; rest &= rest - 1) sum += __shfl_sync(peers, v, __ffs(rest) - 1);
-  return sum;
-#endif
+// A warp's histogram of kDigits weights W (select_key's) is in 32-bit words (kHistogramWords): for
+// a 64-bit W, the low words of the kDigits weights, then their high words. Shared memory has
+// 32-bit additions in one instruction, whose lanes at one address the hardware queues, but a
+// 64-bit addition is a compare-and-swap loop that such lanes retry in turn, which the crowded
+// digits of a row's keys made the better part of sample_kernel's time.
+// Adds WEIGHT to HISTOGRAM's DIGIT, where DIGIT is below kDigits: a 64-bit weight as its low word,
+// then its high word with the carry out of the low word's addition (which the addition's old value
+// shows), so that the two words hold the exact sum in any order of additions.
+template <typename W>
+__device__ void warp_histogram_add(unsigned* histogram, unsigned digit, W weight) {
+  if (digit >= kDigits) return;
+  if constexpr (sizeof(W) == sizeof(unsigned)) {
+    atomicAdd(&histogram[digit], weight);
+  } else {
+    const unsigned low = unsigned(weight), before = atomicAdd(&histogram[digit], low);
+    const unsigned high = unsigned(weight >> 32) + (before + low < before ? 1u : 0u);
+    if (high != 0) atomicAdd(&histogram[kDigits + digit], high);
+  }
 }
-__device__ unsigned long long group_sum(unsigned peers, unsigned long long v) {
-  // In halves that cannot overflow over 32 lanes: weights below 2^48 (sample_kernel's masses).
-  const unsigned long long high = group_sum(peers, unsigned(v >> 16)), low = group_sum(peers, unsigned(v & 0xffffu));
-  return high << 16 | low;
+
+template <typename W>
+__device__ W warp_histogram_value(const unsigned* histogram, int digit) {
+  if constexpr (sizeof(W) == sizeof(unsigned))
+    return histogram[digit];
+  else
+    return (W(histogram[kDigits + digit]) << 32) + histogram[digit];
 }
 
 // Leading bytes of the order keys of X's values (a float's key, in order_key, has the value's
@@ -243,31 +287,39 @@ __device__ int find_digit(const W* totals, W wanted, W& above) {
 // block's histogram of the next byte over its share of the keys that share the bytes found so
 // far, the cluster's histograms added up (through distributed shared memory) by every block
 // alike, and the byte where the weight from the top reaches what is still wanted (integers: the
-// same at any thread order). The keys of a row crowd into few bytes (the top byte of most logits
-// is one of a handful), so a warp adds its lanes' weights of equal bytes up first and one lane
-// adds the sum.
+// same at any thread order).
+//
+// Each warp counts into a histogram of its own (WARP_HISTOGRAMS, kHistogramWords<W> words a warp),
+// and the block's is their sum: the keys of a row crowd into few bytes (the top byte of most
+// logits is one of a handful), and with one histogram for the block every warp's additions queued
+// at the same few digits.
 //
 // The keys of X's values have only kKeyBytes<X> leading bytes that differ: the rest of a key is
 // all 0 (for a positive value) or all 1 (negative), and is filled in rather than searched.
 template <typename X, typename W, typename KeyWeight>
-__device__ uint32_t select_key(const RowShare& share, int parts, W& wanted, KeyWeight key_weight) {
+__device__ uint32_t select_key(const RowShare& share, int parts, W& wanted, unsigned* warp_histograms,
+                               KeyWeight key_weight) {
   __shared__ W histogram[kDigits], totals[kDigits];
   __shared__ uint32_t prefix_found;
   __shared__ W wanted_left;
+  unsigned* own = warp_histograms + threadIdx.x / kWarp * kHistogramWords<W>;
   uint32_t prefix = 0, mask = 0;
   constexpr int kLastShift = 32 - kDigitBits * kKeyBytes<X>;
   for (int shift = 32 - kDigitBits; shift >= kLastShift; shift -= kDigitBits) {
-    for (int i = threadIdx.x; i < kDigits; i += kRowBlock) histogram[i] = 0;
-    __syncthreads();
-    for (int base = share.begin; base < share.end; base += kRowBlock) {  // the same trips for every lane
-      const int j = base + int(threadIdx.x);
+    for (int i = threadIdx.x % kWarp; i < kHistogramWords<W>; i += kWarp) own[i] = 0;
+    __syncwarp();
+    for (int j = share.begin + int(threadIdx.x); j < share.end; j += kRowBlock) {
       uint32_t key = 0;
       W weight = 0;
-      if (j < share.end) key_weight(j, key, weight);
-      const unsigned digit = weight > 0 && (key & mask) == prefix ? (key >> shift) & (kDigits - 1) : kDigits;
-      const unsigned peers = __match_any_sync(0xffffffffu, digit);
-      const W sum = group_sum(peers, weight);
-      if (digit < kDigits && threadIdx.x % kWarp == unsigned(__ffs(peers) - 1)) atomicAdd(&histogram[digit], sum);
+      key_weight(j, key, weight);
+      if (weight > 0 && (key & mask) == prefix) warp_histogram_add(own, (key >> shift) & (kDigits - 1), weight);
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < kDigits; i += kRowBlock) {
+      W sum = 0;
+#pragma unroll 8
+      for (int w = 0; w < kRowBlock / kWarp; ++w) sum += warp_histogram_value<W>(warp_histograms + w * kHistogramWords<W>, i);
+      histogram[i] = sum;
     }
     __syncthreads();
     cluster_barrier(parts);  // every block's histogram complete
@@ -301,14 +353,18 @@ __device__ uint32_t select_key(const RowShare& share, int parts, W& wanted, KeyW
 template <typename W>
 __device__ W cluster_scan(W warp_value, W* block_sum, int parts, int part, W* before = nullptr) {
   __shared__ W warp_values[kRowBlock / kWarp];
-  const int warp = threadIdx.x / kWarp;
-  if (threadIdx.x % kWarp == 0) warp_values[warp] = warp_value;
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  if (lane == 0) warp_values[warp] = warp_value;
   __syncthreads();
-  W earlier = 0, block = 0;
-  for (int w = 0; w < kRowBlock / kWarp; ++w) {
-    if (w < warp) earlier += warp_values[w];
-    block += warp_values[w];
+  // Every warp scans the block's warp values alike, lane w holding warp w's (a shuffle scan, where
+  // a loop over them would be a chain of 32 dependent additions in every thread).
+  W inclusive = warp_values[lane];
+  for (int offset = 1; offset < kWarp; offset *= 2) {
+    const W o = __shfl_up_sync(0xffffffffu, inclusive, offset);
+    if (lane >= offset) inclusive += o;
   }
+  W earlier = __shfl_sync(0xffffffffu, inclusive, warp) - warp_value;
+  const W block = __shfl_sync(0xffffffffu, inclusive, kWarp - 1);
   if (threadIdx.x == 0) *block_sum = block;
   __syncthreads();  // every thread has read warp_values before another scan writes them
   cluster_barrier(parts);
@@ -363,18 +419,20 @@ __device__ int warp_find(const RowShare& share, W running, W target, W& reached,
 // that are not NaN, the rest of its K are column -1.
 template <typename X>
 __global__ void __launch_bounds__(kRowBlock)
-    top_k_kernel(int32_t* columns, float* values, const X* logits, int V, int Vp, int K, int parts, bool staged) {
+    top_k_kernel(int32_t* columns, float* values, const X* logits, int V, int Vp, int K, int parts, RowStage stage) {
   const int row = blockIdx.x / parts, part = blockIdx.x % parts;
-  extern __shared__ uint4 stage[];
+  extern __shared__ uint4 shared_stage[];
   int32_t* row_columns = columns + size_t(row) * K;
   float* row_values = values + size_t(row) * K;
   __shared__ unsigned written, block_equal;
   const RowShare share(V, parts, part);
   wait_for_previous_kernel();
-  const RowValues<X> value = stage_row(logits + size_t(row) * Vp, share, staged ? reinterpret_cast<X*>(stage) : nullptr);
+  X* staged_values = stage.values ? stage_part<X>(shared_stage, stage.values_offset) : nullptr;
+  const RowValues<X> value = stage_row(logits + size_t(row) * Vp, share, staged_values);
 
   unsigned wanted = unsigned(K);
-  const uint32_t threshold = select_key<X>(share, parts, wanted, [&](int j, uint32_t& key, unsigned& weight) {
+  unsigned* warp_histograms = stage_part<unsigned>(shared_stage, 0);
+  const uint32_t threshold = select_key<X>(share, parts, wanted, warp_histograms, [&](int j, uint32_t& key, unsigned& weight) {
     const float f = value(j);
     key = order_key(f);
     weight = f == f;
@@ -429,6 +487,21 @@ __device__ unsigned long long mass(float f, float largest, float t) {
   return __float2ull_rn(ldexpf(expf((f - largest) / t), kMassBits));
 }
 
+// The masses of a block's share of a row, read through operator()(j) for its columns j: kept in
+// shared memory by the pass that sums them, where the launcher gave room for them, so that each
+// later pass reads a mass rather than computing its division, exponential and conversion again
+// (most of a pass's instructions); else computed again from the values.
+template <typename X>
+struct RowMasses {
+  unsigned long long* kept;  // null: none kept
+  int first;                 // the column of kept[0]
+  RowValues<X> value;
+  float largest, t;
+  __device__ unsigned long long operator()(int j) const {
+    return kept ? kept[j - first] : mass(value(j), largest, t);
+  }
+};
+
 // One draw a row from the softmax of its logits over its temperature, kept to the nucleus of
 // top_p (Sampler::sample's draw with top-k off and no penalty): row blockIdx.x / PARTS, by a
 // cluster of PARTS consecutive blocks. In passes over the row:
@@ -442,19 +515,22 @@ __device__ unsigned long long mass(float f, float largest, float t) {
 //      without top-p);
 //   4. the draw: r = u S rounded down, and the column where the running sum of the nucleus's
 //      masses, in column order, passes r (found alike).
+// STAGE: what the block's shared memory holds.
 template <typename X>
 __global__ void __launch_bounds__(kRowBlock)
-    sample_kernel(int32_t* out, const X* logits, const RowDraw* draws, int V, int Vp, int parts, bool staged) {
+    sample_kernel(int32_t* out, const X* logits, const RowDraw* draws, int V, int Vp, int parts, RowStage stage) {
   using Mass = unsigned long long;
   const int row = blockIdx.x / parts, part = blockIdx.x % parts;
-  extern __shared__ uint4 stage[];
+  extern __shared__ uint4 shared_stage[];
   const RowShare share(V, parts, part);
   __shared__ unsigned long long block_best;
   __shared__ Mass block_total, block_equal, block_nucleus, cut_mass;
   __shared__ int cut_column;
   wait_for_previous_kernel();
   const RowDraw draw = draws[row];
-  const RowValues<X> value = stage_row(logits + size_t(row) * Vp, share, staged ? reinterpret_cast<X*>(stage) : nullptr);
+  Mass* staged_masses = stage.masses ? stage_part<Mass>(shared_stage, stage.masses_offset) : nullptr;
+  X* staged_values = stage.values ? stage_part<X>(shared_stage, stage.values_offset) : nullptr;
+  const RowValues<X> value = stage_row(logits + size_t(row) * Vp, share, staged_values);
 
   // 1. The largest key, the lowest column among equal ones: the largest of (key, ~column).
   if (threadIdx.x == 0) block_best = 0;
@@ -482,10 +558,15 @@ __global__ void __launch_bounds__(kRowBlock)
   // A temperature under the smallest normal float divides as that does.
   const float t = fmaxf(float(draw.temperature), FLT_MIN);
 
-  // 2. The total.
+  // 2. The total, keeping the masses (cluster_scan's barrier orders their writes before any read).
   Mass sum = 0;
-  for (int j = share.begin + int(threadIdx.x); j < share.end; j += kRowBlock) sum += mass(value(j), largest, t);
+  for (int j = share.begin + int(threadIdx.x); j < share.end; j += kRowBlock) {
+    const Mass m = mass(value(j), largest, t);
+    if (staged_masses) staged_masses[j - share.begin] = m;
+    sum += m;
+  }
   const Mass total = cluster_scan(warp_sum(sum), &block_total, parts, part);
+  const RowMasses<X> masses{staged_masses, share.begin, value, largest, t};
 
   // 3. The nucleus: keys above T, and T's keys up to column `cut`.
   uint32_t threshold = 0;  // top_p = 1: every key (all are above 0)
@@ -494,14 +575,13 @@ __global__ void __launch_bounds__(kRowBlock)
   if (draw.top_p < 1) {
     const Mass target = umax64(1, umin64(total, Mass(ceil(draw.top_p * double(total)))));
     Mass wanted = target;
-    threshold = select_key<X>(share, parts, wanted, [&](int j, uint32_t& key, Mass& weight) {
-      const float f = value(j);
-      key = order_key(f);
-      weight = mass(f, largest, t);
+    threshold = select_key<X>(share, parts, wanted, stage_part<unsigned>(shared_stage, 0), [&](int j, uint32_t& key, Mass& weight) {
+      key = order_key(value(j));
+      weight = masses(j);  // 0 for NaN
     });
     const auto equal_mass = [&](int j) {
       const float f = value(j);
-      return f == f && order_key(f) == threshold ? mass(f, largest, t) : Mass(0);
+      return f == f && order_key(f) == threshold ? masses(j) : Mass(0);
     };
     const Mass equal = warp_piece_sum<Mass>(share, equal_mass);
     Mass before = 0;
@@ -523,7 +603,7 @@ __global__ void __launch_bounds__(kRowBlock)
     const float f = value(j);
     if (f != f) return Mass(0);
     const uint32_t key = order_key(f);
-    return key > threshold || (key == threshold && j <= cut) ? mass(f, largest, t) : Mass(0);
+    return key > threshold || (key == threshold && j <= cut) ? masses(j) : Mass(0);
   };
 
   // 4. The draw.
@@ -537,6 +617,71 @@ __global__ void __launch_bounds__(kRowBlock)
     if (threadIdx.x % kWarp == 0) out[row] = j;
   }
   cluster_barrier(parts);  // the block sums and the cut outlive the other blocks' reads
+}
+
+// The most clusters of 16 blocks of KERNEL, with BYTES of dynamic shared memory each, that the
+// device runs at once (0: none, as before Hopper or where no 16 multiprocessors are together).
+template <auto kernel>
+int resident_clusters_of_16(size_t bytes) {
+  if (!clusters_supported()) return 0;
+  MEG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  cudaLaunchAttribute cluster{};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim = {unsigned(kRowCluster), 1, 1};
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(unsigned(kRowCluster));
+  config.blockDim = dim3(kRowBlock);
+  config.dynamicSmemBytes = bytes;
+  config.attrs = &cluster;
+  config.numAttrs = 1;
+  int clusters = 0;
+  if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) {
+    cudaGetLastError();  // a device that cannot: clusters of 8 at most
+    return 0;
+  }
+  return clusters;
+}
+
+// What a row kernel may ask for: its blocks' dynamic shared memory at most (the device's limit
+// for a block less the kernel's own), and how many clusters of 16 blocks run at once.
+struct RowKernelLimits {
+  size_t shared_bytes = 0;
+  int clusters_of_16 = 0;
+};
+
+template <auto kernel>
+const RowKernelLimits& row_kernel_limits() {
+  static RowKernelLimits limits;
+  static std::once_flag configured;
+  std::call_once(configured, [] {
+    int device = 0, optin = 0;
+    MEG_CUDA_CHECK(cudaGetDevice(&device));
+    MEG_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    cudaFuncAttributes attributes{};
+    MEG_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
+    limits.shared_bytes = size_t(optin) - attributes.sharedSizeBytes;
+    MEG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(limits.shared_bytes)));
+    limits.clusters_of_16 = resident_clusters_of_16<kernel>(limits.shared_bytes);
+  });
+  return limits;
+}
+
+// Blocks a row of a row kernel over N rows: a cluster of 16 where the device runs N such clusters
+// at once, else of up to 8 (a power of two) while the rows' blocks still fit one a multiprocessor
+// (a block of kRowBlock threads takes one), so that every block runs in the first wave.
+int row_parts(int N, const RowKernelLimits& limits) {
+  if (N <= limits.clusters_of_16) return kRowCluster;
+  int parts = clusters_supported() ? kPortableRowCluster : 1;
+  while (parts > 1 && N * parts > multiprocessors()) parts /= 2;
+  return parts;
+}
+
+// KERNEL over N rows, PARTS blocks a row, with the shared memory STAGE says, launched overlapped
+// with the kernel before it.
+template <auto kernel, typename... Args>
+void launch_row_kernel(int N, int parts, const RowStage& stage, cudaStream_t stream, Args&&... args) {
+  launch_overlapped_clusters(kernel, dim3(unsigned(N) * parts), unsigned(parts), dim3(kRowBlock), stage.bytes, stream,
+                             std::forward<Args>(args)..., parts, stage);
 }
 
 }  // namespace
@@ -560,35 +705,15 @@ void argmax_rows(int32_t* out, const X* logits, int N, int V, int Vp, cudaStream
   MEG_CUDA_CHECK(cudaGetLastError());
 }
 
-// Blocks a row: a cluster of up to kRowCluster (a power of two) while the rows' blocks still fit
-// one a multiprocessor (a block of kRowBlock threads takes one), so that every block runs in the
-// first wave.
-int row_parts(int N) {
-  int parts = clusters_supported() ? kRowCluster : 1;
-  while (parts > 1 && N * parts > multiprocessors()) parts /= 2;
-  return parts;
-}
-
-// KERNEL over N rows, PARTS blocks a row, with STAGE bytes of shared memory for the row, launched
-// overlapped with the kernel before it.
-template <typename... Params, typename... Args>
-void launch_row_kernel(void (*kernel)(Params...), int N, int parts, size_t stage, cudaStream_t stream, Args&&... args) {
-  static std::once_flag opted_in;  // to more than the default 48 KB of shared memory, once per kernel
-  std::call_once(opted_in, [&] {
-    MEG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxRowStageBytes)));
-  });
-  launch_overlapped_clusters(kernel, dim3(unsigned(N) * parts), unsigned(parts), dim3(kRowBlock), stage, stream,
-                             std::forward<Args>(args)...);
-}
-
 template <typename X>
 void top_k_rows(int32_t* columns, float* values, const X* logits, int N, int V, int Vp, int K, cudaStream_t stream) {
   if (N <= 0) return;
   if (K < 1 || K > kMaxTopK || V < 1 || V > Vp)
     throw std::invalid_argument("top_k_rows: K must be in [1, kMaxTopK] and V in [1, Vp]");
-  const int parts = row_parts(N);
-  const size_t stage = row_stage_bytes<X>(V, parts);
-  launch_row_kernel(top_k_kernel<X>, N, parts, stage, stream, columns, values, logits, V, Vp, K, parts, stage > 0);
+  const RowKernelLimits& limits = row_kernel_limits<top_k_kernel<X>>();
+  const int parts = row_parts(N, limits);
+  const RowStage stage = row_stage<X, unsigned>(V, parts, limits.shared_bytes, false);
+  launch_row_kernel<top_k_kernel<X>>(N, parts, stage, stream, columns, values, logits, V, Vp, K);
 }
 
 template <typename X>
@@ -596,9 +721,10 @@ void sample_rows(int32_t* out, const X* logits, const RowDraw* draws, int N, int
   if (N <= 0) return;
   if (V < 1 || V > Vp || V > kMaxSampleColumns)
     throw std::invalid_argument("sample_rows: V must be in [1, Vp] and at most 2^23");
-  const int parts = row_parts(N);
-  const size_t stage = row_stage_bytes<X>(V, parts);
-  launch_row_kernel(sample_kernel<X>, N, parts, stage, stream, out, logits, draws, V, Vp, parts, stage > 0);
+  const RowKernelLimits& limits = row_kernel_limits<sample_kernel<X>>();
+  const int parts = row_parts(N, limits);
+  const RowStage stage = row_stage<X, unsigned long long>(V, parts, limits.shared_bytes, true);
+  launch_row_kernel<sample_kernel<X>>(N, parts, stage, stream, out, logits, draws, V, Vp);
 }
 
 #define MEG_INSTANTIATE(X)                                                                          \

@@ -5,10 +5,12 @@
 # says how they are counted), then batch-1 decode with the linear layers as cuBLASLt products and
 # separate norm, activation and add kernels (small_linear off), and without CUDA graphs: what the
 # fused layers and the graphs save; then a decode step's products alone (bench_decode_chain:
-# overlapped kernels against one persistent kernel with grid-wide barriers); then the host's choice
-# of the next tokens (bench_sampler), and GPT-2 124M's decode steps with each choice, as
-# meg-generate makes them (bench_generate --sampling: greedy, top-p and temperature alone on the
-# device, top-k selected there and drawn on the host, each with a penalty on the host). Where Nsight Compute is present, one batch-1 decode step of each model kernel by kernel
+# overlapped kernels against one persistent kernel with grid-wide barriers); then the device's
+# choice of the next tokens alone (bench_logits), the host's (bench_sampler), and GPT-2 124M's
+# decode steps with each choice, as meg-generate makes them (bench_generate --sampling: greedy,
+# top-p and temperature alone on the device, top-k selected there and drawn on the host, each with
+# and without a repetition penalty, applied on the device). Where Nsight Compute is present, one
+# batch-1 decode step of each model kernel by kernel
 # (its kernels timed one at a time, so without the overlap of their launches).
 # Markdown tables on stdout; copies under OUT_DIR (default .bench/generate).
 #   scripts/bench-generate.sh BUILD_DIR [bench_generate options]
@@ -27,6 +29,8 @@ echo; echo "## Without CUDA graphs"
 "$bench" --no-graphs "$@" gpt2-124m | tee "$out/generate-no-graphs.md"
 echo; echo "## A batch-1 decode step's linear layers alone, as overlapped kernels and as one persistent kernel"
 "$build/tests/bench_decode_chain" | tee "$out/decode-chain.md"
+echo; echo "## What a decode step reads off its output rows on the device (argmax, top-k, softmax draws)"
+"$build/tests/bench_logits" | tee "$out/logits.md"
 echo; echo "## Choosing the next token on the host"
 "$build/tests/bench_sampler" | tee "$out/sampler.md"
 echo; echo "## GPT-2 124M decode steps with the choice of the next tokens"

@@ -512,7 +512,7 @@ void check_top_k_rows() {
 // within 1e-6 of taking one token more or fewer are left out (ExactDraw::margin): the device's
 // sums are within about 1e-7 (its exponentials' rounding). The draws run all together (a block a
 // row), 20 at a time (clusters of 4 blocks a row on 132 multiprocessors) and one at a time
-// (clusters of 8).
+// (clusters of 16 where the device runs them, else of 8).
 template <typename X>
 void check_sample_rows() {
   struct Case {

@@ -18,10 +18,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <functional>
 #include <random>
-#include <string>
 #include <vector>
 
 #include "ops/cuda/check.hpp"
@@ -89,17 +87,7 @@ void report(const char* op, const Shape& s, double ms, double bytes, double copy
 }  // namespace
 
 int main(int argc, char** argv) {
-  int runs = 25;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--runs" && i + 1 < argc) {
-      runs = std::atoi(argv[++i]);
-    } else {
-      std::fprintf(stderr, "usage: bench_kernels [--runs N]\n");
-      return 2;
-    }
-  }
-
+  const int runs = meg::bench::runs_option(argc, argv, "bench_kernels", 25);
   cudaDeviceProp prop;
   MEG_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   std::printf("%s, bf16, N = %d rows (B = %d, T = %d), median of %d runs, L2 flushed before each\n\n",
