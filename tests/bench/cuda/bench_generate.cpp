@@ -183,8 +183,9 @@ void bench(const std::string& name, const Options& o) {
         model->append(reqs, logits.data());
       if (profiled) cudaProfilerStop();
       if (!sampled || argmax || drawn) return;
-      // The next tokens, the prompt as each row's history (as the generator's).
-      meg::parallel_for(size_t(B), 1, [&](size_t begin, size_t end) {
+      // The next tokens, the prompt as each row's history: top-k's on this thread, draws from all
+      // the logits in parallel (as the generator's).
+      meg::parallel_for(size_t(B), few ? size_t(B) : 1, [&](size_t begin, size_t end) {
         for (size_t r = begin; r < end; ++r)
           next[r] = few ? samplers[r].sample_top_k({top_tokens.data() + r * K, K}, {top_logits.data() + r * K, K},
                                                    o.params, 0.5)
