@@ -318,7 +318,8 @@ __device__ uint32_t select_key(const RowShare& share, int parts, W& wanted, unsi
     for (int i = threadIdx.x; i < kDigits; i += kRowBlock) {
       W sum = 0;
 #pragma unroll 8
-      for (int w = 0; w < kRowBlock / kWarp; ++w) sum += warp_histogram_value<W>(warp_histograms + w * kHistogramWords<W>, i);
+      for (int w = 0; w < kRowBlock / kWarp; ++w)
+        sum += warp_histogram_value<W>(warp_histograms + w * kHistogramWords<W>, i);
       histogram[i] = sum;
     }
     __syncthreads();
@@ -432,11 +433,12 @@ __global__ void __launch_bounds__(kRowBlock)
 
   unsigned wanted = unsigned(K);
   unsigned* warp_histograms = stage_part<unsigned>(shared_stage, 0);
-  const uint32_t threshold = select_key<X>(share, parts, wanted, warp_histograms, [&](int j, uint32_t& key, unsigned& weight) {
+  const auto key_count = [&](int j, uint32_t& key, unsigned& weight) {
     const float f = value(j);
     key = order_key(f);
     weight = f == f;
-  });
+  };
+  const uint32_t threshold = select_key<X>(share, parts, wanted, warp_histograms, key_count);
   // Keys above T: K - wanted of them. Keys equal to T: the first `wanted` by column, ranked by
   // the equal keys before them (a ballot a step).
   const unsigned above = unsigned(K) - wanted;
@@ -575,7 +577,8 @@ __global__ void __launch_bounds__(kRowBlock)
   if (draw.top_p < 1) {
     const Mass target = umax64(1, umin64(total, Mass(ceil(draw.top_p * double(total)))));
     Mass wanted = target;
-    threshold = select_key<X>(share, parts, wanted, stage_part<unsigned>(shared_stage, 0), [&](int j, uint32_t& key, Mass& weight) {
+    unsigned* warp_histograms = stage_part<unsigned>(shared_stage, 0);
+    threshold = select_key<X>(share, parts, wanted, warp_histograms, [&](int j, uint32_t& key, Mass& weight) {
       key = order_key(value(j));
       weight = masses(j);  // 0 for NaN
     });
