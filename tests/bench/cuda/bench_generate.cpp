@@ -144,7 +144,8 @@ void bench(const std::string& name, const Options& o) {
 
   const double prefill_flops_per_token = double(c.flops_per_token(o.prompt)) / 3;
   for (const int B : o.prefill ? o.batches : std::vector<int>{}) {
-    const double ms = meg::bench::median(meg::bench::time_calls(stream, kPrefillWarmup, kPrefillRuns, [&] { prefill(B); }));
+    const double ms =
+        meg::bench::median(meg::bench::time_calls(stream, kPrefillWarmup, kPrefillRuns, [&] { prefill(B); }));
     print_row(label, "prefill", B, o.prompt, ms, double(B) * o.prompt,
               kMatmulRate / prefill_flops_per_token, "compute");
   }
@@ -220,7 +221,8 @@ int main(int argc, char** argv) {
     else if (a == "--sampling" && i + 1 < argc) {
       o.sampling = argv[++i];
       if (!parse_sampling(o.sampling, o.params)) {
-        std::fprintf(stderr, "bench_generate: --sampling %s: not greedy, top-k, top-p or temperature (with -penalty)\n", argv[i]);
+        std::fprintf(stderr, "bench_generate: --sampling %s: not greedy, top-k, top-p or temperature (with -penalty)\n",
+                     argv[i]);
         return 2;
       }
     } else if (a == "--profile") o.profile = true;
