@@ -56,6 +56,21 @@ inline int multiprocessors() {
   return sms;
 }
 
+// The most dynamic shared memory a block of KERNEL can have on the current device (the device's
+// limit for a block less the kernel's static shared memory), granted to the kernel: for kernels
+// that size what they keep in shared memory by what fits. Call once per kernel.
+template <typename Kernel>
+size_t grant_most_shared_memory(Kernel* kernel) {
+  int device = 0, optin = 0;
+  MEG_CUDA_CHECK(cudaGetDevice(&device));
+  MEG_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  cudaFuncAttributes attributes{};
+  MEG_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
+  const size_t bytes = size_t(optin) - attributes.sharedSizeBytes;
+  MEG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+  return bytes;
+}
+
 __device__ inline float to_float(float v) { return v; }
 __device__ inline float to_float(bf16 v) { return __bfloat162float(v); }
 __device__ inline float to_float(fp16 v) { return __half2float(v); }

@@ -657,13 +657,7 @@ const RowKernelLimits& row_kernel_limits() {
   static RowKernelLimits limits;
   static std::once_flag configured;
   std::call_once(configured, [] {
-    int device = 0, optin = 0;
-    MEG_CUDA_CHECK(cudaGetDevice(&device));
-    MEG_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    cudaFuncAttributes attributes{};
-    MEG_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
-    limits.shared_bytes = size_t(optin) - attributes.sharedSizeBytes;
-    MEG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(limits.shared_bytes)));
+    limits.shared_bytes = grant_most_shared_memory(kernel);
     limits.clusters_of_16 = resident_clusters_of_16<kernel>(limits.shared_bytes);
   });
   return limits;

@@ -58,12 +58,7 @@ void penalise_rows(float* rows, const int32_t* history, const int32_t* slots, co
   if (N <= 0) return;
   const size_t smem = size_t(ceil_div(V, 32)) * sizeof(uint32_t);
   static std::once_flag opted_in;  // a vocabulary past 393,216 tokens needs more than the default 48 KB
-  std::call_once(opted_in, [] {
-    int device = 0, most = 0;
-    MEG_CUDA_CHECK(cudaGetDevice(&device));
-    MEG_CUDA_CHECK(cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    MEG_CUDA_CHECK(cudaFuncSetAttribute(penalise_rows_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, most));
-  });
+  std::call_once(opted_in, [] { grant_most_shared_memory(penalise_rows_kernel); });
   penalise_rows_kernel<<<N, kBlock, smem, stream>>>(rows, history, slots, positions, last, penalties, V, max_length);
   MEG_CUDA_CHECK(cudaGetLastError());
 }
