@@ -21,6 +21,7 @@
 #include "ops/cpu/dropout_mask.hpp"
 #include "ops/cuda/check.hpp"
 #include "ops/cuda/ops.hpp"
+#include "device_buffer.hpp"
 #include "event_timer.hpp"
 
 namespace {
@@ -34,17 +35,7 @@ struct Case {
 };
 
 template <typename T>
-class Buffer {
- public:
-  explicit Buffer(size_t n) { MEG_CUDA_CHECK(cudaMalloc(&p_, n * sizeof(T))); }
-  ~Buffer() { cudaFree(p_); }
-  Buffer(const Buffer&) = delete;
-  Buffer& operator=(const Buffer&) = delete;
-  T* get() const { return p_; }
-
- private:
-  T* p_ = nullptr;
-};
+using Buffer = meg::bench::DeviceBuffer<T>;
 
 // n random values in [-1, 1], rounded to X, uploaded.
 template <typename X>

@@ -24,48 +24,36 @@
 
 #include "ops/cuda/check.hpp"
 #include "ops/cuda/ops.hpp"
+#include "device_buffer.hpp"
 #include "event_timer.hpp"
 
 namespace {
 
 using meg::cuda::bf16;
+template <typename T>
+using Buffer = meg::bench::DeviceBuffer<T>;
 
 constexpr int kB = 32, kT = 1024, kN = kB * kT;
 constexpr int kWarmup = 3;
 constexpr size_t kFlushBytes = size_t(256) << 20;  // several times the L2 cache
 
-// A device array, freed on scope exit, filled with random non-zero values (a random block of 1M
-// values repeated: zeros would hide nothing here, but real-looking data costs little).
+// BUFFER filled with random non-zero values in [LO, HI) (a random block of 1M values repeated:
+// zeros would hide nothing here, but real-looking data costs little).
 template <typename T>
-class Buffer {
- public:
-  explicit Buffer(size_t n) : n_(n) { MEG_CUDA_CHECK(cudaMalloc(&p_, std::max<size_t>(n, 1) * sizeof(T))); }
-  ~Buffer() { cudaFree(p_); }
-  Buffer(const Buffer&) = delete;
-  Buffer& operator=(const Buffer&) = delete;
-  T* get() const { return p_; }
-
-  void fill_random(float lo, float hi, std::mt19937& rng) {
-    std::uniform_real_distribution<float> dist(lo, hi);
-    std::vector<T> block(std::min<size_t>(n_, 1 << 20));
-    for (auto& x : block) {
-      float v;
-      do v = dist(rng);
-      while (v == 0.0f);
-      x = T(v);
-    }
-    for (size_t i = 0; i < n_; i += block.size())
-      MEG_CUDA_CHECK(cudaMemcpy(p_ + i, block.data(), std::min(block.size(), n_ - i) * sizeof(T),
-                                cudaMemcpyHostToDevice));
+void fill_random(Buffer<T>& buffer, float lo, float hi, std::mt19937& rng) {
+  std::uniform_real_distribution<float> dist(lo, hi);
+  const size_t n = buffer.size();
+  std::vector<T> block(std::min<size_t>(n, 1 << 20));
+  for (auto& x : block) {
+    float v;
+    do v = dist(rng);
+    while (v == 0.0f);
+    x = T(v);
   }
-  void upload(const std::vector<T>& v) {
-    MEG_CUDA_CHECK(cudaMemcpy(p_, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
-  }
-
- private:
-  T* p_ = nullptr;
-  size_t n_;
-};
+  for (size_t i = 0; i < n; i += block.size())
+    MEG_CUDA_CHECK(cudaMemcpy(buffer.get() + i, block.data(), std::min(block.size(), n - i) * sizeof(T),
+                              cudaMemcpyHostToDevice));
+}
 
 // Median milliseconds of RUNS runs of FN, each after an L2 flush, after kWarmup runs.
 double time_ms(const std::function<void()>& fn, int runs, void* flush) {
@@ -117,9 +105,9 @@ int main(int argc, char** argv) {
     Buffer<bf16> inp(size_t(kN) * C), out(size_t(kN) * C), dout(size_t(kN) * C),
         dinp(size_t(kN) * C), weight(C), bias(C);
     Buffer<float> mean(kN), rstd(kN), dweight(C), dbias(C);
-    inp.fill_random(-1, 2, rng), dout.fill_random(-1, 1, rng), dinp.fill_random(-1, 1, rng);
-    weight.fill_random(0.5, 1.5, rng), bias.fill_random(-0.5, 0.5, rng);
-    dweight.fill_random(-1, 1, rng), dbias.fill_random(-1, 1, rng);
+    fill_random(inp, -1, 2, rng), fill_random(dout, -1, 1, rng), fill_random(dinp, -1, 1, rng);
+    fill_random(weight, 0.5, 1.5, rng), fill_random(bias, -0.5, 0.5, rng);
+    fill_random(dweight, -1, 1, rng), fill_random(dbias, -1, 1, rng);
     const size_t scratch_n = std::max(meg::cuda::layernorm_backward_scratch(kN, C),
                                       meg::cuda::rmsnorm_backward_scratch(kN, C));
     Buffer<float> scratch(scratch_n);
@@ -160,8 +148,8 @@ int main(int argc, char** argv) {
     positions.upload(groups.positions);
     Buffer<bf16> wte(size_t(s.V) * C), wpe(size_t(kT) * C);
     Buffer<float> dwte(size_t(s.V) * C), dwpe(size_t(kT) * C);
-    wte.fill_random(-1, 1, rng), wpe.fill_random(-1, 1, rng);
-    dwte.fill_random(-1, 1, rng), dwpe.fill_random(-1, 1, rng);
+    fill_random(wte, -1, 1, rng), fill_random(wpe, -1, 1, rng);
+    fill_random(dwte, -1, 1, rng), fill_random(dwpe, -1, 1, rng);
     ms = time_ms([&] {
       meg::cuda::embedding_forward(out.get(), d_tokens.get(), wte.get(), wpe.get(), kB, kT, C, 0,
                                    s.V, nullptr);
@@ -178,7 +166,7 @@ int main(int argc, char** argv) {
     // RoPE on the q and k heads of the fused qkv activation.
     const size_t width = size_t(s.NH + 2 * s.NKV) * s.HS;
     Buffer<bf16> qkv(size_t(kN) * width);
-    qkv.fill_random(-2, 2, rng);
+    fill_random(qkv, -2, 2, rng);
     const auto table_host = meg::cuda::rope_table(kT, s.HS, 10000.0);
     Buffer<float> table(table_host.size());
     table.upload(table_host);

@@ -24,6 +24,7 @@
 
 #include "ops/cuda/check.hpp"
 #include "ops/cuda/ops.hpp"
+#include "device_buffer.hpp"
 #include "event_timer.hpp"
 
 namespace {
@@ -63,21 +64,20 @@ int main(int argc, char** argv) {
   for (const Vocabulary voc : {Vocabulary{"GPT-2", 50257, 50304}, Vocabulary{"Llama 3", 128256, 128256}}) {
     for (const int rows : {1, 32}) {
       for (const bool peaked : {false, true}) {
-        const std::vector<bf16> host = make_rows(rows, voc.V, voc.Vp, peaked, rng);
-        bf16* logits = nullptr;
-        int32_t* tokens = nullptr;
-        float* values = nullptr;
-        meg::cuda::RowDraw* draws = nullptr;
-        MEG_CUDA_CHECK(cudaMalloc(&logits, host.size() * sizeof(bf16)));
-        MEG_CUDA_CHECK(cudaMalloc(&tokens, size_t(rows) * kTopK * sizeof(int32_t)));
-        MEG_CUDA_CHECK(cudaMalloc(&values, size_t(rows) * kTopK * sizeof(float)));
-        MEG_CUDA_CHECK(cudaMalloc(&draws, size_t(rows) * sizeof(meg::cuda::RowDraw)));
-        MEG_CUDA_CHECK(cudaMemcpy(logits, host.data(), host.size() * sizeof(bf16), cudaMemcpyHostToDevice));
+        meg::bench::DeviceBuffer<bf16> logits_buffer(size_t(rows) * voc.Vp);
+        meg::bench::DeviceBuffer<int32_t> tokens_buffer(size_t(rows) * kTopK);
+        meg::bench::DeviceBuffer<float> values_buffer(size_t(rows) * kTopK);
+        meg::bench::DeviceBuffer<meg::cuda::RowDraw> draws_buffer(static_cast<size_t>(rows));
+        logits_buffer.upload(make_rows(rows, voc.V, voc.Vp, peaked, rng));
+        const bf16* logits = logits_buffer.get();
+        int32_t* tokens = tokens_buffer.get();
+        float* values = values_buffer.get();
+        const meg::cuda::RowDraw* draws = draws_buffer.get();
 
         const auto draws_of = [&](double top_p) {
           std::vector<meg::cuda::RowDraw> d;
           for (int r = 0; r < rows; ++r) d.push_back({1.0, top_p, (r + 0.5) / rows});
-          MEG_CUDA_CHECK(cudaMemcpy(draws, d.data(), d.size() * sizeof(d[0]), cudaMemcpyHostToDevice));
+          draws_buffer.upload(d);
         };
         const auto report = [&](const char* kernel, const std::function<void()>& call) {
           const double ms = meg::bench::median(meg::bench::time_calls(stream, kWarmup, runs, [&] {
@@ -96,10 +96,6 @@ int main(int argc, char** argv) {
         draws_of(0.9);
         report("sample_rows, top-p 0.9",
                [&] { meg::cuda::sample_rows(tokens, logits, draws, rows, voc.V, voc.Vp, stream); });
-        MEG_CUDA_CHECK(cudaFree(logits));
-        MEG_CUDA_CHECK(cudaFree(tokens));
-        MEG_CUDA_CHECK(cudaFree(values));
-        MEG_CUDA_CHECK(cudaFree(draws));
       }
     }
   }
