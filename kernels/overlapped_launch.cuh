@@ -10,12 +10,15 @@
 // take multiprocessors as this one's retire. On devices before Hopper, and for a predecessor that
 // is not a kernel, the launch is an ordinary one and the calls do nothing.
 //
-// The alternative, the step's products as phases of one persistent kernel with a grid-wide barrier
-// between them (each phase requesting its first weights before the barrier, as here before the
-// wait), was measured slower on an H100 (tests/bench/cuda/bench_decode_chain.cu times both): a
-// decode-shaped chain of 4 products a layer took 19.1, 34.7 and 53.4 us a layer at GPT-2 124M's,
-// GPT-2 1.5B's and Llama 1B's shapes, against 10.3, 26.0 and 44.4 us as overlapped kernels
-// replayed from a CUDA graph; about 2 us a barrier.
+// The alternatives, measured slower on an H100 (tests/bench/cuda/bench_decode_chain.cu times them):
+// the step's products as phases of one persistent kernel with a grid-wide barrier between them
+// (each phase requesting its first weights before the barrier, as here before the wait), or as
+// kernels that hand over through counters in memory (each block arrives when done; the next
+// kernel's blocks poll for a full grid's arrivals) in place of wait_for_previous_kernel(). A
+// decode-shaped chain of 4 products a layer took 19.8, 35.4 and 55.3 us a layer at GPT-2 124M's,
+// GPT-2 1.5B's and Llama 1B's shapes with the barrier (16.3, 33.2, 52.2 with a counter barrier)
+// and 12.9, 29.4, 47.4 with counter handoffs, against 9.7, 26.5 and 43.9 us as overlapped
+// small_linear kernels replayed from a CUDA graph.
 #pragma once
 
 #include <cuda_runtime.h>

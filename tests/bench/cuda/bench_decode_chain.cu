@@ -4,18 +4,28 @@
 // projection, FC1 with SwiGLU's gate and up rows together, FC2) against weights of their own, one
 // row each, for all the model's layers: the weights a decode step streams, without its attention,
 // embedding and output layer. Per layer, the time and the fraction of 3.35 TB/s (H100 SXM's HBM3)
-// the weights' bytes make of it. Three ways to run the chain:
-//   small_linear         the inference model's: a small_linear launch per product, each
-//                        overlapping the one before (kernels/overlapped_launch.cuh), the whole
-//                        chain replayed from a CUDA graph;
-//   small_linear, norms  the same with the norms a block has before QKV and FC1 (LayerNorm);
-//   persistent           every product a phase of one cooperative launch, a grid-wide barrier
-//                        between phases, each phase requesting its first weights before its
-//                        barrier: the same streaming loop as small_linear's (two register buffers
-//                        of 8 16-byte vectors a lane, 8 warps, 2 blocks a multiprocessor), with
-//                        barriers in place of kernel boundaries.
-// The third is why a decode step is a chain of kernels (overlapped_launch.cuh): on an H100 the
-// barrier costs more than the boundary it replaces.
+// the weights' bytes make of it. The ways to run the chain:
+//   small_linear          the inference model's: a small_linear launch per product, each
+//                         overlapping the one before (kernels/overlapped_launch.cuh), the whole
+//                         chain replayed from a CUDA graph;
+//   small_linear, norms   the same with the norms a block has before QKV and FC1 (LayerNorm);
+//   kernels, ...          this file's streaming loop (stream_product: two register buffers of 8
+//                         16-byte vectors a lane, 8 warps a block) as one overlapped kernel a
+//                         product, waiting for the kernel before either by griddepcontrol.wait
+//                         (its whole grid done) or by counters (each block arrives at its
+//                         kernel's counter when done; the next waits for the count of a grid);
+//                         at 2 blocks a multiprocessor, or at 1 (half the register file, so that
+//                         the next kernel's block starts beside this one's and requests its
+//                         weights while this one streams);
+//   persistent, ...       every product a phase of one cooperative launch running the same loop,
+//                         each phase requesting its first weights before a grid-wide barrier:
+//                         a generation barrier, or arrivals at a counter that only grows.
+// On an H100 (us a layer, GPT-2 124M / 1.5B / Llama 1B): small_linear 9.7 / 26.5 / 43.9;
+// kernels with griddepcontrol.wait 11.1 / 27.0 / 45.5, with counters 12.9 / 29.4 / 47.4; at one
+// block a multiprocessor 11.8 / 34.0 / 50.9 and 13.3 / 35.6 / 52.0; persistent with the generation
+// barrier 19.8 / 35.4 / 55.3, with the counter 16.3 / 33.2 / 52.2. Hence a decode step is a chain
+// of kernels that wait in hardware (overlapped_launch.cuh): a handoff through memory costs more
+// than the boundary it replaces, and fewer blocks keep fewer bytes in flight.
 //
 // Each figure is the median of kRuns timed runs of the whole chain after kWarmup untimed ones.
 // Weights and inputs are pseudo-random, never zeros; the products' values are not checked here
@@ -96,14 +106,14 @@ struct Product {
   int C, OC;
 };
 
-// ---- the persistent variant ---------------------------------------------------------------------
+// ---- the streaming loop, as kernels of their own or phases of one -------------------------------
 
 // A barrier across the grid's blocks, all resident (a cooperative launch): the blocks that have
 // arrived and a generation that the last to arrive advances; the others spin until it does.
 struct GridBarrier {
   unsigned* words;  // [arrived, generation], zero before the launch
 
-  __device__ void wait() const {
+  __device__ void wait(unsigned /*phase*/) const {
     __syncthreads();
     if (threadIdx.x == 0) {
       volatile unsigned* generation = words + 1;
@@ -133,56 +143,111 @@ __device__ float dot8(const uint4& w, const uint4& x) {
   return s;
 }
 
-// The products in order, one phase each. A warp takes rows first, first + stride, ... of a
-// product in chunks of kLoads vectors a lane, two buffers alternating as small_linear's; the first
-// two chunks of a phase are requested before the barrier that waits for the phase before, whose
-// output is this phase's input, read through L2 after it.
-__global__ void __launch_bounds__(kWarps * kWarp, kBlocksPerSM)
-    persistent_chain_kernel(const Product* products, int count, GridBarrier barrier) {
-  extern __shared__ uint4 xs[];
+// Arrivals at a counter that only grows (zeroed before the chain): a block's arrival releases its
+// writes, and a wait acquires those of every block that has arrived. Phase p of a grid of G blocks
+// is over when the counter reaches p * G; no block resets it, so no block waits for a reset.
+__device__ inline void arrive(unsigned* counter) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counter) : "memory");
+}
+__device__ inline void wait_for_count(const unsigned* counter, unsigned target) {
+  unsigned seen;
+  do {
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
+  } while (seen < target);
+}
+
+// A barrier across the grid's blocks on one counter: phase p's wait returns once every block has
+// arrived p times.
+struct CounterBarrier {
+  unsigned* counter;
+
+  __device__ void wait(unsigned phase) const {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      arrive(counter);
+      wait_for_count(counter, phase * gridDim.x);
+    }
+    __syncthreads();
+  }
+};
+
+// One product, in chunks of kLoads vectors a lane, two buffers alternating as small_linear's: a
+// warp takes rows first, first + stride, ... . Its first two chunks are requested before WAIT (for
+// the phase or kernel before, whose output is this product's input), the input read through L2
+// after it into XS.
+template <typename Wait>
+__device__ void stream_product(const Product& pr, uint4* xs, Wait wait) {
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   constexpr int span = kWarp * kLoads;
   const int first = blockIdx.x * kWarps + warp, stride = gridDim.x * kWarps;
-  for (int p = 0; p < count; ++p) {
-    const Product pr = products[p];
-    const int nvec = pr.C / 8, chunks = (nvec + span - 1) / span;
-    const int items = first < pr.OC ? (pr.OC - first + stride - 1) / stride * chunks : 0;
-    const uint4* w = reinterpret_cast<const uint4*>(pr.W);
-    auto load = [&](uint4(&buf)[kLoads], int item) {
-      const uint4* row = w + size_t(first + item / chunks * stride) * nvec;
-      const int i0 = item % chunks * span + lane;
+  const int nvec = pr.C / 8, chunks = (nvec + span - 1) / span;
+  const int items = first < pr.OC ? (pr.OC - first + stride - 1) / stride * chunks : 0;
+  const uint4* w = reinterpret_cast<const uint4*>(pr.W);
+  auto load = [&](uint4(&buf)[kLoads], int item) {
+    const uint4* row = w + size_t(first + item / chunks * stride) * nvec;
+    const int i0 = item % chunks * span + lane;
 #pragma unroll
-      for (int u = 0; u < kLoads; ++u)
-        if (i0 + u * kWarp < nvec) buf[u] = __ldcs(row + i0 + u * kWarp);
-    };
-    float acc = 0.0f;
-    auto use = [&](const uint4(&buf)[kLoads], int item) {
-      const int i0 = item % chunks * span + lane;
+    for (int u = 0; u < kLoads; ++u)
+      if (i0 + u * kWarp < nvec) buf[u] = __ldcs(row + i0 + u * kWarp);
+  };
+  float acc = 0.0f;
+  auto use = [&](const uint4(&buf)[kLoads], int item) {
+    const int i0 = item % chunks * span + lane;
 #pragma unroll
-      for (int u = 0; u < kLoads; ++u)
-        if (i0 + u * kWarp < nvec) acc += dot8(buf[u], xs[i0 + u * kWarp]);
-      if (item % chunks == chunks - 1) {
-        for (int o = kWarp / 2; o > 0; o /= 2) acc += __shfl_xor_sync(~0u, acc, o);
-        if (lane == 0) pr.out[first + item / chunks * stride] = __float2bfloat16(acc);
-        acc = 0.0f;
-      }
-    };
-    uint4 a[kLoads], b[kLoads];
-    if (items > 0) load(a, 0);
-    if (items > 1) load(b, 1);
-    if (p > 0) barrier.wait();
-    for (int i = threadIdx.x; i < nvec; i += blockDim.x) xs[i] = __ldcg(reinterpret_cast<const uint4*>(pr.in) + i);
-    __syncthreads();
-    for (int item = 0; item < items; item += 2) {
-      use(a, item);
-      if (item + 2 < items) load(a, item + 2);
-      if (item + 1 < items) {
-        use(b, item + 1);
-        if (item + 3 < items) load(b, item + 3);
-      }
+    for (int u = 0; u < kLoads; ++u)
+      if (i0 + u * kWarp < nvec) acc += dot8(buf[u], xs[i0 + u * kWarp]);
+    if (item % chunks == chunks - 1) {
+      for (int o = kWarp / 2; o > 0; o /= 2) acc += __shfl_xor_sync(~0u, acc, o);
+      if (lane == 0) pr.out[first + item / chunks * stride] = __float2bfloat16(acc);
+      acc = 0.0f;
     }
-    __syncthreads();  // every warp is done with xs before the next phase stages its input
+  };
+  uint4 a[kLoads], b[kLoads];
+  if (items > 0) load(a, 0);
+  if (items > 1) load(b, 1);
+  wait();
+  for (int i = threadIdx.x; i < nvec; i += blockDim.x) xs[i] = __ldcg(reinterpret_cast<const uint4*>(pr.in) + i);
+  __syncthreads();
+  for (int item = 0; item < items; item += 2) {
+    use(a, item);
+    if (item + 2 < items) load(a, item + 2);
+    if (item + 1 < items) {
+      use(b, item + 1);
+      if (item + 3 < items) load(b, item + 3);
+    }
   }
+  __syncthreads();  // every warp is done with xs (and has written its outputs) before the next phase
+}
+
+// The products in order, one phase each, BARRIER between them.
+template <typename Barrier>
+__global__ void __launch_bounds__(kWarps * kWarp, kBlocksPerSM)
+    persistent_chain_kernel(const Product* products, int count, Barrier barrier) {
+  extern __shared__ uint4 xs[];
+  for (int p = 0; p < count; ++p)
+    stream_product(products[p], xs, [&] {
+      if (p > 0) barrier.wait(p);
+    });
+}
+
+// One product of the chain a kernel, launched overlapped (programmatic dependent launch) after the
+// one before. With kCounters, the kernel waits for the one before by its blocks' arrivals at
+// counters[index - 1] (each kernel has the same grid) and arrives at counters[index] when done,
+// rather than waiting for the whole previous grid to finish (griddepcontrol.wait).
+template <bool kCounters>
+__global__ void __launch_bounds__(kWarps * kWarp, kBlocksPerSM)
+    chain_product_kernel(Product pr, unsigned* counters, int index) {
+  extern __shared__ uint4 xs[];
+  asm volatile("griddepcontrol.launch_dependents;" :::);
+  stream_product(pr, xs, [&] {
+    if (!kCounters) {
+      asm volatile("griddepcontrol.wait;" ::: "memory");
+    } else if (index > 0) {
+      if (threadIdx.x == 0) wait_for_count(counters + index - 1, gridDim.x);
+      __syncthreads();
+    }
+  });
+  if (kCounters && threadIdx.x == 0) arrive(counters + index);
 }
 
 // ---- the benchmark ------------------------------------------------------------------------------
@@ -247,26 +312,71 @@ void bench(const Shape& m) {
     MEG_CUDA_CHECK(cudaGraphDestroy(graph));
   }
 
-  meg::cuda::DeviceArray<Product> products(alloc, chain.size());
-  MEG_CUDA_CHECK(cudaMemcpy(products.get(), chain.data(), chain.size() * sizeof(Product), cudaMemcpyHostToDevice));
-  meg::cuda::DeviceArray<unsigned> words(alloc, 2);
-  MEG_CUDA_CHECK(cudaMemset(words.get(), 0, 2 * sizeof(unsigned)));
   const size_t smem = size_t(std::max(C, m.FC2)) * sizeof(bf16);
-  MEG_CUDA_CHECK(cudaFuncSetAttribute(persistent_chain_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  int per_sm = 0, sms = 0, device = 0;
-  MEG_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, persistent_chain_kernel, kWarps * kWarp, smem));
+  int sms = 0, device = 0;
   MEG_CUDA_CHECK(cudaGetDevice(&device));
   MEG_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  const int blocks = std::min(per_sm, kBlocksPerSM) * sms;
+  // A grid of at most kBlocksPerSM blocks a multiprocessor, all resident.
+  auto grid_of = [&](auto kernel) {
+    MEG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    int per_sm = 0;
+    MEG_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kWarps * kWarp, smem));
+    return std::min(per_sm, kBlocksPerSM) * sms;
+  };
+  meg::cuda::DeviceArray<unsigned> counters(alloc, chain.size());
+  const size_t counter_bytes = chain.size() * sizeof(unsigned);
+
+  // PER_SM blocks a multiprocessor: at 1, half the register file, so that the next kernel's block
+  // starts beside this one's and requests its weights while this one streams.
+  auto chain_of_kernels = [&](auto kernel, int per_sm, const char* variant) {
+    const int blocks = std::min(grid_of(kernel), per_sm * sms);
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    MEG_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    MEG_CUDA_CHECK(cudaMemsetAsync(counters.get(), 0, counter_bytes, stream));
+    for (size_t i = 0; i < chain.size(); ++i) {
+      cudaLaunchAttribute attribute{};
+      attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      attribute.val.programmaticStreamSerializationAllowed = 1;
+      cudaLaunchConfig_t config{};
+      config.gridDim = dim3(blocks);
+      config.blockDim = dim3(kWarps * kWarp);
+      config.dynamicSmemBytes = smem;
+      config.stream = stream;
+      config.attrs = &attribute;
+      config.numAttrs = 1;
+      MEG_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, chain[i], counters.get(), int(i)));
+    }
+    MEG_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+    MEG_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    const double ms = meg::bench::median(
+        meg::bench::time_calls(stream, kWarmup, kRuns, [&] { MEG_CUDA_CHECK(cudaGraphLaunch(exec, stream)); }));
+    print_row(name, variant, ms, L, layer_bytes);
+    MEG_CUDA_CHECK(cudaGraphExecDestroy(exec));
+    MEG_CUDA_CHECK(cudaGraphDestroy(graph));
+  };
+  chain_of_kernels(chain_product_kernel<false>, 2, "kernels, griddepcontrol.wait");
+  chain_of_kernels(chain_product_kernel<true>, 2, "kernels, counters");
+  chain_of_kernels(chain_product_kernel<false>, 1, "kernels 1/SM, griddepcontrol.wait");
+  chain_of_kernels(chain_product_kernel<true>, 1, "kernels 1/SM, counters");
+
+  meg::cuda::DeviceArray<Product> products(alloc, chain.size());
+  MEG_CUDA_CHECK(cudaMemcpy(products.get(), chain.data(), chain.size() * sizeof(Product), cudaMemcpyHostToDevice));
   const Product* list = products.get();
   int count = int(chain.size());
-  GridBarrier barrier{words.get()};
-  void* args[] = {&list, &count, &barrier};
-  const double ms = meg::bench::median(meg::bench::time_calls(stream, kWarmup, kRuns, [&] {
-    MEG_CUDA_CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(persistent_chain_kernel), dim3(blocks),
-                                               dim3(kWarps * kWarp), args, smem, stream));
-  }));
-  print_row(name, "persistent, grid barrier", ms, L, layer_bytes);
+  auto persistent = [&](auto barrier, const char* variant) {
+    auto kernel = persistent_chain_kernel<decltype(barrier)>;
+    const int blocks = grid_of(kernel);
+    void* args[] = {&list, &count, &barrier};
+    const double ms = meg::bench::median(meg::bench::time_calls(stream, kWarmup, kRuns, [&] {
+      MEG_CUDA_CHECK(cudaMemsetAsync(counters.get(), 0, 2 * sizeof(unsigned), stream));
+      MEG_CUDA_CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(kernel), dim3(blocks), dim3(kWarps * kWarp),
+                                                 args, smem, stream));
+    }));
+    print_row(name, variant, ms, L, layer_bytes);
+  };
+  persistent(GridBarrier{counters.get()}, "persistent, grid barrier");
+  persistent(CounterBarrier{counters.get()}, "persistent, counter barrier");
 }
 
 // ---- the sweep ----------------------------------------------------------------------------------
