@@ -5,7 +5,8 @@
 #   make demo         the embedded demo: real text to a trained model (scripts/demo.sh)
 #   make bench        benchmarks (scripts/bench.sh, tests/bench/bench_init, scripts/bench-retro.sh, and
 #                     scripts/bench-gpu.sh and
-#                     scripts/bench-generate.sh on a CUDA machine); they print tables against reference figures
+#                     scripts/bench-generate.sh on a CUDA machine, scripts/bench-generate-tp.sh on one
+#                     with several GPUs); they print tables against reference figures
 #   make install PREFIX=/usr/local
 BUILD    ?= build
 PREFIX   ?= /usr/local
@@ -43,6 +44,8 @@ bench: setup
 	@$(BUILD)/tests/bench_init
 	@bash scripts/bench-retro.sh $(BUILD)
 	@if [ -x $(BUILD)/tests/bench_train ] && nvidia-smi >/dev/null 2>&1; then bash scripts/bench-gpu.sh $(BUILD) && bash scripts/bench-generate.sh $(BUILD); fi
+	@if [ -x $(BUILD)/tests/bench_train ] && [ "$$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')" -ge 2 ]; then \
+	  bash scripts/bench-generate-tp.sh $(BUILD); fi
 
 install: all
 	cmake --install $(BUILD) --prefix $(PREFIX)

@@ -30,7 +30,8 @@
 // Tensor parallelism (a group of T > 1 processes, one GPU each, through NCCL): each member holds
 // its shard of the weights and the cache of its NKV/T key/value heads; the embedding and the
 // row-parallel layers are summed over the group, and the members' vocabulary shards of the logits
-// gathered (in fp32), so that every member has the same logits. The collectives are part of the
+// gathered (in fp32), so that every member has the same logits and makes the same choices from
+// them on its device (argmax, top k, draw, repetition penalty). The collectives are part of the
 // captured decode graphs (NCCL supports capture since 2.9); they run once directly first, as
 // every decode size does, so their connections are made before a capture.
 // Only for code built with CUDA (MEG_CUDA).

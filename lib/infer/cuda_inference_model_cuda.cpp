@@ -50,8 +50,7 @@ class CudaInferenceModelImpl final : public CudaInferenceModel {
   int max_length() const override { return max_length_; }
   int length(int slot) const override { return lengths_[size_t(checked_slot(slot, slots_))]; }
   void reset(int slot) override { lengths_[size_t(checked_slot(slot, slots_))] = 0; }
-  // Tensor-parallel members choose on the host (append_greedy), from logits they do not penalise.
-  bool penalises() const override { return !tp_; }
+  bool penalises() const override { return true; }
   void append(std::span<const AppendRequest> requests, float* logits) override;
   void append_greedy(std::span<const AppendRequest> requests, int choices, int32_t* tokens) override;
   void append_top_k(std::span<const AppendRequest> requests, int choices, int k, int32_t* tokens,
@@ -107,8 +106,10 @@ class CudaInferenceModelImpl final : public CudaInferenceModel {
   void run(const Pass& pass, Readout readout);
   cudaGraphExec_t capture(const Pass& pass, Readout readout);
   void forward(const Pass& pass, Readout readout);
-  void choose_penalised(const Pass& pass, Readout readout, const int32_t* positions, const int32_t* slots,
-                        const int32_t* last);
+  void read_out_f32(const Pass& pass, Readout readout, const int32_t* positions, const int32_t* slots,
+                    const int32_t* last);
+  template <typename Row>
+  void choose(const Pass& pass, Readout readout, const Row* rows, int stride);
   void gather_logits(float* out, int R);
   X* k_cache(size_t layer) const { return cache_.get() + 2 * layer * layer_elements_; }
   X* v_cache(size_t layer) const { return cache_.get() + (2 * layer + 1) * layer_elements_; }
@@ -134,7 +135,7 @@ class CudaInferenceModelImpl final : public CudaInferenceModel {
   cuda::DeviceArray<float> penalties_;
   PinnedArray<float> host_penalties_;
   // The tokens each slot holds [slots, max_length], logged by every pass's embedding lookup: what
-  // the repetition penalty reads (none for a tensor-parallel member, which does not penalise).
+  // the repetition penalty reads.
   cuda::DeviceArray<int32_t> history_;
   PinnedArray<int32_t> staging_;
   PinnedArray<float> host_logits_;  // logits_buffer(), allocated when first asked for
@@ -182,7 +183,7 @@ CudaInferenceModelImpl<X>::CudaInferenceModelImpl(const CheckpointModel& checkpo
   host_draws_.grow(size_t(slots));
   penalties_ = cuda::DeviceArray<float>(alloc, size_t(slots));
   host_penalties_.grow(size_t(slots));
-  if (penalises()) history_ = cuda::DeviceArray<int32_t>(alloc, size_t(slots) * size_t(max_length_));
+  history_ = cuda::DeviceArray<int32_t>(alloc, size_t(slots) * size_t(max_length_));
 }
 
 template <typename X>
@@ -264,11 +265,10 @@ void CudaInferenceModelImpl<X>::append(std::span<const AppendRequest> requests, 
 
 // The choice on the device: the argmax kernel's is the sampler's greedy one (ops.hpp: the lowest
 // id among equal maxima, NaN never), and the step copies back a token a row rather than its
-// logits. Tensor-parallel members hold a shard of the vocabulary each: they choose on the host.
+// logits. Tensor-parallel members choose alike, each from the same gathered rows.
 template <typename X>
 void CudaInferenceModelImpl<X>::append_greedy(std::span<const AppendRequest> requests, int choices,
                                               int32_t* tokens) {
-  if (tp_) return InferenceModel::append_greedy(requests, choices, tokens);
   check_choices(choices, int(config().vocab_size));
   check_penalties(requests, penalises());
   const int outputs = run_passes(requests, {1, choices, false, false, any_penalty(requests)});
@@ -281,7 +281,6 @@ void CudaInferenceModelImpl<X>::append_greedy(std::span<const AppendRequest> req
 template <typename X>
 void CudaInferenceModelImpl<X>::append_top_k(std::span<const AppendRequest> requests, int choices, int k,
                                              int32_t* tokens, float* logits) {
-  if (tp_) return InferenceModel::append_top_k(requests, choices, k, tokens, logits);
   check_top_k(choices, k, int(config().vocab_size));
   check_penalties(requests, penalises());
   const int outputs = run_passes(requests, {k, choices, false, false, any_penalty(requests)});
@@ -297,7 +296,6 @@ void CudaInferenceModelImpl<X>::append_top_k(std::span<const AppendRequest> requ
 template <typename X>
 void CudaInferenceModelImpl<X>::append_sample(std::span<const AppendRequest> requests, int choices,
                                               std::span<const SoftmaxDraw> draws, int32_t* tokens, float* logits) {
-  if (tp_) return InferenceModel::append_sample(requests, choices, draws, tokens, logits);
   check_choices(choices, int(config().vocab_size));
   check_draws(draws, requests.size());
   check_penalties(requests, penalises());
@@ -417,7 +415,7 @@ void CudaInferenceModelImpl<X>::forward(const Pass& pass, Readout readout) {
   // parallel: each member looks up the tokens of its rows (zeros for the others), the sum over the
   // group is the whole lookup; then the (replicated) position embedding, added once.
   cuda::embedding_forward<X>(x, tokens, net_.wte(), tp_ ? nullptr : net_.wpe(), 1, N, d.C, d.V0, d.Vp, s, positions,
-                             cuda::TokenLog{history_.get(), slots, max_length_});  // null under TP: no log
+                             cuda::TokenLog{history_.get(), slots, max_length_});
   if (tp_) {
     tp_->all_reduce_sum(x, size_t(N) * d.C, s);
     if (net_.wpe()) {
@@ -446,46 +444,50 @@ void CudaInferenceModelImpl<X>::forward(const Pass& pass, Readout readout) {
     h = rows_.get();
   }
   net_.logits(logits_.get(), h, pass.outputs);
-  if (readout.penalty) return choose_penalised(pass, readout, positions, slots, pass.outputs != N ? last : nullptr);
-  if (readout.draw) {
-    cuda::sample_rows(top_tokens_.get() + pass.first_output, logits_.get(), draws_.get() + pass.first_output,
-                      pass.outputs, readout.choices, d.Vp, s);
-    if (!readout.logits) return;
-  } else if (readout.k == 1) {
-    return cuda::argmax_rows(top_tokens_.get() + pass.first_output, logits_.get(), pass.outputs, readout.choices, d.Vp,
-                             s);
-  } else if (readout.k > 1) {
-    const size_t first = size_t(pass.first_output) * readout.k;
-    return cuda::top_k_rows(top_tokens_.get() + first, top_logits_.get() + first, logits_.get(), pass.outputs,
-                            readout.choices, d.Vp, readout.k, s);
-  }
-  float* out = logits_f32_.get() + size_t(pass.first_output) * d.V;
-  if (tp_)
-    gather_logits(out, pass.outputs);
-  else
-    cuda::logits_to_float(out, logits_.get(), pass.outputs, d.V, d.Vp, s);
+  const bool chooses = readout.draw || readout.k > 0;
+  if (tp_ || readout.penalty || !chooses)
+    return read_out_f32(pass, readout, positions, slots, pass.outputs != N ? last : nullptr);
+  // One GPU, no penalty: the choice straight from the output layer's rows.
+  choose(pass, readout, logits_.get(), d.Vp);
+  if (readout.logits)
+    cuda::logits_to_float(logits_f32_.get() + size_t(pass.first_output) * d.V, logits_.get(), pass.outputs, d.V, d.Vp,
+                          s);
 }
 
-// The pass's choices with the requests' repetition penalties: the output rows in fp32 (where the
-// caller of a readout with logits finds them), penalised, then chosen from as forward() chooses
-// from the unpenalised rows. POSITIONS, SLOTS and LAST are the pass's staged rows (LAST null: every
-// row an output). Not for tensor-parallel members (penalises()).
+// The output rows as fp32 rows [R, V] where the caller of a readout with logits finds them (every
+// member's shard gathered, under tensor parallelism), with the requests' repetition penalties
+// applied if the readout has them, then chosen from as READOUT says. POSITIONS, SLOTS and LAST are
+// the pass's staged rows (LAST null: every row an output).
 template <typename X>
-void CudaInferenceModelImpl<X>::choose_penalised(const Pass& pass, Readout readout, const int32_t* positions,
-                                                 const int32_t* slots, const int32_t* last) {
+void CudaInferenceModelImpl<X>::read_out_f32(const Pass& pass, Readout readout, const int32_t* positions,
+                                             const int32_t* slots, const int32_t* last) {
   const auto& d = net_.dims();
   const cudaStream_t s = stream();
   const int R = pass.outputs, first = pass.first_output;
   float* rows = logits_f32_.get() + size_t(first) * d.V;
-  cuda::logits_to_float(rows, logits_.get(), R, d.V, d.Vp, s);
-  cuda::penalise_rows(rows, history_.get(), slots, positions, last, penalties_.get() + first, R, d.V, max_length_, s);
-  if (readout.draw)
-    cuda::sample_rows(top_tokens_.get() + first, rows, draws_.get() + first, R, readout.choices, d.V, s);
-  else if (readout.k == 1)
-    cuda::argmax_rows(top_tokens_.get() + first, rows, R, readout.choices, d.V, s);
+  if (tp_)
+    gather_logits(rows, R);
   else
+    cuda::logits_to_float(rows, logits_.get(), R, d.V, d.Vp, s);
+  if (readout.penalty)
+    cuda::penalise_rows(rows, history_.get(), slots, positions, last, penalties_.get() + first, R, d.V, max_length_, s);
+  choose(pass, readout, rows, d.V);
+}
+
+// The pass's choices (READOUT's draw, argmax or k largest; none for k = 0) from its output rows
+// ROWS [R, STRIDE], into top_tokens_ (and top_logits_) from the pass's first output on.
+template <typename X>
+template <typename Row>
+void CudaInferenceModelImpl<X>::choose(const Pass& pass, Readout readout, const Row* rows, int stride) {
+  const cudaStream_t s = stream();
+  const int R = pass.outputs, first = pass.first_output;
+  if (readout.draw)
+    cuda::sample_rows(top_tokens_.get() + first, rows, draws_.get() + first, R, readout.choices, stride, s);
+  else if (readout.k == 1)
+    cuda::argmax_rows(top_tokens_.get() + first, rows, R, readout.choices, stride, s);
+  else if (readout.k > 1)
     cuda::top_k_rows(top_tokens_.get() + size_t(first) * readout.k, top_logits_.get() + size_t(first) * readout.k,
-                     rows, R, readout.choices, d.V, readout.k, s);
+                     rows, R, readout.choices, stride, readout.k, s);
 }
 
 // Every member's vocabulary shard of the logits of R rows in fp32, gathered ([member][R][Vp]), and

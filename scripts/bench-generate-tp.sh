@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# meg-generate split over GPUs (mpirun -np N meg-generate --tp N) on a CUDA machine with several:
+# tokens/s of whole runs of meg-generate, bf16, for a GPT-2 124M-shaped model with GPT-2's
+# vocabulary of 50,257 (one training step on the fortunes corpus: what matters here is each
+# step's work, not the text), at batch 1 and 32, greedy and sampled (temperature 0.8, top-p 0.95,
+# and with a repetition penalty of 1.2), on one GPU and split over 2 (and 4 where there are 4).
+# Every run prompts with the same 32 fortunes and generates 192 tokens a prompt, unless a
+# sequence ends first. A split model's sampling is its members' work: each chooses the tokens on
+# its GPU from the gathered logits, as one GPU does. The split costs two all-reduces a layer, so
+# a model this small runs fastest on one GPU; the table shows what the split costs a step.
+#   scripts/bench-generate-tp.sh BUILD_DIR
+# GENERATE=path/to/meg-generate times another build's meg-generate on the same checkpoint.
+# A markdown table on stdout; the checkpoint and results under OUT_DIR (default .bench/generate-tp).
+set -uo pipefail
+build=${1:-build}
+out=${OUT_DIR:-.bench/generate-tp}
+generate=${GENERATE:-$build/bin/meg-generate}
+mkdir -p "$out"
+export NCCL_NVLS_ENABLE=0
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+root=()
+[ "$(id -u)" -eq 0 ] && root=(--allow-run-as-root)
+gpt2=tests/data/gpt2
+
+if [ ! -d "$out/model" ]; then
+  "$build/bin/meg-blend" -q --seq-length 256 --samples 64 -o "$out/fortunes.blend" 1 tests/data/megatron/fortunes_gpt2 &&
+    "$build/bin/meg-pretrain" -q --device cuda --model gpt2-124m --data "$out/fortunes.blend" \
+      --tokenizer "$gpt2/vocab.json" --merges "$gpt2/merges.txt" --micro-batch 1 --global-batch 1 --lr 1e-4 \
+      --iters 1 --save "$out/model" || exit 1
+fi
+python3 - "$out/prompts.jsonl" <<'PY'
+import json, sys
+with open("tests/data/megatron/fortunes_fixture.jsonl") as f, open(sys.argv[1], "w") as out:
+    for line, _ in zip(f, range(32)):
+        out.write(json.dumps({"prompt": " ".join(json.loads(line)["text"].split()[:8])}) + "\n")
+PY
+
+printf '| choice | batch | GPUs | tokens/s | of one GPU |\n|---|---|---|---|---|\n'
+declare -A one  # tokens/s on one GPU, by choice and batch
+for choice in greedy top-p top-p-penalty; do
+  case $choice in
+    greedy) sampling=() ;;
+    top-p) sampling=(--temperature 0.8 --top-p 0.95) ;;
+    top-p-penalty) sampling=(--temperature 0.8 --top-p 0.95 --repetition-penalty 1.2) ;;
+  esac
+  for batch in 1 32; do
+    for np in 1 2 4; do
+      [ "$np" -gt "$gpus" ] && continue
+      log=$out/$choice-$batch-$np.log
+      mpirun "${root[@]}" -np "$np" -x NCCL_NVLS_ENABLE "$generate" --tp "$np" --load "$out/model" \
+        --prompts "$out/prompts.jsonl" -o "$out/$choice-$batch-$np.jsonl" --batch "$batch" --max-tokens 192 \
+        "${sampling[@]}" 2>"$log" || { echo "failed: $choice, batch $batch, $np GPUs (see $log)" >&2; exit 1; }
+      rate=$(sed -n 's/.* \([0-9.]*\) tokens\/s$/\1/p' "$log" | tail -n 1)
+      [ "$np" = 1 ] && one[$choice-$batch]=$rate
+      printf '| %s | %s | %s | %s | %s |\n' "$choice" "$batch" "$np" "$rate" \
+        "$(python3 -c "print(f'{$rate / ${one[$choice-$batch]}:.2f}')")"
+    done
+  done
+done
