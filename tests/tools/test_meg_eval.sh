@@ -1,8 +1,8 @@
 # meg-eval on a small trained model: every task type and JSONL form (and an indexed dataset)
 # gives its metrics as JSON with the documented fields, consistent with the per-request
 # log-likelihoods of --per-example; few-shot prompts are deterministic; --limit, --batch and the
-# table; a checkpoint trained with --tp 2 under mpirun scores exactly as its single-rank
-# conversion; bad input is refused with one line and exit status 1.
+# table; a checkpoint trained with --tp 2 under mpirun scores as its single-rank conversion;
+# bad input is refused with one line and exit status 1.
 source "$(dirname "$0")/lib.sh"
 M=$MEG_TEST_DATA/megatron
 E=$MEG_TEST_DATA/eval
@@ -110,16 +110,28 @@ grep -q '^|task *|type *|n-shot|documents|metric *| *value|stderr|$' table.txt |
 grep -q '^|piqa.jsonl|multiple-choice|     0|        4|acc ' table.txt || fail "table row: $(cat table.txt)"
 
 # Tensor parallelism: trained on 2 ranks (a vocabulary padded differently for tp 2) and converted to
-# one rank, the model scores the same, token for token.
+# one rank, the model scores the same: every field alike, the log-likelihoods within fp32 rounding
+# (the output layer's product has another width, which a BLAS may sum in another order).
 mpi 2 $TRAIN --model tiny-llama --vocab-size 2100 --tp 2 --save tp2 2>/dev/null
 meg-ckpt-convert -q --load tp2 --save tp1 --tp 1
 for ck in tp2 tp1; do
   meg-eval -q --device cpu --load $ck --task $E/lambada.jsonl --task-type lambada --json --per-example $ck.jsonl > $ck.json
 done
-same_file tp2.jsonl tp1.jsonl
-python3 -c "
-import json; a, b = (json.load(open(f))['metrics'] for f in ('tp2.json', 'tp1.json')); assert a == b, (a, b)" ||
-  fail "tp 2 and its conversion report other metrics"
+python3 - tp2.jsonl tp1.jsonl tp2.json tp1.json <<'PY' || fail "tp 2 and its conversion score differently"
+import json, sys
+def alike(x, y):
+    if isinstance(x, float):
+        return abs(x - y) <= 1e-5 * max(1.0, abs(y))
+    if isinstance(x, dict):
+        return x.keys() == y.keys() and all(alike(x[k], y[k]) for k in x)
+    return x == y
+a, b = ([json.loads(l) for l in open(p)] for p in sys.argv[1:3])
+assert len(a) == len(b) > 0
+for x, y in zip(a, b):
+    assert alike(x, y), (x, y)
+metrics = [json.load(open(p))["metrics"] for p in sys.argv[3:]]
+assert alike(*metrics), metrics
+PY
 
 # Bad input: one line naming the file and line, exit 1.
 printf '{"text": "a b"}\n{"text": "a b",}\n' > bad.jsonl

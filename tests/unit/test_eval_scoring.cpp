@@ -132,7 +132,9 @@ TEST_CASE("eval scoring: batched log-likelihoods equal brute force, GPT-2 and Ll
       REQUIRE(scores.size() == requests.size());
       for (size_t i = 0; i < requests.size(); ++i) {
         INFO("request " << i);
-        CHECK(std::abs(scores[i].loglikelihood - expected[i].loglikelihood) < 1e-5);
+        // fp32 sums over a batch's rows in another order (by the BLAS's blocking of each shape).
+        CHECK(std::abs(scores[i].loglikelihood - expected[i].loglikelihood) <
+              1e-5 * std::max(1.0, std::abs(expected[i].loglikelihood)));
         CHECK(scores[i].greedy == expected[i].greedy);
       }
     }
