@@ -6,8 +6,10 @@
 # and with a repetition penalty of 1.2), on one GPU and split over 2 (and 4 where there are 4).
 # Every run prompts with the same 32 fortunes and generates 192 tokens a prompt, unless a
 # sequence ends first. A split model's sampling is its members' work: each chooses the tokens on
-# its GPU from the gathered logits, as one GPU does. The split costs two all-reduces a layer, so
-# a model this small runs fastest on one GPU; the table shows what the split costs a step.
+# its GPU from the gathered logits, as one GPU does. The split costs two sums over the GPUs a
+# layer, through PeerSums (parallel/peer_sums.hpp) where the GPUs share memory, and the table
+# times them against NCCL's all-reduce (MEG_PEER_SUMS=0); a model this small runs fastest on one
+# GPU, and the table shows what the split costs a step.
 #   scripts/bench-generate-tp.sh BUILD_DIR
 # GENERATE=path/to/meg-generate times another build's meg-generate on the same checkpoint.
 # A markdown table on stdout; the checkpoint and results under OUT_DIR (default .bench/generate-tp).
@@ -35,7 +37,7 @@ with open("tests/data/megatron/fortunes_fixture.jsonl") as f, open(sys.argv[1], 
         out.write(json.dumps({"prompt": " ".join(json.loads(line)["text"].split()[:8])}) + "\n")
 PY
 
-printf '| choice | batch | GPUs | tokens/s | of one GPU |\n|---|---|---|---|---|\n'
+printf '| choice | batch | GPUs | sums | tokens/s | of one GPU |\n|---|---|---|---|---|---|\n'
 declare -A one  # tokens/s on one GPU, by choice and batch
 for choice in greedy top-p top-p-penalty; do
   case $choice in
@@ -46,14 +48,19 @@ for choice in greedy top-p top-p-penalty; do
   for batch in 1 32; do
     for np in 1 2 4; do
       [ "$np" -gt "$gpus" ] && continue
-      log=$out/$choice-$batch-$np.log
-      mpirun "${root[@]}" -np "$np" -x NCCL_NVLS_ENABLE "$generate" --tp "$np" --load "$out/model" \
-        --prompts "$out/prompts.jsonl" -o "$out/$choice-$batch-$np.jsonl" --batch "$batch" --max-tokens 192 \
-        "${sampling[@]}" 2>"$log" || { echo "failed: $choice, batch $batch, $np GPUs (see $log)" >&2; exit 1; }
-      rate=$(sed -n 's/.* \([0-9.]*\) tokens\/s$/\1/p' "$log" | tail -n 1)
-      [ "$np" = 1 ] && one[$choice-$batch]=$rate
-      printf '| %s | %s | %s | %s | %s |\n' "$choice" "$batch" "$np" "$rate" \
-        "$(python3 -c "print(f'{$rate / ${one[$choice-$batch]}:.2f}')")"
+      sums=(-)
+      [ "$np" -gt 1 ] && sums=(nccl peer)
+      for how in "${sums[@]}"; do
+        name=$choice-$batch-$np-$how
+        MEG_PEER_SUMS=$([ "$how" = nccl ] && echo 0 || echo 1) mpirun "${root[@]}" -np "$np" -x NCCL_NVLS_ENABLE \
+          -x MEG_PEER_SUMS "$generate" --tp "$np" --load "$out/model" --prompts "$out/prompts.jsonl" \
+          -o "$out/$name.jsonl" --batch "$batch" --max-tokens 192 "${sampling[@]}" 2>"$out/$name.log" ||
+          { echo "failed: $name (see $out/$name.log)" >&2; exit 1; }
+        rate=$(sed -n 's/.* \([0-9.]*\) tokens\/s$/\1/p' "$out/$name.log" | tail -n 1)
+        [ "$np" = 1 ] && one[$choice-$batch]=$rate
+        printf '| %s | %s | %s | %s | %s | %s |\n' "$choice" "$batch" "$np" "$how" "$rate" \
+          "$(python3 -c "print(f'{$rate / ${one[$choice-$batch]}:.2f}')")"
+      done
     done
   done
 done

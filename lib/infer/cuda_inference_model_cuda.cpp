@@ -16,6 +16,7 @@
 #include "ops/cuda/check.hpp"
 #include "ops/cuda/ops.hpp"
 #include "parallel/nccl_comm.hpp"
+#include "parallel/peer_sums.hpp"
 #include "parallel/rank_device.hpp"
 
 namespace meg {
@@ -23,6 +24,10 @@ namespace meg {
 namespace {
 
 static_assert(kMaxAppendTopK <= cuda::kMaxTopK, "append_top_k's rows come from top_k_rows");
+
+// The most bytes a tensor-parallel sum goes through PeerSums: a decode step's rows at most (the
+// embedding's and each block's sums of [requests, C]); larger sums, prompts', are NCCL's.
+constexpr size_t kMaxPeerSumBytes = size_t(1) << 20;
 
 // MAX_LENGTH resolved (0: the model's seq_length) and checked with the other sizes, before any
 // weight is uploaded.
@@ -117,6 +122,7 @@ class CudaInferenceModelImpl final : public CudaInferenceModel {
   int slots_, max_length_, pass_rows_;
   bool use_graphs_;
   std::unique_ptr<NcclComm> tp_;  // the tensor-parallel group (null: the whole model); outlives net_
+  std::unique_ptr<PeerSums> peer_sums_;  // its sums of a few rows, where its GPUs share memory
   CudaTransformer<X> net_;        // before the arrays: they go back to its allocator
   std::vector<int> lengths_;
   size_t layer_elements_;  // of one layer's K (or V) cache
@@ -157,6 +163,10 @@ CudaInferenceModelImpl<X>::CudaInferenceModelImpl(const CheckpointModel& checkpo
       lengths_(size_t(slots), 0) {
   net_.set_small_linear(options.small_linear);
   const auto& d = net_.dims();
+  if (tp_) {
+    peer_sums_ = PeerSums::create(*tp, std::min(size_t(slots) * d.C * sizeof(X), kMaxPeerSumBytes));
+    net_.set_peer_sums(peer_sums_.get());
+  }
   auto& alloc = net_.allocator();
   layer_elements_ = size_t(slots) * d.NKV * size_t(max_length_) * d.HS;
   cache_ = cuda::DeviceArray<X>(alloc, 2 * size_t(config().num_layers) * layer_elements_);
@@ -417,7 +427,7 @@ void CudaInferenceModelImpl<X>::forward(const Pass& pass, Readout readout) {
   cuda::embedding_forward<X>(x, tokens, net_.wte(), tp_ ? nullptr : net_.wpe(), 1, N, d.C, d.V0, d.Vp, s, positions,
                              cuda::TokenLog{history_.get(), slots, max_length_});
   if (tp_) {
-    tp_->all_reduce_sum(x, size_t(N) * d.C, s);
+    if (!(peer_sums_ && peer_sums_->sum(x, size_t(N) * d.C, s))) tp_->all_reduce_sum(x, size_t(N) * d.C, s);
     if (net_.wpe()) {
       // The positions' rows are a lookup of their own (positions index wpe as tokens index wte).
       cuda::embedding_forward<X>(rows_.get(), positions, net_.wpe(), nullptr, 1, N, d.C, 0,

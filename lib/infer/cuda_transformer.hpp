@@ -13,7 +13,9 @@
 // Tensor parallelism, as training's: over a group of T > 1 ranks (an NcclComm, one GPU each), a
 // member holds its shard of the weights (its heads, MLP columns and vocabulary rows), and the
 // blocks sum the row-parallel layers' parts over the group (in X, as training does), rank 0's part
-// carrying the bias. The caller sums the embedding and gathers the logits (vocabulary-parallel).
+// carrying the bias: through NCCL, or where the caller gives them PeerSums (parallel/peer_sums.hpp)
+// and the parts fit, by one kernel that also adds the sum to the residual stream. The caller sums
+// the embedding and gathers the logits (vocabulary-parallel).
 //
 // Everything is queued on the transformer's own stream, and the callers queue their work there too
 // (stream()): the host never waits inside a forward, and a whole forward can be captured into a
@@ -38,6 +40,7 @@
 namespace meg {
 
 class NcclComm;
+class PeerSums;
 
 // Pinned (page-locked) host memory for the transfers of a step, grown on demand. Growing frees the
 // old block, so call grow() only when no copy out of or into it is queued.
@@ -118,6 +121,10 @@ class CudaTransformer {
   // with separate norm, activation and add kernels (for comparison: tests and benchmarks).
   void set_small_linear(bool on) { small_linear_ = on; }
 
+  // With tensor parallelism, the group's sums that fit go through SUMS (null: all through NCCL),
+  // which must outlive the forwards.
+  void set_peer_sums(PeerSums* sums) { peer_sums_ = sums; }
+
  private:
   X* px(size_t offset) const { return offset == kAbsentTensor ? nullptr : weights_.get() + offset; }
   void norm(X* out, const X* inp, size_t w, size_t b, int N);
@@ -130,6 +137,7 @@ class CudaTransformer {
   void residual_linear(X* x, const X* inp, size_t w, size_t b, int N, int in);
 
   NcclComm* tp_;  // null for the whole model
+  PeerSums* peer_sums_ = nullptr;
   ModelConfig config_;
   Dims dims_;
   int max_rows_;

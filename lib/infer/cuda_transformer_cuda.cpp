@@ -13,6 +13,7 @@
 #include "ops/cuda/check.hpp"
 #include "ops/cuda/ops.hpp"
 #include "parallel/nccl_comm.hpp"
+#include "parallel/peer_sums.hpp"
 
 namespace meg {
 
@@ -174,18 +175,25 @@ void CudaTransformer<X>::norm_linear(X* out, const X* x, size_t norm_w, size_t n
 }
 
 // With tensor parallelism the product is a part of the sum, and the residual add waits for the
-// sum over the group; without, a few rows add it in small_linear's epilogue.
+// sum over the group (the peer sum's kernel adds it); without, a few rows add it in small_linear's
+// epilogue.
 template <typename X>
 void CudaTransformer<X>::residual_linear(X* x, const X* inp, size_t w, size_t b, int N, int in) {
-  if (!tp_ && small_linear_ &&
-      cuda::small_linear(x, inp, px(w), px(b), N, in, dims_.C, {}, cuda::SmallLinearEpilogue::residual, stream()))
+  using E = cuda::SmallLinearEpilogue;
+  if (!tp_ && small_linear_ && cuda::small_linear(x, inp, px(w), px(b), N, in, dims_.C, {}, E::residual, stream()))
     return;
   // Each member's input columns times its weight columns is a part of the output; rank 0's part
   // carries the (replicated) bias, so that the sum adds it once.
   const X* bias = !tp_ || tp_->rank() == 0 ? px(b) : nullptr;
-  gemm_.linear_forward(branch_.get(), inp, px(w), bias, N, in, dims_.C);
-  if (tp_) tp_->all_reduce_sum(branch_.get(), size_t(N) * dims_.C, stream());
-  cuda::add(x, x, branch_.get(), size_t(N) * dims_.C, stream());
+  X* part = branch_.get();
+  const size_t n = size_t(N) * dims_.C;
+  if (!(tp_ && small_linear_ && cuda::small_linear(part, inp, px(w), bias, N, in, dims_.C, {}, E::store, stream())))
+    gemm_.linear_forward(part, inp, px(w), bias, N, in, dims_.C);
+  if (tp_) {
+    if (peer_sums_ && peer_sums_->add_sum(x, part, n, stream())) return;
+    tp_->all_reduce_sum(part, n, stream());
+  }
+  cuda::add(x, x, part, n, stream());
 }
 
 template <typename X>

@@ -21,6 +21,8 @@ ncclDataType_t dtype(const float*) { return ncclFloat; }
 ncclDataType_t dtype(const __nv_bfloat16*) { return ncclBfloat16; }
 ncclDataType_t dtype(const __half*) { return ncclHalf; }
 
+constexpr int kSpinMs = 5;  // wait() polls without sleeping for this long
+
 }  // namespace
 
 NcclComm::NcclComm(Comm& group) : rank_(group.rank()), size_(group.size()), name_(group.name()) {
@@ -119,7 +121,10 @@ void NcclComm::wait(cudaStream_t stream, double seconds) {
     if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > seconds)
       abort_and_throw(fmt::format("the stream's work did not finish within {} s (a member failed or stopped?)",
                                   seconds));
-    std::this_thread::sleep_for(std::chrono::microseconds(50));
+    // A decode step's work ends within milliseconds, and a sleep's wake-up would add tens of
+    // microseconds to it; only longer waits give the core back.
+    if (std::chrono::steady_clock::now() - start > std::chrono::milliseconds(kSpinMs))
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
 }
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "catch.hpp"
+#include "gpu_per_rank.hpp"
 #include "infer/cuda_inference_model.hpp"
 #include "infer_test_models.hpp"
 #include "parallel/comm.hpp"
@@ -18,12 +19,7 @@ using namespace meg;
 
 TEST_CASE("tensor-parallel CUDA inference gives one GPU's logits, the same bits on every rank", "[nccl][infer]") {
   Comm& world = World::get().world();
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess) devices = 0;
-  if (devices < world.size()) {
-    WARN("skipped: " << world.size() << " ranks need as many GPUs, " << devices << " visible");
-    return;
-  }
+  if (!test::use_gpu_per_rank(world)) return;
   for (const ModelFamily family : {ModelFamily::gpt2, ModelFamily::llama}) {
     INFO(family_name(family));
     // C 64 and 4 heads (Llama: 2 key/value heads): head size 16, which every attention path takes.

@@ -16,6 +16,7 @@
 #include "catch.hpp"
 #include "core/error.hpp"
 #include "gpu/gpu_test_util.hpp"
+#include "gpu_per_rank.hpp"
 #include "ops/cuda/check.hpp"
 #include "parallel/comm.hpp"
 #include "parallel/nccl_comm.hpp"
@@ -32,13 +33,7 @@ struct Setup {
   cudaStream_t stream = nullptr;
   bool ok = false;
   Setup() {
-    int devices = 0;
-    if (cudaGetDeviceCount(&devices) != cudaSuccess) devices = 0;
-    if (devices < world.size()) {
-      WARN("skipped: " << world.size() << " ranks need as many GPUs, " << devices << " visible");
-      return;
-    }
-    MEG_CUDA_CHECK(cudaSetDevice(world.rank() % devices));
+    if (!meg::test::use_gpu_per_rank(world)) return;
     MEG_CUDA_CHECK(cudaStreamCreate(&stream));
     ok = true;
   }

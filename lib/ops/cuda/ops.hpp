@@ -356,6 +356,30 @@ bool small_linear(X* out, const X* inp, const X* W, const X* bias, int N, int C,
                   const SmallLinearNorm<X>& norm, SmallLinearEpilogue epilogue, cudaStream_t stream,
                   const SmallLinearKvAppend<X>* kv_append = nullptr);
 
+// ---- kernels/peer_sums.cu ----------------------------------------------------------------------
+
+// The members' memory a peer_sum reads and writes (parallel/peer_sums.hpp allocates and maps it):
+// every member's receive area, [2][size][capacity_vecs] 16-byte vectors, and flags,
+// [2][kPeerSumBlocks][kMaxPeers], as this member's device addresses them; and this member's own
+// count of calls by block [kPeerSumBlocks], zero before the first.
+constexpr int kMaxPeers = 8;
+constexpr int kPeerSumBlocks = 32;
+struct PeerSumBuffers {
+  void* data[kMaxPeers] = {};
+  unsigned* flags[kMaxPeers] = {};
+  unsigned* epochs = nullptr;
+  int rank = 0, size = 0;
+  size_t capacity_vecs = 0;
+};
+
+// out[i] = the sum of in[i] over the members of a group on one host (ADD: out[i] + that sum,
+// rounded to X first, as add() after an all-reduce), the same bits on every member; a collective
+// call: every member makes the same calls with the same N. False, with nothing done, where the
+// values do not fit the buffers or are not whole 16-byte vectors (the caller falls back to NCCL);
+// OUT and IN must be 16-byte aligned, and OUT may equal IN.
+template <typename X>
+bool peer_sum(X* out, const X* in, size_t n, bool add, const PeerSumBuffers& buffers, cudaStream_t stream);
+
 // ---- kernels/logits.cu -------------------------------------------------------------------------
 
 // out[N, V] (fp32) = the real columns of logits [N, Vp].
