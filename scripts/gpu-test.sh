@@ -2,7 +2,8 @@
 # On a CUDA machine: configure with CUDA for Hopper, build, run the GPU tests (make test-gpu: the
 # kernel and model tests, compute-sanitizer on the kernel tests, the tools on the GPU), the CPU
 # suite and, where python3 has torch and transformers, the checks against transformers
-# (scripts/check-hf-*.sh); optionally the CUDA benchmarks; and print a short summary table.
+# (scripts/check-hf-*.sh); optionally the CUDA benchmarks (with several GPUs, generation split over
+# them too); and print a short summary table.
 #   bash scripts/gpu-test.sh [--bench] [BUILD_DIR]
 set -uo pipefail
 bench=0
@@ -32,6 +33,9 @@ if python3 -c "import torch, transformers" 2>/dev/null; then
   for check in hf-export hf-eval hf-generate; do run "check-$check" bash "scripts/check-$check.sh" "$build"; done
 fi
 [ $bench = 1 ] && run bench bash -c "bash scripts/bench-gpu.sh $build && bash scripts/bench-generate.sh $build"
+# Generation split over GPUs, where there are several.
+[ $bench = 1 ] && [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')" -ge 2 ] &&
+  run bench-tp bash scripts/bench-generate-tp.sh "$build"
 
 printf '\n| suite | result |\n|---|---|\n'
 for k in "${order[@]}"; do printf '| %s | %s |\n' "$k" "${result[$k]}"; done
