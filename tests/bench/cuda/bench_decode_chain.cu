@@ -111,7 +111,7 @@ struct Product {
 // A barrier across the grid's blocks, all resident (a cooperative launch): the blocks that have
 // arrived and a generation that the last to arrive advances; the others spin until it does.
 struct GridBarrier {
-  unsigned* words;  // [arrived, generation], zero before the launch
+  unsigned* words;  // [arrived, generation]: arrived zero before the first launch, and each leaves it so
 
   __device__ void wait(unsigned /*phase*/) const {
     __syncthreads();
@@ -327,13 +327,15 @@ void bench(const Shape& m) {
   const size_t counter_bytes = chain.size() * sizeof(unsigned);
 
   // PER_SM blocks a multiprocessor: at 1, half the register file, so that the next kernel's block
-  // starts beside this one's and requests its weights while this one streams.
-  auto chain_of_kernels = [&](auto kernel, int per_sm, const char* variant) {
+  // starts beside this one's and requests its weights while this one streams. COUNTED: the kernels
+  // hand over through the counters, which the graph then zeroes first (the others' time has no
+  // memset in it).
+  auto chain_of_kernels = [&](auto kernel, int per_sm, const char* variant, bool counted) {
     const int blocks = std::min(grid_of(kernel), per_sm * sms);
     cudaGraph_t graph;
     cudaGraphExec_t exec;
     MEG_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-    MEG_CUDA_CHECK(cudaMemsetAsync(counters.get(), 0, counter_bytes, stream));
+    if (counted) MEG_CUDA_CHECK(cudaMemsetAsync(counters.get(), 0, counter_bytes, stream));
     for (size_t i = 0; i < chain.size(); ++i) {
       cudaLaunchAttribute attribute{};
       attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -355,28 +357,31 @@ void bench(const Shape& m) {
     MEG_CUDA_CHECK(cudaGraphExecDestroy(exec));
     MEG_CUDA_CHECK(cudaGraphDestroy(graph));
   };
-  chain_of_kernels(chain_product_kernel<false>, 2, "kernels, griddepcontrol.wait");
-  chain_of_kernels(chain_product_kernel<true>, 2, "kernels, counters");
-  chain_of_kernels(chain_product_kernel<false>, 1, "kernels 1/SM, griddepcontrol.wait");
-  chain_of_kernels(chain_product_kernel<true>, 1, "kernels 1/SM, counters");
+  chain_of_kernels(chain_product_kernel<false>, 2, "kernels, griddepcontrol.wait", false);
+  chain_of_kernels(chain_product_kernel<true>, 2, "kernels, counters", true);
+  chain_of_kernels(chain_product_kernel<false>, 1, "kernels 1/SM, griddepcontrol.wait", false);
+  chain_of_kernels(chain_product_kernel<true>, 1, "kernels 1/SM, counters", true);
 
   meg::cuda::DeviceArray<Product> products(alloc, chain.size());
   MEG_CUDA_CHECK(cudaMemcpy(products.get(), chain.data(), chain.size() * sizeof(Product), cudaMemcpyHostToDevice));
   const Product* list = products.get();
   int count = int(chain.size());
-  auto persistent = [&](auto barrier, const char* variant) {
+  // COUNTED: the barrier counts arrivals over the whole launch, so each launch zeroes the counter
+  // first; the generation barrier leaves its words as it found them and is zeroed once.
+  auto persistent = [&](auto barrier, const char* variant, bool counted) {
     auto kernel = persistent_chain_kernel<decltype(barrier)>;
     const int blocks = grid_of(kernel);
     void* args[] = {&list, &count, &barrier};
+    MEG_CUDA_CHECK(cudaMemsetAsync(counters.get(), 0, 2 * sizeof(unsigned), stream));
     const double ms = meg::bench::median(meg::bench::time_calls(stream, kWarmup, kRuns, [&] {
-      MEG_CUDA_CHECK(cudaMemsetAsync(counters.get(), 0, 2 * sizeof(unsigned), stream));
+      if (counted) MEG_CUDA_CHECK(cudaMemsetAsync(counters.get(), 0, 2 * sizeof(unsigned), stream));
       MEG_CUDA_CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(kernel), dim3(blocks), dim3(kWarps * kWarp),
                                                  args, smem, stream));
     }));
     print_row(name, variant, ms, L, layer_bytes);
   };
-  persistent(GridBarrier{counters.get()}, "persistent, grid barrier");
-  persistent(CounterBarrier{counters.get()}, "persistent, counter barrier");
+  persistent(GridBarrier{counters.get()}, "persistent, grid barrier", false);
+  persistent(CounterBarrier{counters.get()}, "persistent, counter barrier", true);
 }
 
 // ---- the sweep ----------------------------------------------------------------------------------
