@@ -3,7 +3,8 @@
 //   - logits_to_float: the real columns in fp32, what meg-generate samples from on the host;
 //   - argmax_rows: each row's greedy token, what meg-eval compares its targets with (their
 //     log-probabilities come from cross_entropy_fused, kernels/cross_entropy.cu), so that no
-//     [N, V] array crosses to the host;
+//     [N, V] array crosses to the host; merge_argmax_rows, the argmax of a vocabulary split over
+//     a tensor-parallel group from its members' (so that no member gathers the others' logits);
 //   - top_k_rows: each row's K largest logits and their columns, from which meg-generate's top-k
 //     sampling draws on the host, so that K values a row cross rather than V;
 //   - sample_rows: each row's draw from the softmax of its logits (temperature and top-p), so
@@ -72,10 +73,10 @@ __device__ Best warp_best(Best b) {
 // Block per row. Each thread scans its packs of W columns in column order, keeping the first
 // maximum it meets (from no candidate at all, so that a row whose largest value is -inf gives its
 // first -inf column, as the host's greedy choice does); then the block's candidates are reduced
-// through shuffles and shared memory. A row of NaN everywhere gives column 0.
+// through shuffles and shared memory. A row of NaN everywhere gives column 0 (and value NaN).
 template <typename X, int W>
 __global__ void __launch_bounds__(kArgmaxBlock)
-    argmax_kernel(int32_t* out, const X* logits, int V, int Vp) {
+    argmax_kernel(int32_t* out, float* values, const X* logits, int V, int Vp) {
   const X* x = logits + size_t(blockIdx.x) * Vp;
   Best best{-INFINITY, INT_MAX};
   for (int p = threadIdx.x; p < Vp / W; p += kArgmaxBlock) {
@@ -94,8 +95,25 @@ __global__ void __launch_bounds__(kArgmaxBlock)
   if (threadIdx.x < kWarp) {
     best = threadIdx.x < kArgmaxBlock / kWarp ? warps[threadIdx.x] : Best{-INFINITY, INT_MAX};
     best = warp_best(best);
-    if (threadIdx.x == 0) out[blockIdx.x] = best.index == INT_MAX ? 0 : best.index;
+    if (threadIdx.x == 0) {
+      out[blockIdx.x] = best.index == INT_MAX ? 0 : best.index;
+      if (values) values[blockIdx.x] = best.index == INT_MAX ? NAN : best.value;
+    }
   }
+}
+
+// Thread per row: the members' candidates in member order, each column numbered in the whole row.
+// A NaN value is a member without one, which beats() never lets win.
+__global__ void merge_argmax_kernel(int32_t* out, const int32_t* parts, int P, int N, int shard) {
+  const int r = blockIdx.x * blockDim.x + threadIdx.x;
+  if (r >= N) return;
+  Best best{-INFINITY, INT_MAX};
+  for (int m = 0; m < P; ++m) {
+    const int32_t* part = parts + size_t(m) * 2 * N;
+    const Best b{__int_as_float(part[N + r]), m * shard + part[r]};
+    if (beats(b, best)) best = b;
+  }
+  out[r] = best.index == INT_MAX ? 0 : best.index;
 }
 
 // Radix select over a row's keys. A logit's key orders like its value (-0 as +0, so that they
@@ -692,13 +710,19 @@ void logits_to_float(float* out, const X* logits, int N, int V, int Vp, cudaStre
 }
 
 template <typename X>
-void argmax_rows(int32_t* out, const X* logits, int N, int V, int Vp, cudaStream_t stream) {
+void argmax_rows(int32_t* out, const X* logits, int N, int V, int Vp, cudaStream_t stream, float* values) {
   if (N <= 0) return;
   constexpr int W = kVecWidth<X>;
   if (Vp % W == 0 && aligned16(logits))
-    argmax_kernel<X, W><<<N, kArgmaxBlock, 0, stream>>>(out, logits, V, Vp);
+    argmax_kernel<X, W><<<N, kArgmaxBlock, 0, stream>>>(out, values, logits, V, Vp);
   else
-    argmax_kernel<X, 1><<<N, kArgmaxBlock, 0, stream>>>(out, logits, V, Vp);
+    argmax_kernel<X, 1><<<N, kArgmaxBlock, 0, stream>>>(out, values, logits, V, Vp);
+  MEG_CUDA_CHECK(cudaGetLastError());
+}
+
+void merge_argmax_rows(int32_t* out, const int32_t* parts, int P, int N, int shard, cudaStream_t stream) {
+  if (N <= 0) return;
+  merge_argmax_kernel<<<ceil_div(N, kBlock), kBlock, 0, stream>>>(out, parts, P, N, shard);
   MEG_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -726,7 +750,7 @@ void sample_rows(int32_t* out, const X* logits, const RowDraw* draws, int N, int
 
 #define MEG_INSTANTIATE(X)                                                                          \
   template void logits_to_float<X>(float*, const X*, int, int, int, cudaStream_t);                  \
-  template void argmax_rows<X>(int32_t*, const X*, int, int, int, cudaStream_t);                    \
+  template void argmax_rows<X>(int32_t*, const X*, int, int, int, cudaStream_t, float*);            \
   template void top_k_rows<X>(int32_t*, float*, const X*, int, int, int, int, cudaStream_t);         \
   template void sample_rows<X>(int32_t*, const X*, const RowDraw*, int, int, int, cudaStream_t);
 MEG_INSTANTIATE(float)

@@ -32,7 +32,7 @@ __device__ float penalised_logit(float l, float r) { return l > 0 ? __fdiv_rn(l,
 __global__ void __launch_bounds__(kBlock) penalise_rows_kernel(float* rows, const int32_t* history,
                                                                const int32_t* slots, const int32_t* positions,
                                                                const int32_t* last, const float* penalties, int V,
-                                                               int max_length) {
+                                                               int max_length, int first) {
   extern __shared__ uint32_t seen[];  // [ceil(V / 32)]: the tokens some thread has taken
   const int r = blockIdx.x;
   const float penalty = penalties[r];
@@ -44,7 +44,8 @@ __global__ void __launch_bounds__(kBlock) penalise_rows_kernel(float* rows, cons
   __syncthreads();
   float* logits = rows + size_t(r) * V;
   for (int i = threadIdx.x; i < length; i += kBlock) {
-    const int t = tokens[i];
+    const int t = tokens[i] - first;  // its column
+    if (t < 0 || t >= V) continue;    // another member's token
     const uint32_t bit = 1u << (t % 32);
     if (atomicOr(&seen[t / 32], bit) & bit) continue;  // another thread has this token
     logits[t] = penalised_logit(logits[t], penalty);
@@ -54,12 +55,14 @@ __global__ void __launch_bounds__(kBlock) penalise_rows_kernel(float* rows, cons
 }  // namespace
 
 void penalise_rows(float* rows, const int32_t* history, const int32_t* slots, const int32_t* positions,
-                   const int32_t* last, const float* penalties, int N, int V, int max_length, cudaStream_t stream) {
-  if (N <= 0) return;
+                   const int32_t* last, const float* penalties, int N, int V, int max_length, cudaStream_t stream,
+                   int first) {
+  if (N <= 0 || V <= 0) return;
   const size_t smem = size_t(ceil_div(V, 32)) * sizeof(uint32_t);
   static std::once_flag opted_in;  // a vocabulary past 393,216 tokens needs more than the default 48 KB
   std::call_once(opted_in, [] { grant_most_shared_memory(penalise_rows_kernel); });
-  penalise_rows_kernel<<<N, kBlock, smem, stream>>>(rows, history, slots, positions, last, penalties, V, max_length);
+  penalise_rows_kernel<<<N, kBlock, smem, stream>>>(rows, history, slots, positions, last, penalties, V, max_length,
+                                                    first);
   MEG_CUDA_CHECK(cudaGetLastError());
 }
 

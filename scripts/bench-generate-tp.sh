@@ -2,14 +2,15 @@
 # meg-generate split over GPUs (mpirun -np N meg-generate --tp N) on a CUDA machine with several:
 # tokens/s of whole runs of meg-generate, bf16, for a GPT-2 124M-shaped model with GPT-2's
 # vocabulary of 50,257 (one training step on the fortunes corpus: what matters here is each
-# step's work, not the text), at batch 1 and 32, greedy and sampled (temperature 0.8, top-p 0.95,
-# and with a repetition penalty of 1.2), on one GPU and split over 2 (and 4 where there are 4).
-# Every run prompts with the same 32 fortunes and generates 192 tokens a prompt, unless a
-# sequence ends first. A split model's sampling is its members' work: each chooses the tokens on
-# its GPU from the gathered logits, as one GPU does. The split costs two sums over the GPUs a
-# layer, through PeerSums (parallel/peer_sums.hpp) where the GPUs share memory, and the table
-# times them against NCCL's all-reduce (MEG_PEER_SUMS=0); a model this small runs fastest on one
-# GPU, and the table shows what the split costs a step.
+# step's work, not the text), at batch 1 and 32, greedy and sampled (temperature 0.8 with top-k
+# 50, with top-p 0.95, and with top-p and a repetition penalty of 1.2), on one GPU and split over 2
+# (and 4 where there are 4). Every run prompts with the same 32 fortunes and generates 192 tokens
+# a prompt, unless a sequence ends first. A split model's choice is its members' work: greedy and
+# top-k choices from candidates each member takes from its shard of the vocabulary (gathered, K a
+# row), draws from the whole logits gathered (infer/cuda_inference_model.hpp). The split costs
+# two sums over the GPUs a layer, through PeerSums (parallel/peer_sums.hpp) where the GPUs share
+# memory, and the table times them against NCCL's all-reduce (MEG_PEER_SUMS=0); a model this
+# small runs fastest on one GPU, and the table shows what the split costs a step.
 #   scripts/bench-generate-tp.sh BUILD_DIR
 # GENERATE=path/to/meg-generate times another build's meg-generate on the same checkpoint.
 # A markdown table on stdout; the checkpoint and results under OUT_DIR (default .bench/generate-tp).
@@ -39,9 +40,10 @@ PY
 
 printf '| choice | batch | GPUs | sums | tokens/s | of one GPU |\n|---|---|---|---|---|---|\n'
 declare -A one  # tokens/s on one GPU, by choice and batch
-for choice in greedy top-p top-p-penalty; do
+for choice in greedy top-k top-p top-p-penalty; do
   case $choice in
     greedy) sampling=() ;;
+    top-k) sampling=(--temperature 0.8 --top-k 50) ;;
     top-p) sampling=(--temperature 0.8 --top-p 0.95) ;;
     top-p-penalty) sampling=(--temperature 0.8 --top-p 0.95 --repetition-penalty 1.2) ;;
   esac

@@ -64,16 +64,17 @@ inline double row_error(const float* a, const float* b, int V) {
   return diff / scale;
 }
 
-// The logits of every call of a fixed schedule over MODEL: three sequences of 16 tokens, each fed
-// in chunks of its own sizes, so that one call mixes prompts and decode steps of different slots
-// at different positions; then slot 1 reset and given a new prompt.
-inline std::vector<std::vector<float>> run_schedule(InferenceModel& model) {
+// A fixed schedule of calls over MODEL: three sequences of 16 tokens, each fed in chunks of its own
+// sizes, so that one call mixes prompts and decode steps of different slots at different
+// positions; then slot 1 reset and given a new prompt. CALL(requests) makes each call (an append
+// of some kind); the slots are 0, 1 and 2.
+template <typename Call>
+void drive_schedule(InferenceModel& model, Call call) {
   const int V = int(model.config().vocab_size);
   const std::vector<std::vector<int32_t>> seqs = {random_tokens(16, V, 1), random_tokens(16, V, 2),
                                                   random_tokens(16, V, 3)};
   const std::vector<std::vector<int>> chunks = {{5, 1, 1, 3, 1, 1, 1, 1, 1, 1}, {1, 1, 7, 1, 1, 1, 1, 1, 1, 1}, {16}};
   std::vector<size_t> done(3, 0), step(3, 0);
-  std::vector<std::vector<float>> calls;
   for (;;) {
     std::vector<AppendRequest> reqs;
     for (int s = 0; s < 3; ++s) {
@@ -83,14 +84,22 @@ inline std::vector<std::vector<float>> run_schedule(InferenceModel& model) {
       done[s] += n;
     }
     if (reqs.empty()) break;
-    calls.emplace_back(reqs.size() * size_t(V));
-    model.append(reqs, calls.back().data());
+    call(std::span<AppendRequest>(reqs));
     for (int s = 0; s < 3; ++s) CHECK(model.length(s) == int(done[s]));
   }
   model.reset(1);
-  const AppendRequest again{1, std::span<const int32_t>(seqs[2]).first(9)};
-  calls.emplace_back(size_t(V));
-  model.append({&again, 1}, calls.back().data());
+  AppendRequest again{1, std::span<const int32_t>(seqs[2]).first(9)};
+  call(std::span<AppendRequest>(&again, 1));
+}
+
+// The logits of every call of drive_schedule's schedule.
+inline std::vector<std::vector<float>> run_schedule(InferenceModel& model) {
+  const size_t V = size_t(model.config().vocab_size);
+  std::vector<std::vector<float>> calls;
+  drive_schedule(model, [&](std::span<AppendRequest> reqs) {
+    calls.emplace_back(reqs.size() * V);
+    model.append(reqs, calls.back().data());
+  });
   return calls;
 }
 

@@ -29,9 +29,11 @@
 //
 // Tensor parallelism (a group of T > 1 processes, one GPU each, through NCCL): each member holds
 // its shard of the weights and the cache of its NKV/T key/value heads; the embedding and the
-// row-parallel layers are summed over the group, and the members' vocabulary shards of the logits
-// gathered (in fp32), so that every member has the same logits and makes the same choices from
-// them on its device (argmax, top k, draw, repetition penalty). The collectives are part of the
+// row-parallel layers are summed over the group. For an argmax or top-k readout each member takes
+// the K largest of its vocabulary shard of the logits (after the repetition penalty, if any) and
+// the members' candidates are gathered, K a row; the argmax is merged on the device, top k's on the
+// host. Other readouts gather the members' shards of the logits (in fp32), so that every member has
+// the same logits and draws from them on its device alike. The collectives are part of the
 // captured decode graphs (NCCL supports capture since 2.9); they run once directly first, as
 // every decode size does, so their connections are made before a capture.
 // Only for code built with CUDA (MEG_CUDA).

@@ -5,6 +5,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <set>
@@ -13,6 +14,7 @@
 
 #include "core/error.hpp"
 #include "infer/cuda_transformer.hpp"
+#include "infer/sampler.hpp"
 #include "ops/cuda/check.hpp"
 #include "ops/cuda/ops.hpp"
 #include "parallel/nccl_comm.hpp"
@@ -115,6 +117,9 @@ class CudaInferenceModelImpl final : public CudaInferenceModel {
                     const int32_t* last);
   template <typename Row>
   void choose(const Pass& pass, Readout readout, const Row* rows, int stride);
+  void choose_split(const Pass& pass, Readout readout, const int32_t* positions, const int32_t* slots,
+                    const int32_t* last);
+  void merge_split_top_k(int k, int32_t* tokens, float* logits);
   void gather_logits(float* out, int R);
   X* k_cache(size_t layer) const { return cache_.get() + 2 * layer * layer_elements_; }
   X* v_cache(size_t layer) const { return cache_.get() + (2 * layer + 1) * layer_elements_; }
@@ -125,6 +130,8 @@ class CudaInferenceModelImpl final : public CudaInferenceModel {
   std::unique_ptr<PeerSums> peer_sums_;  // its sums of a few rows, where its GPUs share memory
   CudaTransformer<X> net_;        // before the arrays: they go back to its allocator
   std::vector<int> lengths_;
+  // The last call's passes that had outputs: (first output, outputs), in order.
+  std::vector<std::pair<int, int>> output_passes_;
   size_t layer_elements_;  // of one layer's K (or V) cache
   cuda::DeviceArray<X> cache_, x_, rows_, logits_;
   // logits_f32_ [slots, V]: the logits the caller gets; with tensor parallelism, shard_f32_ this
@@ -143,6 +150,10 @@ class CudaInferenceModelImpl final : public CudaInferenceModel {
   // The tokens each slot holds [slots, max_length], logged by every pass's embedding lookup: what
   // the repetition penalty reads.
   cuda::DeviceArray<int32_t> history_;
+  // With tensor parallelism, choose_split()'s candidates: this member's [2][R][K] of a pass, and
+  // every member's [P][2][R][K] of each pass in turn (host_split_ their copy for top-k).
+  cuda::DeviceArray<int32_t> split_own_, split_all_;
+  PinnedArray<int32_t> host_split_;
   PinnedArray<int32_t> staging_;
   PinnedArray<float> host_logits_;  // logits_buffer(), allocated when first asked for
   // Decode steps by request count and readout (the graph holds the readout's k and column count):
@@ -178,6 +189,8 @@ CudaInferenceModelImpl<X>::CudaInferenceModelImpl(const CheckpointModel& checkpo
   if (tp_) {
     shard_f32_ = cuda::DeviceArray<float>(alloc, size_t(slots) * d.Vp);
     gathered_ = cuda::DeviceArray<float>(alloc, size_t(tp_->size()) * slots * d.Vp);
+    split_own_ = cuda::DeviceArray<int32_t>(alloc, 2 * size_t(slots) * kMaxAppendTopK);
+    split_all_ = cuda::DeviceArray<int32_t>(alloc, size_t(tp_->size()) * 2 * slots * kMaxAppendTopK);
   }
   lse_ = cuda::DeviceArray<float>(alloc, rows * d.NH);
   // The splits, and with them the scratch, only fall as the queries grow.
@@ -295,6 +308,10 @@ void CudaInferenceModelImpl<X>::append_top_k(std::span<const AppendRequest> requ
   check_penalties(requests, penalises());
   const int outputs = run_passes(requests, {k, choices, false, false, any_penalty(requests)});
   if (outputs == 0) return;
+  if (tp_) {
+    merge_split_top_k(k, tokens, logits);
+    return finish(requests);
+  }
   const size_t n = size_t(outputs) * size_t(k);
   copy_tokens(tokens, n);
   MEG_CUDA_CHECK(cudaMemcpyAsync(logits, top_logits_.get(), n * sizeof(float), cudaMemcpyDeviceToHost, stream()));
@@ -355,6 +372,7 @@ int CudaInferenceModelImpl<X>::run_passes(std::span<const AppendRequest> request
                                    cudaMemcpyHostToDevice, stream()));
   }
   const auto passes = plan(requests);
+  output_passes_.clear();
   size_t tokens = 0;
   for (const auto& r : requests) tokens += r.tokens.size();
   // Every pass stages into its own part, so no copy still queued reads what a later pass writes.
@@ -367,6 +385,7 @@ int CudaInferenceModelImpl<X>::run_passes(std::span<const AppendRequest> request
     MEG_CUDA_CHECK(cudaMemcpyAsync(ints_.get(), host, pass.staged() * sizeof(int32_t), cudaMemcpyHostToDevice,
                                    stream()));
     run(pass, readout);
+    if (pass.outputs > 0) output_passes_.emplace_back(outputs, pass.outputs);
     host += pass.staged();
     outputs += pass.outputs;
   }
@@ -455,6 +474,8 @@ void CudaInferenceModelImpl<X>::forward(const Pass& pass, Readout readout) {
   }
   net_.logits(logits_.get(), h, pass.outputs);
   const bool chooses = readout.draw || readout.k > 0;
+  if (tp_ && readout.k > 0 && !readout.draw)
+    return choose_split(pass, readout, positions, slots, pass.outputs != N ? last : nullptr);
   if (tp_ || readout.penalty || !chooses)
     return read_out_f32(pass, readout, positions, slots, pass.outputs != N ? last : nullptr);
   // One GPU, no penalty: the choice straight from the output layer's rows.
@@ -498,6 +519,87 @@ void CudaInferenceModelImpl<X>::choose(const Pass& pass, Readout readout, const 
   else if (readout.k > 1)
     cuda::top_k_rows(top_tokens_.get() + size_t(first) * readout.k, top_logits_.get() + size_t(first) * readout.k,
                      rows, R, readout.choices, stride, readout.k, s);
+}
+
+// Under tensor parallelism, an argmax or top-k readout without gathering the logits: each member
+// takes the K largest of its own shard's columns below the readout's choices (tokens [V0, V0 + Vp),
+// penalised first, in fp32, if the readout has penalties), the same values one GPU would compare
+// (the gathered rows are the members' rows), and the members' candidates are gathered: K
+// columns and values a row cross the group rather than Vp logits. The argmax is merged on the
+// device (merge_argmax_rows, into top_tokens_); top-k's candidates stay in split_all_ for
+// merge_split_top_k(). POSITIONS, SLOTS and LAST are the pass's staged rows (read_out_f32's).
+template <typename X>
+void CudaInferenceModelImpl<X>::choose_split(const Pass& pass, Readout readout, const int32_t* positions,
+                                             const int32_t* slots, const int32_t* last) {
+  const auto& d = net_.dims();
+  const cudaStream_t s = stream();
+  const int R = pass.outputs, first = pass.first_output, K = readout.k, P = tp_->size();
+  const int columns = std::clamp(readout.choices - d.V0, 0, d.Vp);
+  int32_t* own = split_own_.get();  // [2][R][K]: columns within the shard, then their values' bits
+  float* values = reinterpret_cast<float*>(own + size_t(R) * K);
+  const auto select = [&](const auto* rows, int stride) {
+    if (K == 1)
+      cuda::argmax_rows(own, rows, R, columns, stride, s, values);
+    else
+      cuda::top_k_rows(own, values, rows, R, columns, stride, K, s);
+  };
+  if (columns == 0) {  // no candidates: columns -1, values NaN
+    MEG_CUDA_CHECK(cudaMemsetAsync(own, 0xff, 2 * size_t(R) * K * sizeof(int32_t), s));
+  } else if (readout.penalty) {
+    float* rows = shard_f32_.get();
+    cuda::logits_to_float(rows, logits_.get(), R, columns, d.Vp, s);
+    cuda::penalise_rows(rows, history_.get(), slots, positions, last, penalties_.get() + first, R, columns,
+                        max_length_, s, d.V0);
+    select(rows, columns);
+  } else {
+    select(logits_.get(), d.Vp);
+  }
+  // The passes' blocks one after the other: this one's [P][2][R][K] after the earlier passes' rows.
+  int32_t* all = split_all_.get() + size_t(first) * P * 2 * K;
+  tp_->all_gather(reinterpret_cast<float*>(all), reinterpret_cast<const float*>(own), 2 * size_t(R) * K, s);
+  if (K == 1) cuda::merge_argmax_rows(top_tokens_.get() + first, all, P, R, d.Vp, s);
+}
+
+// append_top_k()'s rows under tensor parallelism, waiting for the device: each row's K largest
+// of its members' candidates (choose_split()'s blocks, a pass at a time), ordered as order_top_k()
+// orders them, tokens -1 past the last. A row's K largest over the whole vocabulary are among its
+// members' K largest, and the order (the larger value first, the lower token among equal ones)
+// is top_k_rows's choice at the K-th, so the rows are those top_k_rows gives over the gathered
+// logits.
+template <typename X>
+void CudaInferenceModelImpl<X>::merge_split_top_k(int k, int32_t* tokens, float* logits) {
+  const int P = tp_->size(), Vp = net_.dims().Vp;
+  const auto& [last_first, last_rows] = output_passes_.back();
+  const size_t words = size_t(last_first + last_rows) * P * 2 * k;
+  host_split_.grow(words);
+  MEG_CUDA_CHECK(cudaMemcpyAsync(host_split_.get(), split_all_.get(), words * sizeof(int32_t), cudaMemcpyDeviceToHost,
+                                 stream()));
+  MEG_CUDA_CHECK(cudaStreamSynchronize(stream()));
+  std::vector<Sampler::Candidate> row;
+  for (const auto& [first, R] : output_passes_) {
+    const int32_t* block = host_split_.get() + size_t(first) * P * 2 * k;  // [P][2][R][K]
+    for (int r = 0; r < R; ++r) {
+      row.clear();
+      for (int m = 0; m < P; ++m) {
+        const int32_t* columns = block + (size_t(m) * 2 * R + r) * k;
+        const int32_t* bits = columns + size_t(R) * k;
+        for (int j = 0; j < k; ++j) {
+          if (columns[j] < 0) continue;
+          float value;
+          std::memcpy(&value, &bits[j], sizeof(value));
+          row.push_back({value, m * Vp + columns[j]});
+        }
+      }
+      const size_t kept = std::min(row.size(), size_t(k));
+      std::partial_sort(row.begin(), row.begin() + std::ptrdiff_t(kept), row.end(), Sampler::before);
+      int32_t* t = tokens + size_t(first + r) * k;
+      float* l = logits + size_t(first + r) * k;
+      for (int j = 0; j < k; ++j) {
+        t[j] = size_t(j) < kept ? row[size_t(j)].id : -1;
+        l[j] = size_t(j) < kept ? float(row[size_t(j)].logit) : 0.0f;
+      }
+    }
+  }
 }
 
 // Every member's vocabulary shard of the logits of R rows in fp32, gathered ([member][R][Vp]), and

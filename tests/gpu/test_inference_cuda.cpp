@@ -425,6 +425,9 @@ struct PaddedRows {
 // Rows of V = 37 columns (padded to 40, the padding the largest of all) on the device in X: each
 // row's argmax_rows is the host sampler's greedy choice. Row 0 ties at its maximum; row 1 is NaN
 // then -inf; row 2 all NaN; row 3 has two +inf and a NaN; row 4 is -inf but one finite value.
+// Then the rows as a vocabulary split over two members at column 20 (row 0's tie and row 1's -inf
+// across the split): each half's argmax_rows with its values, merged by merge_argmax_rows, makes
+// the same choices.
 template <typename X>
 void check_argmax_rows() {
   constexpr int V = 37, Vp = 40, N = 5;
@@ -447,8 +450,31 @@ void check_argmax_rows() {
   cuda::argmax_rows(out, logits, N, V, Vp, nullptr);
   std::vector<int32_t> got(N);
   MEG_CUDA_CHECK(cudaMemcpy(got.data(), out, N * sizeof(int32_t), cudaMemcpyDeviceToHost));
-  cudaFree(logits);
-  cudaFree(out);
+
+  constexpr int kShard = 20;  // each member's rows [N, kShard], the second's last 3 columns padding
+  int32_t* parts = nullptr;   // [2 members][2][N]: columns, then values
+  MEG_CUDA_CHECK(cudaMalloc(&parts, 4 * N * sizeof(int32_t)));
+  for (int m = 0; m < 2; ++m) {
+    std::vector<float> shard(size_t(N) * kShard, 100.0f);
+    for (int r = 0; r < N; ++r)
+      for (int j = 0; j < kShard && m * kShard + j < V; ++j) shard[size_t(r) * kShard + j] = at(r, m * kShard + j);
+    X* shard_logits = upload_as<X>(shard);
+    int32_t* part = parts + 2 * m * N;
+    cuda::argmax_rows(part, shard_logits, N, std::min(kShard, V - m * kShard), kShard, nullptr,
+                      reinterpret_cast<float*>(part + N));
+    MEG_CUDA_CHECK(cudaDeviceSynchronize());
+    cudaFree(shard_logits);
+  }
+  int32_t* merged = nullptr;
+  MEG_CUDA_CHECK(cudaMalloc(&merged, N * sizeof(int32_t)));
+  cuda::merge_argmax_rows(merged, parts, 2, N, kShard, nullptr);
+  std::vector<int32_t> got_split(N);
+  MEG_CUDA_CHECK(cudaMemcpy(got_split.data(), merged, N * sizeof(int32_t), cudaMemcpyDeviceToHost));
+  std::vector<float> member_values(N);
+  MEG_CUDA_CHECK(cudaMemcpy(member_values.data(), parts + N, N * sizeof(float), cudaMemcpyDeviceToHost));
+  for (void* p : {static_cast<void*>(logits), static_cast<void*>(out), static_cast<void*>(parts),
+                  static_cast<void*>(merged)})
+    cudaFree(p);
 
   Sampler greedy(V);
   const int want[N] = {9, 1, 0, 21, 17};
@@ -456,7 +482,13 @@ void check_argmax_rows() {
     INFO("row " << r);
     CHECK(greedy.sample(&at(r, 0), {}, SamplingParams{}, 0) == want[r]);
     CHECK(got[size_t(r)] == want[r]);
+    CHECK(got_split[size_t(r)] == want[r]);
   }
+  // Member 0's values: row 0's 8, row 1's -inf, row 2's none (NaN), row 4's -3.
+  CHECK(member_values[0] == 8.0f);
+  CHECK(member_values[1] == -INFINITY);
+  CHECK(std::isnan(member_values[2]));
+  CHECK(member_values[4] == -3.0f);
 }
 
 // top_k_rows over rows of V = 37 (padded to 40, the padding the largest of all): whole numbers in
@@ -617,7 +649,7 @@ TEST_CASE("top_k_rows gives each row's k largest logits", "[gpu][infer]") {
   check_top_k_rows<__nv_bfloat16>();
 }
 
-TEST_CASE("argmax_rows makes the host sampler's greedy choice", "[gpu][infer]") {
+TEST_CASE("argmax_rows makes the host sampler's greedy choice, over whole or split rows", "[gpu][infer]") {
   check_argmax_rows<float>();
   check_argmax_rows<__nv_bfloat16>();
 }

@@ -391,15 +391,24 @@ void logits_to_float(float* out, const X* logits, int N, int V, int Vp, cudaStre
 // embedding_forward's TokenLog wrote), has its logit l made l / p for l > 0, else l * p, in fp32:
 // the host sampler's penalty, bit for bit (infer/sampler.hpp's penalised_logit). The row's slot
 // and position are SLOTS[i] and POSITIONS[i] of its pass row i: LAST[r] (device), or r where LAST
-// is null (every row an output).
+// is null (every row an output). FIRST is the token of column 0: a member of a tensor-parallel
+// group penalises its shard of the vocabulary, tokens [FIRST, FIRST + V), and no other.
 void penalise_rows(float* rows, const int32_t* history, const int32_t* slots, const int32_t* positions,
-                   const int32_t* last, const float* penalties, int N, int V, int max_length, cudaStream_t stream);
+                   const int32_t* last, const float* penalties, int N, int V, int max_length, cudaStream_t stream,
+                   int first = 0);
 
 // out[r] = the column of the largest of logits[r, 0..V) (the lowest one among equal maxima, as
 // torch.argmax; NaN never wins, and a row of NaN gives 0): the sampler's greedy choice
 // (infer/sampler.hpp), which meg-generate makes here through InferenceModel::append_greedy.
+// VALUES (if not null): values[r] = that largest value, NaN for a row of NaN (or V = 0).
 template <typename X>
-void argmax_rows(int32_t* out, const X* logits, int N, int V, int Vp, cudaStream_t stream);
+void argmax_rows(int32_t* out, const X* logits, int N, int V, int Vp, cudaStream_t stream, float* values = nullptr);
+
+// The argmax of rows whose vocabulary is split over the P members of a tensor-parallel group, member
+// m holding columns [m * SHARD, (m + 1) * SHARD), from each member's argmax_rows over its own:
+// PARTS [P][2][N] holds member m's N columns (numbered within its shard) then their values (float
+// bits, as argmax_rows's VALUES). out[r] = the column argmax_rows would give over the whole row.
+void merge_argmax_rows(int32_t* out, const int32_t* parts, int P, int N, int shard, cudaStream_t stream);
 
 // columns[r, 0..K), values[r, 0..K) = the K largest of logits[r, 0..V) and their columns, in no
 // particular order (equal values at the K-th: the lowest columns; NaN never; where fewer than K
