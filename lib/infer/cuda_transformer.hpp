@@ -15,7 +15,7 @@
 // blocks sum the row-parallel layers' parts over the group (in X, as training does), rank 0's part
 // carrying the bias: through NCCL, or where the caller gives them PeerSums (parallel/peer_sums.hpp)
 // and the parts fit, by one kernel that also adds the sum to the residual stream. The caller sums
-// the embedding and gathers the logits (vocabulary-parallel).
+// the embedding and reads the logits out (vocabulary-parallel: gathered, or their candidates).
 //
 // Everything is queued on the transformer's own stream, and the callers queue their work there too
 // (stream()): the host never waits inside a forward, and a whole forward can be captured into a
