@@ -8,11 +8,13 @@
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <set>
 #include <span>
 #include <vector>
 
 #include "catch.hpp"
 #include "infer/inference_model.hpp"
+#include "infer/sampler.hpp"
 #include "model/config.hpp"
 #include "model/gpt.hpp"
 #include "parallel/comm.hpp"
@@ -52,6 +54,15 @@ inline std::vector<float> init_params(const ModelConfig& c, uint64_t seed) {
     if (t.name.ends_with(".bias"))
       for (size_t i = 0; i < t.numel; ++i) p[t.offset + i] = normal(rng);
   return p;
+}
+
+// Row ROW [V] under the host sampler's repetition penalty: each distinct token of HISTORY's logit
+// penalised (infer/sampler.hpp's penalised_logit).
+inline std::vector<float> penalised_row(const float* row, int V, const std::vector<int32_t>& history, double penalty) {
+  std::vector<float> out(row, row + V);
+  for (const int32_t t : std::set<int32_t>(history.begin(), history.end()))
+    out[size_t(t)] = penalised_logit(row[t], float(penalty));
+  return out;
 }
 
 // max |a - b| over the row, relative to the row's largest |b|.

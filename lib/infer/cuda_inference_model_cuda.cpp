@@ -288,7 +288,7 @@ void CudaInferenceModelImpl<X>::append(std::span<const AppendRequest> requests, 
 
 // The choice on the device: the argmax kernel's is the sampler's greedy one (ops.hpp: the lowest
 // id among equal maxima, NaN never), and the step copies back a token a row rather than its
-// logits. Tensor-parallel members choose alike, each from the same gathered rows.
+// logits. Tensor-parallel members merge the argmaxes of their shards alike (choose_split()).
 template <typename X>
 void CudaInferenceModelImpl<X>::append_greedy(std::span<const AppendRequest> requests, int choices,
                                               int32_t* tokens) {

@@ -17,7 +17,6 @@
 #include <limits>
 #include <memory>
 #include <random>
-#include <set>
 #include <stdexcept>
 #include <span>
 #include <vector>
@@ -27,6 +26,7 @@
 #include "infer/sampler.hpp"
 #include "model/gpt.hpp"
 #include "gpu_test_util.hpp"
+#include "infer_test_models.hpp"
 #include "ops/cuda/ops.hpp"
 #include "test_util.hpp"
 
@@ -46,14 +46,6 @@ CheckpointModel tiny_checkpoint(const char* preset, uint64_t seed) {
   ck.params.resize(size_t(ck.config.num_parameters()));
   gpt_init_parameters(ck.config, gpt_parameter_table(ck.config), seed, ck.params.data());
   return ck;
-}
-
-// Row ROW of the host sampler's penalty: each distinct token of HISTORY's logit penalised.
-std::vector<float> penalised_row(const float* row, int V, const std::vector<int32_t>& history, double penalty) {
-  std::vector<float> out(row, row + V);
-  for (const int32_t t : std::set<int32_t>(history.begin(), history.end()))
-    out[size_t(t)] = penalised_logit(row[t], float(penalty));
-  return out;
 }
 
 // sample_rows over ROWS [R, V] (fp32, host) with DRAWS, on the device.

@@ -35,18 +35,12 @@ CheckpointModel split_test_model(ModelFamily family, int ranks) {
   return ck;
 }
 
-// The candidates of row LOGITS over its first CHOICES tokens, penalised by PENALTY over the tokens
-// of HISTORY (once each), in the host sampler's order: the larger logit first, the lower token
-// among equal ones (infer/sampler.hpp).
-std::vector<Sampler::Candidate> ranked(const float* logits, int choices, const std::vector<int32_t>& history,
-                                       float penalty) {
-  std::vector<float> row(logits, logits + choices);
-  std::vector<char> seen(size_t(choices), 0);
-  for (const int32_t t : history)
-    if (t < choices && !seen[size_t(t)]) {
-      seen[size_t(t)] = 1;
-      row[size_t(t)] = penalised_logit(row[size_t(t)], penalty);
-    }
+// The candidates of row LOGITS [V] over its first CHOICES tokens, under the repetition penalty
+// PENALTY over HISTORY, in the host sampler's order: the larger logit first, the lower token among
+// equal ones (infer/sampler.hpp).
+std::vector<Sampler::Candidate> ranked(const float* logits, int V, int choices, const std::vector<int32_t>& history,
+                                       double penalty) {
+  const std::vector<float> row = penalised_row(logits, V, history, penalty);
   std::vector<Sampler::Candidate> c;
   for (int t = 0; t < choices; ++t) c.push_back({row[size_t(t)], t});
   std::sort(c.begin(), c.end(), Sampler::before);
@@ -107,8 +101,8 @@ TEST_CASE("tensor-parallel CUDA inference chooses as from its gathered logits", 
             chooser->append_top_k(reqs, choices, k, tokens.data(), values.data());
           REQUIRE(call < logits.size());
           for (size_t i = 0; i < reqs.size(); ++i) {
-            const auto want = ranked(logits[call].data() + i * size_t(V), choices, history[size_t(reqs[i].slot)],
-                                     float(penalty(reqs[i].slot)));
+            const auto want = ranked(logits[call].data() + i * size_t(V), V, choices, history[size_t(reqs[i].slot)],
+                                     penalty(reqs[i].slot));
             INFO("call " << call << ", slot " << reqs[i].slot);
             for (int j = 0; j < k; ++j) {
               CHECK(tokens[i * size_t(k) + size_t(j)] == want[size_t(j)].id);
