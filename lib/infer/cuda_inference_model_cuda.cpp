@@ -6,10 +6,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <memory>
 #include <set>
 #include <stdexcept>
+#include <tuple>
 #include <vector>
 
 #include "core/error.hpp"
@@ -17,6 +19,7 @@
 #include "infer/sampler.hpp"
 #include "ops/cuda/check.hpp"
 #include "ops/cuda/ops.hpp"
+#include "ops/cuda/stream.hpp"
 #include "parallel/nccl_comm.hpp"
 #include "parallel/peer_sums.hpp"
 #include "parallel/rank_device.hpp"
@@ -58,6 +61,10 @@ class CudaInferenceModelImpl final : public CudaInferenceModel {
   int length(int slot) const override { return lengths_[size_t(checked_slot(slot, slots_))]; }
   void reset(int slot) override { lengths_[size_t(checked_slot(slot, slots_))] = 0; }
   bool penalises() const override { return true; }
+  bool overlaps() const override { return true; }
+  void queue_choices(std::span<const AppendRequest> requests, int choices, std::span<const SoftmaxDraw> draws,
+                     bool chained) override;
+  void take_choices(int32_t* tokens) override;
   void append(std::span<const AppendRequest> requests, float* logits) override;
   void append_greedy(std::span<const AppendRequest> requests, int choices, int32_t* tokens) override;
   void append_top_k(std::span<const AppendRequest> requests, int choices, int k, int32_t* tokens,
@@ -89,6 +96,7 @@ class CudaInferenceModelImpl final : public CudaInferenceModel {
   struct Pass {
     int N = 0, cached = 0, outputs = 0, first_output = 0;
     int new_keys = 0;  // the most tokens of one slot that go through the cache (cached_attention's)
+    bool chained = false;  // the tokens are the last choices (top_tokens_), not the staged ones
     std::vector<Prompts> prompts;
     size_t staged() const { return 3 * size_t(N) + size_t(cached) + size_t(outputs); }
   };
@@ -103,7 +111,20 @@ class CudaInferenceModelImpl final : public CudaInferenceModel {
     auto operator<=>(const Readout&) const = default;
   };
 
-  int run_passes(std::span<const AppendRequest> requests, Readout readout, std::span<const SoftmaxDraw> draws = {});
+  // The host side of a call: its staged integers, draws and penalties, which the device copies in
+  // after the host has moved on when the call is queued; and a queued call's tokens and the event
+  // after their copy out. Calls alternate between two, so that the one queued after a queued call
+  // stages without overwriting what that call's copies in may not yet have read.
+  struct HostSide {
+    PinnedArray<int32_t> staging, tokens;
+    PinnedArray<cuda::RowDraw> draws;
+    PinnedArray<float> penalties;
+    cuda::Event done;
+    size_t outputs = 0;
+  };
+
+  int run_passes(std::span<const AppendRequest> requests, Readout readout, std::span<const SoftmaxDraw> draws = {},
+                 bool queued = false, bool chained = false);
   void copy_tokens(int32_t* tokens, size_t n);
   void copy_logits(float* logits, int outputs);
   void finish(std::span<const AppendRequest> requests);
@@ -139,14 +160,12 @@ class CudaInferenceModelImpl final : public CudaInferenceModel {
   cuda::DeviceArray<float> logits_f32_, shard_f32_, gathered_, lse_, scratch_;
   cuda::DeviceArray<int32_t> ints_;
   // append_greedy()'s and append_sample()'s tokens [slots], append_top_k()'s [slots, k] and their
-  // logits; append_sample()'s draws [slots], staged in host_draws_; the requests' repetition
-  // penalties [slots], staged in host_penalties_.
+  // logits; append_sample()'s draws [slots] and the requests' repetition penalties [slots], each
+  // staged in a HostSide.
   cuda::DeviceArray<int32_t> top_tokens_;
   cuda::DeviceArray<float> top_logits_;
   cuda::DeviceArray<cuda::RowDraw> draws_;
-  PinnedArray<cuda::RowDraw> host_draws_;
   cuda::DeviceArray<float> penalties_;
-  PinnedArray<float> host_penalties_;
   // The tokens each slot holds [slots, max_length], logged by every pass's embedding lookup: what
   // the repetition penalty reads.
   cuda::DeviceArray<int32_t> history_;
@@ -154,12 +173,19 @@ class CudaInferenceModelImpl final : public CudaInferenceModel {
   // every member's [P][2][R][K] of each pass in turn (host_split_ their copy for top-k).
   cuda::DeviceArray<int32_t> split_own_, split_all_;
   PinnedArray<int32_t> host_split_;
-  PinnedArray<int32_t> staging_;
+  HostSide sides_[2];
+  int side_ = 0;             // the side the next call stages in
+  std::deque<int> queued_;   // the queued calls' sides, oldest first
+  // The slots of the last queued call's requests, whose choices top_tokens_ holds until another
+  // call runs (then null): what a chained call follows.
+  std::vector<int> chain_slots_;
+  bool chain_ = false;
   PinnedArray<float> host_logits_;  // logits_buffer(), allocated when first asked for
-  // Decode steps by request count and readout (the graph holds the readout's k and column count):
-  // captured, and run once directly before that.
-  std::map<std::pair<int, Readout>, cudaGraphExec_t> graphs_;
-  std::set<std::pair<int, Readout>> seen_;
+  // Decode steps by request count, chaining and readout (the graph holds where the tokens come
+  // from, the readout's k and column count): captured, and run once directly before that.
+  using StepShape = std::tuple<int, bool, Readout>;
+  std::map<StepShape, cudaGraphExec_t> graphs_;
+  std::set<StepShape> seen_;
 };
 
 template <typename X>
@@ -203,9 +229,12 @@ CudaInferenceModelImpl<X>::CudaInferenceModelImpl(const CheckpointModel& checkpo
   top_tokens_ = cuda::DeviceArray<int32_t>(alloc, size_t(slots) * kMaxAppendTopK);
   top_logits_ = cuda::DeviceArray<float>(alloc, size_t(slots) * kMaxAppendTopK);
   draws_ = cuda::DeviceArray<cuda::RowDraw>(alloc, size_t(slots));
-  host_draws_.grow(size_t(slots));
   penalties_ = cuda::DeviceArray<float>(alloc, size_t(slots));
-  host_penalties_.grow(size_t(slots));
+  for (HostSide& side : sides_) {
+    side.draws.grow(size_t(slots));
+    side.penalties.grow(size_t(slots));
+    side.tokens.grow(size_t(slots));
+  }
   history_ = cuda::DeviceArray<int32_t>(alloc, size_t(slots) * size_t(max_length_));
 }
 
@@ -333,6 +362,52 @@ void CudaInferenceModelImpl<X>::append_sample(std::span<const AppendRequest> req
   finish(requests);
 }
 
+// A queued call runs as append_greedy() or append_sample() does, but copies its tokens to its
+// side's page-locked array and marks the copy's end with an event rather than waiting for it. A
+// chained call's requests get a token each to be planned and staged by, which its pass does not
+// read (Pass::chained).
+template <typename X>
+void CudaInferenceModelImpl<X>::queue_choices(std::span<const AppendRequest> requests, int choices,
+                                              std::span<const SoftmaxDraw> draws, bool chained) {
+  check_queue(requests, draws, chained, queued_.size(), chain_ ? &chain_slots_ : nullptr);
+  check_choices(choices, int(config().vocab_size));
+  check_penalties(requests, penalises());
+  static constexpr int32_t kUnread = 0;
+  std::vector<AppendRequest> own;
+  if (chained) {
+    own.assign(requests.begin(), requests.end());
+    for (AppendRequest& r : own) r.tokens = {&kUnread, 1};
+    requests = own;
+  }
+  const int outputs = run_passes(requests, {1, choices, !draws.empty(), false, any_penalty(requests)}, draws, true,
+                                 chained);
+  HostSide& side = sides_[side_];
+  side.outputs = size_t(outputs);
+  MEG_CUDA_CHECK(cudaMemcpyAsync(side.tokens.get(), top_tokens_.get(), side.outputs * sizeof(int32_t),
+                                 cudaMemcpyDeviceToHost, stream()));
+  MEG_CUDA_CHECK(cudaEventRecord(side.done.get(), stream()));
+  chain_slots_.clear();
+  for (const auto& r : requests) {
+    lengths_[size_t(r.slot)] += int(r.tokens.size());
+    chain_slots_.push_back(r.slot);
+  }
+  chain_ = true;
+  queued_.push_back(side_);
+  side_ ^= 1;
+}
+
+template <typename X>
+void CudaInferenceModelImpl<X>::take_choices(int32_t* tokens) {
+  if (queued_.empty()) throw std::logic_error("inference model: take_choices() without a queued call");
+  const HostSide& side = sides_[queued_.front()];
+  if (tp_)
+    tp_->wait(side.done.get());
+  else
+    MEG_CUDA_CHECK(cudaEventSynchronize(side.done.get()));
+  std::copy_n(side.tokens.get(), side.outputs, tokens);
+  queued_.pop_front();
+}
+
 // Queues the copy out of the first N of top_tokens_ (the chosen tokens, or top-k's candidates).
 template <typename X>
 void CudaInferenceModelImpl<X>::copy_tokens(int32_t* tokens, size_t n) {
@@ -355,20 +430,25 @@ void CudaInferenceModelImpl<X>::finish(std::span<const AppendRequest> requests) 
 
 // Checks REQUESTS and queues their passes, each reading off its output rows as READOUT says (with
 // DRAWS, a request's, for a readout that draws); the outputs (one a request, in request order; 0
-// for no requests).
+// for no requests). QUEUED: queue_choices()'s call, which returns without waiting for the device;
+// CHAINED, its requests hold a token each that is not run (the last choices are).
 template <typename X>
 int CudaInferenceModelImpl<X>::run_passes(std::span<const AppendRequest> requests, Readout readout,
-                                          std::span<const SoftmaxDraw> draws) {
+                                          std::span<const SoftmaxDraw> draws, bool queued, bool chained) {
+  if (!queued) check_nothing_queued(queued_.size());
   check_append(requests, lengths_, max_length_, int(config().vocab_size));
+  chain_ = false;
   if (requests.empty()) return 0;
-  if (readout.draw) {  // host_draws_ is free: the last call ended waiting for the device
-    for (size_t i = 0; i < draws.size(); ++i) host_draws_.get()[i] = {draws[i].temperature, draws[i].top_p, draws[i].u};
-    MEG_CUDA_CHECK(cudaMemcpyAsync(draws_.get(), host_draws_.get(), draws.size() * sizeof(cuda::RowDraw),
+  // The side is free: the call that used it last ended waiting for the device, or was taken.
+  HostSide& side = sides_[side_];
+  if (readout.draw) {
+    for (size_t i = 0; i < draws.size(); ++i) side.draws.get()[i] = {draws[i].temperature, draws[i].top_p, draws[i].u};
+    MEG_CUDA_CHECK(cudaMemcpyAsync(draws_.get(), side.draws.get(), draws.size() * sizeof(cuda::RowDraw),
                                    cudaMemcpyHostToDevice, stream()));
   }
-  if (readout.penalty) {  // host_penalties_ is free likewise; in fp32, as the host sampler's
-    for (size_t i = 0; i < requests.size(); ++i) host_penalties_.get()[i] = float(requests[i].repetition_penalty);
-    MEG_CUDA_CHECK(cudaMemcpyAsync(penalties_.get(), host_penalties_.get(), requests.size() * sizeof(float),
+  if (readout.penalty) {  // in fp32, as the host sampler's
+    for (size_t i = 0; i < requests.size(); ++i) side.penalties.get()[i] = float(requests[i].repetition_penalty);
+    MEG_CUDA_CHECK(cudaMemcpyAsync(penalties_.get(), side.penalties.get(), requests.size() * sizeof(float),
                                    cudaMemcpyHostToDevice, stream()));
   }
   const auto passes = plan(requests);
@@ -376,12 +456,12 @@ int CudaInferenceModelImpl<X>::run_passes(std::span<const AppendRequest> request
   size_t tokens = 0;
   for (const auto& r : requests) tokens += r.tokens.size();
   // Every pass stages into its own part, so no copy still queued reads what a later pass writes.
-  // The last append() ended waiting for the device: nothing reads the old block.
-  staging_.grow(4 * tokens + requests.size());
-  int32_t* host = staging_.get();
+  side.staging.grow(4 * tokens + requests.size());
+  int32_t* host = side.staging.get();
   int outputs = 0;
   for (const auto& pieces : passes) {
-    const Pass pass = stage(pieces, requests, outputs, host);
+    Pass pass = stage(pieces, requests, outputs, host);
+    pass.chained = chained;
     MEG_CUDA_CHECK(cudaMemcpyAsync(ints_.get(), host, pass.staged() * sizeof(int32_t), cudaMemcpyHostToDevice,
                                    stream()));
     run(pass, readout);
@@ -389,8 +469,9 @@ int CudaInferenceModelImpl<X>::run_passes(std::span<const AppendRequest> request
     host += pass.staged();
     outputs += pass.outputs;
   }
-  // A failed or stopped peer shows here, as an error, rather than as a copy waiting forever.
-  if (tp_) tp_->wait(stream());
+  // A failed or stopped peer shows here, as an error, rather than as a copy waiting forever (a
+  // queued call's in take_choices()).
+  if (tp_ && !queued) tp_->wait(stream());
   return outputs;
 }
 
@@ -401,7 +482,7 @@ template <typename X>
 void CudaInferenceModelImpl<X>::run(const Pass& pass, Readout readout) {
   const bool decode = pass.prompts.empty() && pass.outputs == pass.N && pass.first_output == 0;
   if (!use_graphs_ || !decode) return forward(pass, readout);
-  const std::pair key{pass.N, readout};
+  const StepShape key{pass.N, pass.chained, readout};
   auto it = graphs_.find(key);
   if (it == graphs_.end()) {
     if (seen_.insert(key).second) return forward(pass, readout);
@@ -436,8 +517,10 @@ void CudaInferenceModelImpl<X>::forward(const Pass& pass, Readout readout) {
   const auto& d = net_.dims();
   const cudaStream_t s = stream();
   const int N = pass.N;
-  const int32_t* tokens = ints_.get();
-  const int32_t *positions = tokens + N, *slots = positions + N, *cached = slots + N, *last = cached + pass.cached;
+  const int32_t* staged = ints_.get();
+  const int32_t *positions = staged + N, *slots = positions + N, *cached = slots + N, *last = cached + pass.cached;
+  // A chained pass's rows are the last call's requests in order, one token each: its choices.
+  const int32_t* tokens = pass.chained ? top_tokens_.get() : staged;
   X* x = x_.get();
 
   // The token and position embeddings (GPT-2's), each row's position from positions. Vocabulary-

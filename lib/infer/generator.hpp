@@ -13,6 +13,13 @@
 // share a batch, or on the order requests finish in. Only tokens the tokenizer knows are chosen
 // (a model's vocabulary may be larger than its tokenizer's).
 //
+// Where the model chooses every token (greedy, or draws from the softmax of the logits) and
+// overlaps the host (InferenceModel::overlaps), the step after a step is queued before the host
+// takes that step's tokens in, whenever it is sure to follow (no row can reach its max_tokens or
+// its slot's end, no request waits for a free slot): the device goes from step to step while the
+// host streams the text. A sequence that then ends at the end-of-document token or a stop string
+// has had one step more computed for it, unused.
+//
 // Text goes to the sink as it is produced, in whole characters (infer/text_stream.hpp), never a
 // part of a stop string: text that could be the start of one is held back until the next tokens
 // show that it is not.

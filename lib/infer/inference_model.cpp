@@ -70,6 +70,52 @@ void InferenceModel::append_sample(std::span<const AppendRequest> requests, int 
   });
 }
 
+void InferenceModel::queue_choices(std::span<const AppendRequest> requests, int choices,
+                                   std::span<const SoftmaxDraw> draws, bool chained) {
+  check_queue(requests, draws, chained, queued_.size(), last_slots_ ? &*last_slots_ : nullptr);
+  std::vector<AppendRequest> own(requests.begin(), requests.end());
+  if (chained)
+    for (size_t i = 0; i < own.size(); ++i) own[i].tokens = {&last_tokens_[i], 1};
+  std::vector<int32_t> chosen(requests.size());
+  if (draws.empty())
+    append_greedy(own, choices, chosen.data());
+  else
+    append_sample(own, choices, draws, chosen.data(), nullptr);
+  queued_.push_back(chosen);
+  last_tokens_ = std::move(chosen);
+  last_slots_.emplace();
+  for (const AppendRequest& r : requests) last_slots_->push_back(r.slot);
+}
+
+void InferenceModel::take_choices(int32_t* tokens) {
+  if (queued_.empty()) throw std::logic_error("inference model: take_choices() without a queued call");
+  std::copy(queued_.front().begin(), queued_.front().end(), tokens);
+  queued_.pop_front();
+}
+
+void check_queue(std::span<const AppendRequest> requests, std::span<const SoftmaxDraw> draws, bool chained,
+                 size_t queued, const std::vector<int>* previous) {
+  if (queued >= 2) throw std::logic_error("inference model: a third queued call before the first is taken");
+  if (chained && previous == nullptr)
+    throw std::logic_error("inference model: a chained call without a queued call just before it");
+  if (!draws.empty()) check_draws(draws, requests.size());
+  if (!chained) return;
+  if (requests.size() != previous->size())
+    throw std::invalid_argument(fmt::format("inference model: a chained call of {} requests after one of {}",
+                                            requests.size(), previous->size()));
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (!requests[i].tokens.empty())
+      throw std::invalid_argument(fmt::format("inference model: chained request {} has tokens of its own", i));
+    if (requests[i].slot != (*previous)[i])
+      throw std::invalid_argument(fmt::format("inference model: chained request {} names slot {}, the previous "
+                                              "call's slot {}", i, requests[i].slot, (*previous)[i]));
+  }
+}
+
+void check_nothing_queued(size_t queued) {
+  if (queued > 0) throw std::logic_error("inference model: a call while queued calls wait to be taken");
+}
+
 void check_penalties(std::span<const AppendRequest> requests, bool penalises) {
   for (const AppendRequest& r : requests) {
     if (r.repetition_penalty == 1) continue;

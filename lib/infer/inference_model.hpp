@@ -17,8 +17,10 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -95,6 +97,21 @@ class InferenceModel {
   virtual void append_sample(std::span<const AppendRequest> requests, int choices, std::span<const SoftmaxDraw> draws,
                              int32_t* tokens, float* logits);
 
+  // Choices queued ahead of the host. queue_choices() is append_greedy() (DRAWS empty) or
+  // append_sample() without logits (DRAWS, one a request) that may return before the model is done;
+  // take_choices() waits for the oldest queued call and writes its tokens to TOKENS, one a request.
+  // With CHAINED, the requests' tokens are empty: each request runs, as its one token, the token the
+  // previous queued call chose for its request at the same index, which names the same slot (no
+  // other call between the two). So the host can queue step n + 1 before it has seen step n's
+  // tokens, and a model that overlaps() runs one step after the other without waiting for the
+  // host: the CUDA model reads a chained step's tokens where the last step's choice left them on the
+  // device. At most two calls are queued at once, and no other call is made while one is. length()
+  // counts the queued calls' tokens. These defaults make the call at once and keep its tokens.
+  virtual bool overlaps() const { return false; }
+  virtual void queue_choices(std::span<const AppendRequest> requests, int choices, std::span<const SoftmaxDraw> draws,
+                             bool chained);
+  virtual void take_choices(int32_t* tokens);
+
   // A host array of slots() * vocab_size floats that the model owns, the best place for append()'s
   // LOGITS: the CUDA model's is page-locked, so the logits come out at the bus's full rate, where
   // a pageable array's copy goes through the driver's staging at a fraction of it (at batch 32
@@ -106,6 +123,10 @@ class InferenceModel {
 
  private:
   std::vector<float> logits_buffer_;
+  // The default queue: the calls' tokens, oldest first; the last call's slots and tokens.
+  std::deque<std::vector<int32_t>> queued_;
+  std::optional<std::vector<int>> last_slots_;
+  std::vector<int32_t> last_tokens_;
 };
 
 // The checks every implementation makes, with the same messages. checked_slot: SLOT, or an
@@ -126,6 +147,16 @@ bool any_penalty(std::span<const AppendRequest> requests);
 
 // std::invalid_argument unless there are REQUESTS draws (append_sample's), each in its range.
 void check_draws(std::span<const SoftmaxDraw> draws, size_t requests);
+
+// The checks of a queue_choices() call after QUEUED queued calls, PREVIOUS the slots of the previous
+// queued call's requests when no other call came since (else null): std::logic_error for a third
+// queued call, or a CHAINED one without a previous call; std::invalid_argument for a chained
+// request with tokens or a slot other than the previous call's at its index, or DRAWS neither
+// empty nor one a request.
+void check_queue(std::span<const AppendRequest> requests, std::span<const SoftmaxDraw> draws, bool chained,
+                 size_t queued, const std::vector<int>* previous);
+// std::logic_error for a call other than take_choices() while QUEUED calls are queued.
+void check_nothing_queued(size_t queued);
 
 // The most candidates append_top_k() gives a row.
 constexpr int kMaxAppendTopK = 256;

@@ -16,6 +16,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -75,6 +76,8 @@ class NcclComm {
   // error or SECONDS pass first.
   void wait(cudaStream_t stream, double seconds);
   void wait(cudaStream_t stream) { wait(stream, timeout_seconds()); }
+  // The same for the work before EVENT (recorded on a stream).
+  void wait(cudaEvent_t event);
   // Throws, aborting the communicator, when NCCL has reported an asynchronous error.
   void check_async();
   // MEG_NCCL_TIMEOUT (seconds; InputError when not a positive number), else 600.
@@ -84,6 +87,8 @@ class NcclComm {
   ncclComm* live();  // the communicator, after check_async(); throws once aborted
   void check(int result, const char* call);
   [[noreturn]] void abort_and_throw(const std::string& why);
+  // wait()'s loop, until QUERY (cudaStreamQuery's or cudaEventQuery's) says the work is done.
+  void wait_until(const std::function<cudaError_t()>& query, double seconds);
 
   NcclComm(ncclComm* comm, std::string name);
 

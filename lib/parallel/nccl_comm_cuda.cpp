@@ -112,10 +112,18 @@ ncclComm* NcclComm::live() {
 }
 
 void NcclComm::wait(cudaStream_t stream, double seconds) {
+  wait_until([stream] { return cudaStreamQuery(stream); }, seconds);
+}
+
+void NcclComm::wait(cudaEvent_t event) {
+  wait_until([event] { return cudaEventQuery(event); }, timeout_seconds());
+}
+
+void NcclComm::wait_until(const std::function<cudaError_t()>& query, double seconds) {
   const auto start = std::chrono::steady_clock::now();
   for (;;) {
     live();
-    const cudaError_t state = cudaStreamQuery(stream);
+    const cudaError_t state = query();
     if (state == cudaSuccess) return check_async();
     if (state != cudaErrorNotReady) abort_and_throw(fmt::format("the stream failed: {}", cudaGetErrorString(state)));
     if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > seconds)

@@ -701,6 +701,72 @@ TEST_CASE("CUDA generation: a sampled completion does not depend on which reques
   CHECK(generate(*model, *tok, reqs)[0].ids != together[0].ids);  // the draw does depend on the seed
 }
 
+// Queued calls (queue_choices) against a twin making the same calls one at a time: every chained
+// call's tokens are the ones the twin is given, the previous call's choices, through greedy and
+// drawn steps, with and without a repetition penalty, at 3 rows and at 1, each shape run directly,
+// captured and replayed; and the calls the queue refuses.
+void check_queued(Precision precision) {
+  const CheckpointModel ck = random_checkpoint(test_config(ModelFamily::llama, 128, 4, 2, 96), 12);
+  const int V = int(ck.config.vocab_size);
+  auto queued = make_cuda_inference_model(ck, precision, 3, 0), direct = make_cuda_inference_model(ck, precision, 3, 0);
+  REQUIRE(queued->overlaps());
+  std::vector<std::vector<int32_t>> prompts;
+  for (uint32_t i = 0; i < 3; ++i) prompts.push_back(random_tokens(5 + 7 * i, V, 20 + i));
+  const SoftmaxDraw draws[] = {{0.9, 1, 0.25}, {1.1, 0.8, 0.5}, {0.7, 0.95, 0.75}};
+  for (const size_t rows : {size_t(3), size_t(1)}) {
+    for (int slot = 0; slot < 3; ++slot) {
+      queued->reset(slot);
+      direct->reset(slot);
+    }
+    std::vector<AppendRequest> start, chained;
+    for (size_t r = 0; r < rows; ++r) {
+      const int slot = int(2 - r);  // not in slot order
+      start.push_back({slot, prompts[r], r == 1 ? 1.3 : 1.0});
+      chained.push_back({slot, {}, start.back().repetition_penalty});
+    }
+    std::vector<int32_t> want(rows), got(rows);
+    direct->append_greedy(start, V, want.data());
+    queued->queue_choices(start, V, {}, false);
+    for (int step = 0; step < 8; ++step) {
+      INFO(rows << " rows, step " << step);
+      const bool draw = step / 4 == 1;  // 4 greedy steps, then 4 drawn
+      const auto d = draw ? std::span<const SoftmaxDraw>(draws, rows) : std::span<const SoftmaxDraw>();
+      queued->queue_choices(chained, V, d, true);
+      queued->take_choices(got.data());
+      CHECK(got == want);
+      std::vector<AppendRequest> next = start;
+      for (size_t r = 0; r < rows; ++r) next[r].tokens = {&want[r], 1};
+      std::vector<int32_t> chosen(rows);
+      if (draw)
+        direct->append_sample(next, V, d, chosen.data(), nullptr);
+      else
+        direct->append_greedy(next, V, chosen.data());
+      want = chosen;
+      for (const AppendRequest& a : start) CHECK(queued->length(a.slot) == direct->length(a.slot));
+    }
+    queued->take_choices(got.data());
+    CHECK(got == want);
+  }
+  int32_t token[3];
+  const std::vector<int32_t> one = {7};
+  const AppendRequest fresh{0, one}, follow{0, {}};
+  queued->queue_choices({&fresh, 1}, V, {}, false);
+  CHECK_THROWS_AS(queued->append_greedy({&fresh, 1}, V, token), std::logic_error);  // one queued
+  queued->take_choices(token);
+  CHECK_THROWS_AS(queued->take_choices(token), std::logic_error);
+  queued->append_greedy({&fresh, 1}, V, token);
+  CHECK_THROWS_AS(queued->queue_choices({&follow, 1}, V, {}, true), std::logic_error);  // not after a queued call
+  const AppendRequest other{1, {}};
+  queued->queue_choices({&fresh, 1}, V, {}, false);
+  CHECK_THROWS_AS(queued->queue_choices({&other, 1}, V, {}, true), std::invalid_argument);  // another slot
+  queued->take_choices(token);
+}
+
+TEST_CASE("CUDA inference model: queued calls choose as calls made one at a time", "[gpu][infer]") {
+  SECTION("fp32") { check_queued(Precision::fp32); }
+  SECTION("bf16") { check_queued(Precision::bf16); }
+}
+
 TEST_CASE("CUDA inference model refuses bad sizes and calls before any work", "[gpu][infer]") {
   const CheckpointModel ck = random_checkpoint(test_config(ModelFamily::gpt2, 64, 4, 4, 16), 1);
   CHECK(input_error_of([&] { make_cuda_inference_model(ck, Precision::bf16, 1, 17); }) ==

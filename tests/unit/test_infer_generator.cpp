@@ -244,3 +244,122 @@ TEST_CASE("generator: completions do not depend on the number of slots", "[infer
   CHECK(d[2].ids == a[2].ids);
   CHECK((d[1].ids != a[1].ids || d[3].ids != a[3].ids));
 }
+
+namespace {
+
+// MODEL, reporting that it overlaps the host, so that the generator queues steps ahead on it
+// (InferenceModel's own queue: each call made at once); counts the chained calls.
+class Overlapping final : public InferenceModel {
+ public:
+  explicit Overlapping(InferenceModel& model) : model_(model) {}
+  const ModelConfig& config() const override { return model_.config(); }
+  int slots() const override { return model_.slots(); }
+  int max_length() const override { return model_.max_length(); }
+  int length(int slot) const override { return model_.length(slot); }
+  void reset(int slot) override { model_.reset(slot); }
+  void append(std::span<const AppendRequest> requests, float* logits) override { model_.append(requests, logits); }
+  bool overlaps() const override { return true; }
+  void queue_choices(std::span<const AppendRequest> requests, int choices, std::span<const SoftmaxDraw> draws,
+                     bool chained) override {
+    chained_calls += chained;
+    InferenceModel::queue_choices(requests, choices, draws, chained);
+  }
+  int chained_calls = 0;
+
+ private:
+  InferenceModel& model_;
+};
+
+// The requests of a list, one at a time: next(false) gives one only every third time it is asked.
+class Trickle final : public RequestSource {
+ public:
+  explicit Trickle(std::vector<GenerationRequest> requests) : list_(std::move(requests)) {}
+  std::optional<GenerationRequest> next(bool wait) override {
+    if (!wait && ++asked_ % 3 != 0) return std::nullopt;
+    return list_.next(wait);
+  }
+
+ private:
+  ListSource list_;
+  int asked_ = 0;
+};
+
+}  // namespace
+
+TEST_CASE("generator: steps queued ahead end sequences as steps taken one at a time", "[infer][generator]") {
+  // The script ends at the end-of-document token: the step queued after the one that chose it
+  // is computed for nothing, and only that one; max tokens and the slot's end are foreseen.
+  const Script s(kSentence);
+  const int32_t eod = s.tok->eod_id();
+  const size_t n = s.ids.size();
+  for (const int max_tokens : {50, 4}) {
+    for (const int max_length : {64, 6}) {
+      INFO("max tokens " << max_tokens << ", slot of " << max_length);
+      ScriptModel plain(s.tok->vocab_size(), 1, max_length, s.next, eod);
+      ScriptModel script(s.tok->vocab_size(), 1, max_length, s.next, eod);
+      Overlapping ahead(script);
+      for (const std::vector<std::string>& stop : {std::vector<std::string>{}, {" over"}}) {
+        plain.calls.clear();
+        script.calls.clear();
+        const Recorder a = run(plain, *s.tok, {request(s.prompt(2), max_tokens, stop)});
+        const Recorder b = run(ahead, *s.tok, {request(s.prompt(2), max_tokens, stop)});
+        CHECK(b.done_.at(0).ids == a.done_.at(0).ids);
+        CHECK(b.done_.at(0).text == a.done_.at(0).text);
+        CHECK(b.done_.at(0).finish == a.done_.at(0).finish);
+        CHECK(b.streamed.at(0) == a.streamed.at(0));
+        const bool unforeseen = a.done_.at(0).finish != FinishReason::length;
+        CHECK(script.calls.size() == plain.calls.size() + (unforeseen ? 1 : 0));
+      }
+    }
+  }
+  CHECK(n > 6);
+}
+
+TEST_CASE("generator: steps queued ahead give the completions of steps taken one at a time", "[infer][generator]") {
+  const auto tok = load_tokenizer(kSpm);
+  ModelConfig c = ModelConfig::preset("tiny-llama");
+  c.set_vocab_from_tokenizer(tok->vocab_size());
+  c.seq_length = 24;  // some sequences run to their slot's end
+  c.init_std = 0.2;
+  c.validate();
+  std::vector<float> params(size_t(c.num_parameters()));
+  gpt_init_parameters(c, gpt_parameter_table(c), 5, params.data());
+  // Every row chosen by the model (greedy, or drawn at a temperature or top-p): the steps chain.
+  std::vector<GenerationRequest> reqs;
+  const std::vector<std::string> prompts = {"The cat", "Life is a series", "A", "People who take cat naps", "Why",
+                                            "It is"};
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    GenerationRequest r = request({}, 3 + int(i) * 4);
+    tok->encode(prompts[i], r.prompt);
+    r.sampling.seed = 23;
+    if (i % 2 == 1) r.sampling.temperature = 0.9;
+    if (i == 3) r.sampling.top_p = 0.8;
+    if (i == 4) r.stop = {"e"};
+    reqs.push_back(std::move(r));
+  }
+  for (const int slots : {1, 3}) {
+    for (const bool all_greedy : {false, true}) {
+      INFO(slots << " slots" << (all_greedy ? ", greedy" : ""));
+      std::vector<GenerationRequest> these = reqs;
+      if (all_greedy)
+        for (auto& r : these) r.sampling = {};
+      CpuInferenceModel plain(c, params, slots, 0), inner(c, params, slots, 0);
+      Overlapping ahead(inner);
+      Recorder a;
+      ListSource list(these);
+      Generator(plain, *tok).run(list, a);
+      Recorder b;
+      Trickle trickle(these);
+      Generator(ahead, *tok).run(trickle, b);
+      CHECK(ahead.chained_calls > 0);
+      REQUIRE(b.done_.size() == these.size());
+      for (size_t i = 0; i < these.size(); ++i) {
+        INFO("request " << i);
+        CHECK(b.done_.at(i).ids == a.done_.at(i).ids);
+        CHECK(b.done_.at(i).text == a.done_.at(i).text);
+        CHECK(b.done_.at(i).finish == a.done_.at(i).finish);
+        CHECK(b.streamed.at(i) == a.streamed.at(i));
+      }
+    }
+  }
+}

@@ -122,6 +122,55 @@ TEST_CASE("inference model: KV-cache decoding equals full recomputation, slots i
   }
 }
 
+TEST_CASE("inference model: queued choices are the calls' tokens, a chained call running the previous choices",
+          "[infer][kvcache]") {
+  const ModelConfig c = small_config(ModelFamily::llama);
+  const std::vector<float> params = init_params(c, 10);
+  const int V = int(c.vocab_size);
+  const std::vector<int32_t> a = random_tokens(6, V, 6), b = random_tokens(4, V, 7);
+  // The queue against the same calls made one at a time, each chained call's tokens the
+  // previous call's choices: two prompts, then steps greedy and drawn in turn.
+  CpuInferenceModel queued(c, params, 2, 0), direct(c, params, 2, 0);
+  const AppendRequest prompts[] = {{1, b}, {0, a}};
+  int32_t expected[2], got[2];
+  direct.append_greedy(prompts, V, expected);
+  queued.queue_choices(prompts, V, {}, false);
+  const AppendRequest chained[] = {{1, {}}, {0, {}}};
+  const SoftmaxDraw draws[] = {{0.8, 1, 0.3}, {1.2, 0.9, 0.6}};
+  for (int step = 0; step < 4; ++step) {
+    INFO("step " << step);
+    queued.queue_choices(chained, V, step % 2 ? std::span<const SoftmaxDraw>(draws) : std::span<const SoftmaxDraw>(),
+                         true);
+    CHECK(queued.length(0) == int(a.size()) + step + 1);  // the queued call's token counted
+    queued.take_choices(got);
+    CHECK(std::vector<int32_t>(got, got + 2) == std::vector<int32_t>(expected, expected + 2));
+    const AppendRequest next[] = {{1, {&expected[0], 1}}, {0, {&expected[1], 1}}};
+    if (step % 2)
+      direct.append_sample(next, V, draws, expected, nullptr);
+    else
+      direct.append_greedy(next, V, expected);
+  }
+  queued.take_choices(got);
+  CHECK(std::vector<int32_t>(got, got + 2) == std::vector<int32_t>(expected, expected + 2));
+  CHECK_THROWS_AS(queued.take_choices(got), std::logic_error);  // nothing queued
+
+  // A third call queued before the first is taken; chained requests with tokens, in another
+  // order, or of another count; a draw missing.
+  queued.queue_choices(chained, V, {}, true);
+  queued.queue_choices(chained, V, {}, true);
+  CHECK_THROWS_AS(queued.queue_choices(chained, V, {}, true), std::logic_error);
+  queued.take_choices(got);
+  queued.take_choices(got);
+  const AppendRequest with_tokens[] = {{1, {&got[0], 1}}, {0, {&got[1], 1}}};
+  const AppendRequest swapped[] = {{0, {}}, {1, {}}};
+  CHECK_THROWS_AS(queued.queue_choices(with_tokens, V, {}, true), std::invalid_argument);
+  CHECK_THROWS_AS(queued.queue_choices(swapped, V, {}, true), std::invalid_argument);
+  CHECK_THROWS_AS(queued.queue_choices({chained, 1}, V, {}, true), std::invalid_argument);
+  CHECK_THROWS_AS(queued.queue_choices(chained, V, {draws, 1}, true), std::invalid_argument);
+  CpuInferenceModel fresh(c, params, 2, 0);
+  CHECK_THROWS_AS(fresh.queue_choices(chained, V, {}, true), std::logic_error);  // nothing before it
+}
+
 TEST_CASE("inference model: append_greedy and append_sample give the sampler's choices among the first tokens",
           "[infer][kvcache]") {
   const ModelConfig c = small_config(ModelFamily::gpt2);

@@ -29,13 +29,16 @@
 //
 // Usage: bench_generate [--precision bf16|fp16|fp32] [--prompt N] [--steps N] [--warmup N]
 //                       [--no-graphs] [--no-small-linear] [--phase prefill|decode] [--batch B] [--layers L]
-//                       [--sampling greedy|top-k|top-p|temperature[-penalty]] [--host-penalty] [--profile]
-//                       [MODEL ...]
+//                       [--sampling greedy|top-k|top-p|temperature[-penalty]] [--host-penalty] [--chained]
+//                       [--profile] [MODEL ...]
 // --phase and --batch keep to one phase and one batch size; --layers gives the models L layers
 // (timing two depths splits a step into its per-layer time and the rest: embedding, output layer,
-// logits copy); --profile brackets the last decode step of each batch size with
-// cudaProfilerStart/Stop, for a profiler started with profiling off (ncu --profile-from-start off)
-// to see one step.
+// logits copy); --chained queues each decode step behind the last (InferenceModel::queue_choices,
+// as meg-generate runs steps whose tokens the model chooses: greedy, top-p or temperature) and
+// times runs of --steps steps from the device's end of the step before to its end of the last, so
+// that the host's turn between steps is hidden, as there; --profile brackets the last decode step
+// of each batch size with cudaProfilerStart/Stop, for a profiler started with profiling off (ncu
+// --profile-from-start off) to see one step.
 #include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
@@ -44,6 +47,7 @@
 #include <cstdlib>
 #include <functional>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -73,6 +77,7 @@ struct Options {
   bool prefill = true, decode = true;
   bool profile = false;
   bool host_penalty = false;  // a penalty's choices from all the logits on the host, as before penalise_rows
+  bool chained = false;       // decode steps queued one behind the other (queue_choices)
   std::vector<int> batches{std::begin(kBatches), std::end(kBatches)};
   std::string sampling;  // empty: the logits only
   meg::SamplingParams params;
@@ -111,7 +116,8 @@ void bench(const std::string& name, const Options& o) {
   const meg::ModelConfig& c = ck.config;
   ck.params.resize(size_t(c.num_parameters()));
   meg::gpt_init_parameters(c, meg::gpt_parameter_table(c), 1, ck.params.data());
-  const int max_length = o.prompt + o.warmup + o.steps;
+  // --chained times 6 calls of --steps steps (one untimed) after the first step.
+  const int max_length = o.prompt + (o.chained ? 6 * o.steps + 1 : o.warmup + o.steps);
   auto model = meg::make_cuda_inference_model(ck, o.precision, kSlots, max_length, o.model);
   const cudaStream_t stream = model->stream();
   std::vector<float>().swap(ck.params);  // the model has its own copy: the host's 4 bytes a weight go
@@ -160,6 +166,34 @@ void bench(const std::string& name, const Options& o) {
     // append_sample's draws: a fixed u a row (the draw's cost does not depend on it).
     std::vector<meg::SoftmaxDraw> draws;
     for (int s = 0; s < B; ++s) draws.push_back({o.params.temperature, o.params.top_p, (s + 0.5) / B});
+    // The median step's context.
+    const int context = o.prompt + (o.chained ? 1 + 3 * o.steps + o.steps / 2 : o.warmup + o.steps / 2);
+    const double step_bytes = weight_bytes + double(B) * context * kv_bytes_per_token;
+    if (o.chained) {
+      // As the generator runs steps whose tokens the model chooses: each queued behind the last,
+      // running its choices, and taken while the next runs. A timed call is --steps such steps,
+      // the device's time from the end of the step queued before it to the end of its last.
+      const bool argmax = o.params.argmax_of_logits(model->penalises());
+      if (!argmax && !o.params.softmax_of_logits(V, model->penalises()))
+        throw std::runtime_error("--chained: the model must choose the tokens (--sampling greedy, top-p or temperature)");
+      std::vector<AppendRequest> chained;
+      for (AppendRequest& r : reqs) {
+        r.repetition_penalty = o.params.repetition_penalty;
+        chained.push_back({r.slot, {}, r.repetition_penalty});
+      }
+      const auto d = argmax ? std::span<const meg::SoftmaxDraw>() : std::span<const meg::SoftmaxDraw>(draws);
+      model->queue_choices(reqs, V, d, false);
+      const double ms = meg::bench::median(meg::bench::time_calls(stream, 1, 5, [&] {
+        for (int k = 0; k < o.steps; ++k) {
+          model->queue_choices(chained, V, d, true);
+          model->take_choices(next.data());
+        }
+      }));
+      model->take_choices(next.data());
+      print_row(label + ", chained", "decode", B, context, ms / o.steps, B, B / (step_bytes / kBandwidth),
+                "bandwidth");
+      continue;
+    }
     int call = 0;
     const double ms = meg::bench::median(meg::bench::time_calls(stream, o.warmup, o.steps, [&] {
       if (o.sampling.empty())
@@ -193,8 +227,6 @@ void bench(const std::string& name, const Options& o) {
                         : samplers[r].sample(logits.data() + r * size_t(V), prompts[r], o.params, 0.5);
       });
     }));
-    const int context = o.prompt + o.warmup + o.steps / 2;  // the median step's
-    const double step_bytes = weight_bytes + double(B) * context * kv_bytes_per_token;
     print_row(label, "decode", B, context, ms, B, B / (step_bytes / kBandwidth), "bandwidth");
   }
 }
@@ -227,11 +259,12 @@ int main(int argc, char** argv) {
       }
     } else if (a == "--profile") o.profile = true;
     else if (a == "--host-penalty") o.host_penalty = true;
+    else if (a == "--chained") o.chained = true;
     else if (a.rfind("--", 0) != 0) models.push_back(a);
     else {
       std::fprintf(stderr, "usage: bench_generate [--precision P] [--prompt N] [--steps N] [--warmup N] [--no-graphs] "
                            "[--no-small-linear] [--phase prefill|decode] [--batch B] [--layers L] [--sampling S] "
-                           "[--host-penalty] [--profile] [MODEL ...]\n");
+                           "[--host-penalty] [--chained] [--profile] [MODEL ...]\n");
       return 2;
     }
   }
