@@ -17,13 +17,18 @@
 //     append_greedy() the device takes each such row's argmax instead, for append_top_k() its
 //     K largest logits, and for append_sample() its draw (kernels/logits.cu), and only those are
 //     copied back.
-// The host waits for the device once per call, for the logits or the tokens.
+// The host waits for the device once per call, for the logits or the tokens; a queued call
+// (queue_choices) leaves its tokens in page-locked memory behind an event, for take_choices() to
+// wait on, so that the generator can queue the next step first. Calls alternate between two sets
+// of page-locked staging arrays, so that the call queued after a queued one never overwrites
+// what that one's copies have yet to read.
 //
 // A decode step (every request one token) is one pass whose launches depend only on the number of
 // requests, so it is captured into a CUDA graph the second time a request count is seen and
 // replayed after that: hundreds of launches (and cuBLASLt's host work) become one. The inputs the
 // graph reads (tokens, positions, slots, and append_sample()'s draws) are copied to fixed device
-// arrays before each replay.
+// arrays before each replay; a chained step (queue_choices) reads its tokens where the last step's
+// choice left them, through a graph of its own.
 //
 // The KV cache: per layer K and V [slots, NKV, max_length, HS] of X, allocated in full up front.
 //
