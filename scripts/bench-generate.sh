@@ -2,9 +2,10 @@
 # Generation throughput of the CUDA inference model (make bench on a CUDA machine): prefill and
 # decode tokens/s at batch 1 and 32 for GPT-2 124M, GPT-2 1.56B and Llama 1B in bf16, against the
 # bandwidth limit of a decode step and the compute limit of prefill (tests/bench/cuda/bench_generate.cpp
-# says how they are counted), then batch-1 decode with the linear layers as cuBLASLt products and
-# separate norm, activation and add kernels (small_linear off), and without CUDA graphs: what the
-# fused layers and the graphs save; then a decode step's products alone (bench_decode_chain:
+# says how they are counted), then decode steps queued one behind the other (greedy and top-p
+# choices on the device, bench_generate --chained, as meg-generate runs them), then batch-1
+# decode with the linear layers as cuBLASLt products and separate norm, activation and add
+# kernels (small_linear off), and without CUDA graphs: what the fused layers and the graphs save; then a decode step's products alone (bench_decode_chain:
 # overlapped kernels waiting in hardware or on counters, against one persistent kernel with
 # grid-wide barriers); then the device's
 # choice of the next tokens alone (bench_logits), the host's (bench_sampler), and GPT-2 124M's
@@ -24,6 +25,9 @@ bench=$build/tests/bench_generate
 
 echo "## Generation throughput (bf16, one GPU)"
 "$bench" "$@" | tee "$out/generate.md"
+echo; echo "## Decode steps queued one behind the other, as meg-generate runs greedy and top-p steps"
+for sampling in greedy top-p; do "$bench" --phase decode --sampling $sampling --chained "$@"; done |
+  tee "$out/generate-chained.md"
 echo; echo "## Batch-1 decode without small_linear"
 "$bench" --no-small-linear --phase decode --batch 1 "$@" | tee "$out/generate-no-small-linear.md"
 echo; echo "## Without CUDA graphs"
