@@ -179,6 +179,14 @@ GenerationStats Generator::run(RequestSource& source, CompletionSink& sink) {
       draws.push_back(drawn(p) ? SoftmaxDraw{p.temperature, p.top_p, uniform(s, steps)} : SoftmaxDraw{0, 1, 0});
     }
   };
+  // Queues STEP (its rows' argmaxes, or their draws): CHAINED, the step after the queued one, whose
+  // tokens are not yet taken, so its draws are one token further on.
+  const auto queue = [&](std::span<const AppendRequest> step, bool chained) {
+    if (h == Handover::draws) draws_of(step, chained ? 1 : 0);
+    model_.queue_choices(step, choices,
+                         h == Handover::draws ? std::span<const SoftmaxDraw>(draws) : std::span<const SoftmaxDraw>(),
+                         chained);
+  };
   // Whether the step after appends' (its rows' next tokens, chained on the device) is sure to be
   // wanted, whatever appends' tokens are: every row still running and short of its max_tokens and
   // of the slot's end, and no request waiting for a free slot. Only the end-of-document token or a
@@ -241,9 +249,7 @@ GenerationStats Generator::run(RequestSource& source, CompletionSink& sink) {
       // Every token chosen by the model: the call is queued, and the next may follow it before
       // this one's tokens are seen (below).
       if (h == Handover::argmax || h == Handover::draws) {
-        if (h == Handover::draws) draws_of(appends, 0);
-        model_.queue_choices(appends, choices, h == Handover::draws ? std::span<const SoftmaxDraw>(draws)
-                                                                    : std::span<const SoftmaxDraw>(), false);
+        queue(appends, false);
         queued = true;
       } else if (h == Handover::draws_and_logits) {
         draws_of(appends, 0);
@@ -296,9 +302,7 @@ GenerationStats Generator::run(RequestSource& source, CompletionSink& sink) {
     if (chain) {
       ahead.assign(appends.begin(), appends.end());
       for (AppendRequest& a : ahead) a.tokens = {};
-      if (h == Handover::draws) draws_of(ahead, 1);
-      model_.queue_choices(ahead, choices, h == Handover::draws ? std::span<const SoftmaxDraw>(draws)
-                                                                : std::span<const SoftmaxDraw>(), true);
+      queue(ahead, true);
     }
     if (queued) {
       model_.take_choices(chosen.data());
