@@ -197,10 +197,15 @@ void check_kv_append(int N, int C, int NH, int NKV, int HS, bool rope, std::mt19
 TEST_CASE("small_linear's kv_append epilogue equals the projection followed by kv_cache_append", "[gpu][kernels]") {
   std::mt19937 rng(41);
   for (int N = 1; N <= meg::cuda::kSmallLinearMaxRows; ++N) {
-    // GPT-2 (no RoPE, as many kv heads as heads) and Llama (RoPE, grouped-query) shapes.
+    // GPT-2 (no RoPE, as many kv heads as heads) and Llama (RoPE, grouped-query) shapes; rows short
+    // enough that a batch-1 task takes two (consecutive columns without RoPE), and long ones (one
+    // column a task without RoPE, GPT-2 1.5B's width; pairs with RoPE).
     check_kv_append<float>(N, 64, 4, 4, 16, false, rng);
     check_kv_append<__nv_bfloat16>(N, 64, 4, 4, 16, false, rng);
     check_kv_append<float>(N, 128, 8, 2, 16, true, rng);
     check_kv_append<__nv_bfloat16>(N, 256, 4, 1, 64, true, rng);
+    check_kv_append<float>(N, 1600, 5, 5, 64, false, rng);
+    check_kv_append<__nv_bfloat16>(N, 1600, 5, 5, 64, false, rng);
+    check_kv_append<__nv_bfloat16>(N, 2048, 8, 2, 64, true, rng);
   }
 }

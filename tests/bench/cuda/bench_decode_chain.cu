@@ -9,6 +9,10 @@
 //                         overlapping the one before (kernels/overlapped_launch.cuh), the whole
 //                         chain replayed from a CUDA graph;
 //   small_linear, norms   the same with the norms a block has before QKV and FC1 (LayerNorm);
+//   as the model, ...     the products as the model's blocks run them: its norms (RMSNorm for
+//                         Llama), GPT-2's biases, the QKV product's kv_append epilogue (RoPE for
+//                         Llama), GELU or SwiGLU, the residual adds; then with each of these
+//                         left out in turn (store in its place): what each costs;
 //   kernels, ...          this file's streaming loop (stream_product: two register buffers of 8
 //                         16-byte vectors a lane, 8 warps a block) as one overlapped kernel a
 //                         product, waiting for the kernel before either by griddepcontrol.wait
@@ -91,11 +95,13 @@ void fill(bf16* x, size_t n, uint32_t seed) {
 struct Shape {
   const char* name;
   int C, QKV, FC1, FC2, L;
+  int NH, NKV, HS;
+  bool llama;  // RMSNorm, no biases, SwiGLU, RoPE; else GPT-2's LayerNorm, biases, GELU
 };
 constexpr Shape kShapes[] = {
-    {"gpt2-124m", 768, 3 * 768, 3072, 3072, 12},
-    {"gpt2-1.5b", 1600, 3 * 1600, 6400, 6400, 48},
-    {"llama-1b", 2048, (32 + 2 * 8) * 64, 2 * 8192, 8192, 16},
+    {"gpt2-124m", 768, 3 * 768, 3072, 3072, 12, 12, 12, 64, false},
+    {"gpt2-1.5b", 1600, 3 * 1600, 6400, 6400, 48, 25, 25, 64, false},
+    {"llama-1b", 2048, (32 + 2 * 8) * 64, 2 * 8192, 8192, 16, 32, 8, 64, true},
 };
 
 // One product of the chain: out[OC] = W[OC, C] @ in[C].
@@ -310,6 +316,66 @@ void bench(const Shape& m) {
     print_row(name, norms ? "small_linear, norms" : "small_linear", ms, L, layer_bytes);
     MEG_CUDA_CHECK(cudaGraphExecDestroy(exec));
     MEG_CUDA_CHECK(cudaGraphDestroy(graph));
+  }
+
+  // As the model's blocks run them (CudaTransformer::blocks, the attention left out): the norms
+  // (RMSNorm for Llama), GPT-2's biases, the QKV product's kv_append epilogue, the activation and
+  // the residual adds; then each of these left out in turn (store in its place).
+  {
+    constexpr int kMaxLength = 1024, kPosition = 552;
+    const int FC1 = m.FC1, Fh = m.FC2;
+    const size_t layer_bias = size_t(m.QKV) + C + FC1 + C;
+    meg::cuda::DeviceArray<bf16> biases(alloc, layer_bias * L), atty(alloc, size_t(C));
+    meg::cuda::DeviceArray<bf16> kc(alloc, size_t(m.NKV) * kMaxLength * m.HS), vc(alloc, size_t(m.NKV) * kMaxLength * m.HS);
+    meg::cuda::DeviceArray<int32_t> ints(alloc, 2);
+    meg::cuda::DeviceArray<float> rope(alloc, size_t(kMaxLength) * m.HS);
+    fill(biases.get(), layer_bias * L, 4);
+    fill(atty.get(), size_t(C), 5);
+    const int32_t host_ints[2] = {0, kPosition};  // slot, position
+    MEG_CUDA_CHECK(cudaMemcpy(ints.get(), host_ints, sizeof(host_ints), cudaMemcpyHostToDevice));
+    const std::vector<float> table = meg::cuda::rope_table(kMaxLength, m.HS, 500000.0);
+    MEG_CUDA_CHECK(cudaMemcpy(rope.get(), table.data(), table.size() * sizeof(float), cudaMemcpyHostToDevice));
+    const meg::cuda::SmallLinearKvAppend<bf16> append{kc.get(), vc.get(), ints.get(), ints.get() + 1,
+                                                      m.llama ? rope.get() : nullptr, m.NH, m.NKV, m.HS, kMaxLength};
+    struct Variant {
+      const char* name;
+      bool bias, kv_append, activation, residual;
+    };
+    using E = meg::cuda::SmallLinearEpilogue;
+    for (const Variant& v : {Variant{"as the model", true, true, true, true},
+                             Variant{"as the model, no biases", false, true, true, true},
+                             Variant{"as the model, QKV stored", true, false, true, true},
+                             Variant{"as the model, FC1 stored", true, true, false, true},
+                             Variant{"as the model, no residual adds", true, true, true, false}}) {
+      if (m.llama && !v.bias) continue;  // Llama has none
+      const meg::cuda::SmallLinearNorm<bf16> n{norm.get(), m.llama ? nullptr : norm.get() + C, 1e-5f, m.llama};
+      cudaGraph_t graph;
+      cudaGraphExec_t exec;
+      MEG_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+      for (int l = 0; l < L; ++l) {
+        const bf16* w = weights.get() + size_t(l) * per_layer;
+        const bf16* b = biases.get() + size_t(l) * layer_bias;
+        auto bias = [&](size_t at) { return v.bias && !m.llama ? b + at : nullptr; };
+        const E act = !v.activation ? E::store : m.llama ? E::swiglu : E::gelu;
+        const E res = v.residual ? E::residual : E::store;
+        bool ok = meg::cuda::small_linear<bf16>(qkv, x, w, bias(0), 1, C, m.QKV, n, v.kv_append ? E::kv_append : E::store,
+                                                stream, v.kv_append ? &append : nullptr);
+        w += size_t(C) * m.QKV;
+        ok = ok && meg::cuda::small_linear<bf16>(x, atty.get(), w, bias(m.QKV), 1, C, C, {}, res, stream);
+        w += size_t(C) * C;
+        ok = ok && meg::cuda::small_linear<bf16>(h, x, w, bias(m.QKV + C), 1, C, FC1, n, act, stream);
+        w += size_t(C) * FC1;
+        ok = ok && meg::cuda::small_linear<bf16>(x, h, w, bias(m.QKV + C + FC1), 1, Fh, C, {}, res, stream);
+        if (!ok) throw std::runtime_error("small_linear declined a product of the model's chain");
+      }
+      MEG_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+      MEG_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+      const double ms = meg::bench::median(
+          meg::bench::time_calls(stream, kWarmup, kRuns, [&] { MEG_CUDA_CHECK(cudaGraphLaunch(exec, stream)); }));
+      print_row(name, v.name, ms, L, layer_bytes);
+      MEG_CUDA_CHECK(cudaGraphExecDestroy(exec));
+      MEG_CUDA_CHECK(cudaGraphDestroy(graph));
+    }
   }
 
   const size_t smem = size_t(std::max(C, m.FC2)) * sizeof(bf16);
