@@ -21,11 +21,8 @@
 // products alone were about 10% slower, a whole step 5% faster.)
 //
 // The fused QKV projection of a decode step also does kv_cache_append's work in its epilogue
-// (kv_append): q, k and v go where kv_cache_append would put them. With RoPE, a warp's two rows
-// are a head's columns i and i + HS/2, which the rotation turns together; without, its rows are
-// those of the store epilogue. (Pairs there too cost GPT-2 1.5B 2.1 us a layer on an H200, in
-// bench_decode_chain's chain of products as the model runs them: rows of 1600 in two chunks of 128
-// vectors, the second barely half full, rather than in one chunk of 256.)
+// (kv_append): a warp's two rows are then a head's columns i and i + HS/2, which RoPE turns
+// together, and the rotated q, k and the v go where kv_cache_append would put them.
 //
 // The launch overlaps the kernel before it (kernels/overlapped_launch.cuh): a warp requests its
 // first weights, which no kernel writes, before it waits for that kernel, whose output is this
@@ -67,13 +64,12 @@ constexpr int kThreads = kWarps * kWarp;
 constexpr int kLoads = 8;  // 16-byte weight vectors a lane has in flight
 constexpr size_t kMaxStagedBytes = 96 * 1024;  // the staged rows' and norm's shared memory, at most
 
-// Weight rows of a task the epilogue needs: SwiGLU's gate and up rows, one otherwise. With RoPE,
-// kv_append's tasks are pairs too, the two halves of a head's pair of columns, which the rotation
-// turns together (launch_rows()). One-row tasks may take two consecutive rows a task instead
-// (R = 2, launch_rows()): rows short enough that a chunk of one would leave most of a lane's loads
-// idle then fill more of them.
+// Weight rows of a task the epilogue needs: SwiGLU's gate and up rows, kv_append's two halves of
+// a head's pair of columns (which RoPE turns together), one otherwise. The others may take two
+// consecutive rows a task too (R = 2, launch_rows()): rows short enough that a chunk of one would
+// leave most of a lane's loads idle then fill more of them.
 template <SmallLinearEpilogue E>
-constexpr int kRows = E == SmallLinearEpilogue::swiglu ? 2 : 1;
+constexpr int kRows = E == SmallLinearEpilogue::swiglu || E == SmallLinearEpilogue::kv_append ? 2 : 1;
 
 // Tasks of a product of OC rows, R rows a task.
 template <int R>
@@ -204,80 +200,62 @@ __device__ void write_output(const Args<X>& a, int n, int col, float product, fl
   else *o = from_float<X>(y);
 }
 
-// Output (n, col) of the fused QKV projection, Y rounded to X: written there and, for a key or
-// value column, to the cache at the row's slot and position, as kv_cache_append writes it.
-template <typename X>
-__device__ void store_qkv(const Args<X>& a, int n, int col, X y) {
-  const SmallLinearKvAppend<X>& kv = a.kv;
-  a.out[size_t(n) * a.OC + col] = y;
-  const int h = col / kv.HS;
-  if (h < kv.NH) return;
-  const bool key = h < kv.NH + kv.NKV;
-  const int g = key ? h - kv.NH : h - kv.NH - kv.NKV;
-  X* cache = key ? kv.k_cache : kv.v_cache;
-  cache[((size_t(kv.slots[n]) * kv.NKV + g) * kv.max_length + kv.positions[n]) * kv.HS + col % kv.HS] = y;
-}
-
 // Row n's pair of columns (i, i + HS/2) of head h, which task TASK holds (y0, y1: products plus
 // biases), as kv_cache_append turns and caches them: rounded to X as a product's output, q and k
-// rotated by the row's position, then stored (store_qkv).
+// rotated by the row's position, all written to the projection, k and v to the cache.
 template <typename X>
-__device__ void append_rotated_pair(const Args<X>& a, int n, int task, float y0, float y1) {
+__device__ void append_kv(const Args<X>& a, int n, int task, float y0, float y1) {
   const SmallLinearKvAppend<X>& kv = a.kv;
   const int half = kv.HS / 2, h = task / half, i = task % half, col = h * kv.HS + i;
   X lo = from_float<X>(y0);
   X hi = from_float<X>(y1);
-  if (h < kv.NH + kv.NKV) {  // q and k turn; v does not
-    const float2 cs = reinterpret_cast<const float2*>(kv.rope_table)[size_t(kv.positions[n]) * half + i];
+  const int pos = kv.positions[n];
+  if (kv.rope_table && h < kv.NH + kv.NKV) {
+    const float2 cs = reinterpret_cast<const float2*>(kv.rope_table)[size_t(pos) * half + i];
     const float2 y = rotate_pair(to_float(lo), to_float(hi), cs.x, cs.y);
     lo = from_float<X>(y.x);
     hi = from_float<X>(y.y);
   }
-  store_qkv(a, n, col, lo);
-  store_qkv(a, n, col + half, hi);
-}
-
-// Whether kv_append's tasks are the pairs of columns RoPE turns together (launch_rows() makes it
-// so whenever there is a rotation).
-template <typename X, Epilogue E, int R>
-__device__ bool rotated_pairs(const Args<X>& a) {
-  return E == Epilogue::kv_append && R == 2 && a.kv.rope_table;
+  X* out = a.out + size_t(n) * a.OC + col;
+  out[0] = lo;
+  out[half] = hi;
+  if (h >= kv.NH) {
+    const bool key = h < kv.NH + kv.NKV;
+    const int g = key ? h - kv.NH : h - kv.NH - kv.NKV;
+    X* dst = (key ? kv.k_cache : kv.v_cache) +
+             ((size_t(kv.slots[n]) * kv.NKV + g) * kv.max_length + pos) * kv.HS + i;
+    dst[0] = lo;
+    dst[half] = hi;
+  }
 }
 
 // A task's weight rows: SwiGLU's task t is output column t, from rows t (gate) and t + OC / 2 (up);
-// a rotated kv_append's task t is the pair (i, i + HS/2) of head h = t / (HS/2), i = t % (HS/2);
-// the others' task t is columns t R .. t R + R - 1.
+// kv_append's task t is the pair (i, i + HS/2) of head h = t / (HS/2), i = t % (HS/2); the
+// others' task t is columns t R .. t R + R - 1.
 template <typename X, Epilogue E, int R>
 __device__ void task_rows(int (&rows)[R], int task, const Args<X>& a) {
   if constexpr (E == Epilogue::swiglu) {
     rows[0] = task;
     rows[1] = task + a.OC / 2;
-    return;
-  }
-  if constexpr (R == 2) {
-    if (rotated_pairs<X, E, R>(a)) {
-      const int half = a.kv.HS / 2;
-      rows[0] = task / half * a.kv.HS + task % half;
-      rows[1] = rows[0] + half;
-      return;
-    }
-  }
+  } else if constexpr (E == Epilogue::kv_append) {
+    const int half = a.kv.HS / 2;
+    rows[0] = task / half * a.kv.HS + task % half;
+    rows[1] = rows[0] + half;
+  } else {
 #pragma unroll
-  for (int r = 0; r < R; ++r) rows[r] = task * R + r;
+    for (int r = 0; r < R; ++r) rows[r] = task * R + r;
+  }
 }
 
-// Vectors I0, I0 + kWarp, ... (those below NVEC) of each of the task's rows, one row after the
-// other. (Requested vector by vector across the rows instead, SwiGLU's gate and up rows cost Llama
-// 1B 5 us a layer on an H200, in bench_decode_chain's chain of products as the model runs them:
-// 42.7 against 37.3.)
+// Vectors I0, I0 + kWarp, ... (those below NVEC) of each of the task's rows.
 template <int R, int U, typename V>
 __device__ void load_weights(V (&wv)[U][R], const uint4* w, const int (&rows)[R], int nvec, int i0) {
 #pragma unroll
-  for (int r = 0; r < R; ++r) {
+  for (int u = 0; u < U; ++u) {
+    const int i = i0 + u * kWarp;
+    if (i < nvec) {
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int i = i0 + u * kWarp;
-      if (i < nvec) {
+      for (int r = 0; r < R; ++r) {
         const uint4 raw = __ldcs(w + size_t(rows[r]) * nvec + i);
         memcpy(&wv[u][r], &raw, sizeof(raw));
       }
@@ -330,15 +308,8 @@ __device__ void finish_task(const Args<X>& a, int task, float (&acc)[R][N], cons
       const float gate = acc[0][n] + t.bias[0], up = acc[1][n] + t.bias[1];
       a.out[size_t(n) * tasks + task] =
           from_float<X>(silu(to_float(from_float<X>(gate))) * to_float(from_float<X>(up)));
-    } else if constexpr (E == Epilogue::kv_append && R == 2) {
-      if (rotated_pairs<X, E, R>(a)) {
-        append_rotated_pair(a, n, task, acc[0][n] + t.bias[0], acc[1][n] + t.bias[1]);
-      } else {
-        store_qkv(a, n, task * 2, from_float<X>(acc[0][n] + t.bias[0]));
-        store_qkv(a, n, task * 2 + 1, from_float<X>(acc[1][n] + t.bias[1]));
-      }
     } else if constexpr (E == Epilogue::kv_append) {
-      store_qkv(a, n, task, from_float<X>(acc[0][n] + t.bias[0]));
+      append_kv(a, n, task, acc[0][n] + t.bias[0], acc[1][n] + t.bias[1]);
     } else {
       int rows[R];
       task_rows<X, E, R>(rows, task, a);
@@ -456,14 +427,11 @@ void launch_biased(const Args<X>& a, size_t smem, cudaStream_t stream) {
   else launch<X, N, E, false, R>(a, smem, stream);
 }
 
-// Rows per task: the epilogue's (a rotated kv_append's pairs), or for one input row, two where a
-// row fills at most half a chunk (measured on an H100, runs alternating: a GPT-2 124M decode step,
-// whose rows of 768 fill 96 of a chunk's 256 vectors, went from 0.266 to 0.262 ms).
+// Rows per task: the epilogue's, or for one input row, two where a row fills at most half a
+// chunk (measured on an H100, runs alternating: a GPT-2 124M decode step, whose rows of 768 fill
+// 96 of a chunk's 256 vectors, went from 0.266 to 0.262 ms).
 template <typename X, int N, Epilogue E>
 void launch_rows(const Args<X>& a, size_t smem, cudaStream_t stream) {
-  if constexpr (E == Epilogue::kv_append) {
-    if (a.kv.rope_table) return launch_biased<X, N, E, 2>(a, smem, stream);
-  }
   if constexpr (N == 1 && kRows<E> == 1) {
     if (a.OC % 2 == 0 && a.C / kVecWidth<X> <= kWarp * kLoads / 2) return launch_biased<X, N, E, 2>(a, smem, stream);
   }

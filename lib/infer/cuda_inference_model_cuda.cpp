@@ -9,6 +9,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <tuple>
@@ -177,9 +178,8 @@ class CudaInferenceModelImpl final : public CudaInferenceModel {
   int side_ = 0;             // the side the next call stages in
   std::deque<int> queued_;   // the queued calls' sides, oldest first
   // The slots of the last queued call's requests, whose choices top_tokens_ holds until another
-  // call runs (then null): what a chained call follows.
-  std::vector<int> chain_slots_;
-  bool chain_ = false;
+  // call runs (then none): what a chained call follows.
+  std::optional<std::vector<int>> chain_slots_;
   PinnedArray<float> host_logits_;  // logits_buffer(), allocated when first asked for
   // Decode steps by request count, chaining and readout (the graph holds where the tokens come
   // from, the readout's k and column count): captured, and run once directly before that.
@@ -369,7 +369,7 @@ void CudaInferenceModelImpl<X>::append_sample(std::span<const AppendRequest> req
 template <typename X>
 void CudaInferenceModelImpl<X>::queue_choices(std::span<const AppendRequest> requests, int choices,
                                               std::span<const SoftmaxDraw> draws, bool chained) {
-  check_queue(requests, draws, chained, queued_.size(), chain_ ? &chain_slots_ : nullptr);
+  check_queue(requests, draws, chained, queued_.size(), chain_slots_ ? &*chain_slots_ : nullptr);
   check_choices(choices, int(config().vocab_size));
   check_penalties(requests, penalises());
   static constexpr int32_t kUnread = 0;
@@ -386,12 +386,11 @@ void CudaInferenceModelImpl<X>::queue_choices(std::span<const AppendRequest> req
   MEG_CUDA_CHECK(cudaMemcpyAsync(side.tokens.get(), top_tokens_.get(), side.outputs * sizeof(int32_t),
                                  cudaMemcpyDeviceToHost, stream()));
   MEG_CUDA_CHECK(cudaEventRecord(side.done.get(), stream()));
-  chain_slots_.clear();
+  chain_slots_.emplace();
   for (const auto& r : requests) {
     lengths_[size_t(r.slot)] += int(r.tokens.size());
-    chain_slots_.push_back(r.slot);
+    chain_slots_->push_back(r.slot);
   }
-  chain_ = true;
   queued_.push_back(side_);
   side_ ^= 1;
 }
@@ -437,7 +436,7 @@ int CudaInferenceModelImpl<X>::run_passes(std::span<const AppendRequest> request
                                           std::span<const SoftmaxDraw> draws, bool queued, bool chained) {
   if (!queued) check_nothing_queued(queued_.size());
   check_append(requests, lengths_, max_length_, int(config().vocab_size));
-  chain_ = false;
+  chain_slots_.reset();
   if (requests.empty()) return 0;
   // The side is free: the call that used it last ended waiting for the device, or was taken.
   HostSide& side = sides_[side_];
