@@ -258,6 +258,23 @@ __global__ void __launch_bounds__(kWarps * kWarp, kBlocksPerSM)
 
 // ---- the benchmark ------------------------------------------------------------------------------
 
+// The median time of kRuns replays, after kWarmup, of a CUDA graph of the launches LAUNCH queues
+// on STREAM.
+template <typename Launch>
+double time_graph(cudaStream_t stream, Launch&& launch) {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  MEG_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  launch();
+  MEG_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  MEG_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  const double ms = meg::bench::median(
+      meg::bench::time_calls(stream, kWarmup, kRuns, [&] { MEG_CUDA_CHECK(cudaGraphLaunch(exec, stream)); }));
+  MEG_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  MEG_CUDA_CHECK(cudaGraphDestroy(graph));
+  return ms;
+}
+
 void print_row(const std::string& model, const char* variant, double ms, int layers, double layer_bytes) {
   const double us = ms * 1e3 / layers;
   std::printf("| %s | %s | %.2f | %.1f | %.2f | %.2f |\n", model.c_str(), variant, us, layer_bytes / 1e6,
@@ -298,24 +315,17 @@ void bench(const Shape& m) {
   MEG_CUDA_CHECK(cudaDeviceSynchronize());  // the fills, on the default stream
 
   for (const bool norms : {false, true}) {
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    MEG_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-    for (size_t i = 0; i < chain.size(); ++i) {
-      const Product& p = chain[i];
-      meg::cuda::SmallLinearNorm<bf16> n{};
-      if (norms && (i % 4 == 0 || i % 4 == 2)) n = {norm.get(), norm.get() + C, 1e-5f, false};
-      if (!meg::cuda::small_linear<bf16>(p.out, p.in, p.W, nullptr, 1, p.C, p.OC, n,
-                                         meg::cuda::SmallLinearEpilogue::store, stream))
-        throw std::runtime_error("small_linear declined a product of the chain");
-    }
-    MEG_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-    MEG_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-    const double ms = meg::bench::median(
-        meg::bench::time_calls(stream, kWarmup, kRuns, [&] { MEG_CUDA_CHECK(cudaGraphLaunch(exec, stream)); }));
+    const double ms = time_graph(stream, [&] {
+      for (size_t i = 0; i < chain.size(); ++i) {
+        const Product& p = chain[i];
+        meg::cuda::SmallLinearNorm<bf16> n{};
+        if (norms && (i % 4 == 0 || i % 4 == 2)) n = {norm.get(), norm.get() + C, 1e-5f, false};
+        if (!meg::cuda::small_linear<bf16>(p.out, p.in, p.W, nullptr, 1, p.C, p.OC, n,
+                                           meg::cuda::SmallLinearEpilogue::store, stream))
+          throw std::runtime_error("small_linear declined a product of the chain");
+      }
+    });
     print_row(name, norms ? "small_linear, norms" : "small_linear", ms, L, layer_bytes);
-    MEG_CUDA_CHECK(cudaGraphExecDestroy(exec));
-    MEG_CUDA_CHECK(cudaGraphDestroy(graph));
   }
 
   // As the model's blocks run them (CudaTransformer::blocks, the attention left out): the norms
@@ -326,7 +336,8 @@ void bench(const Shape& m) {
     const int FC1 = m.FC1, Fh = m.FC2;
     const size_t layer_bias = size_t(m.QKV) + C + FC1 + C;
     meg::cuda::DeviceArray<bf16> biases(alloc, layer_bias * L), atty(alloc, size_t(C));
-    meg::cuda::DeviceArray<bf16> kc(alloc, size_t(m.NKV) * kMaxLength * m.HS), vc(alloc, size_t(m.NKV) * kMaxLength * m.HS);
+    const size_t cache = size_t(m.NKV) * kMaxLength * m.HS;  // one slot's
+    meg::cuda::DeviceArray<bf16> kc(alloc, cache), vc(alloc, cache);
     meg::cuda::DeviceArray<int32_t> ints(alloc, 2);
     meg::cuda::DeviceArray<float> rope(alloc, size_t(kMaxLength) * m.HS);
     fill(biases.get(), layer_bias * L, 4);
@@ -349,32 +360,26 @@ void bench(const Shape& m) {
                              Variant{"as the model, no residual adds", true, true, true, false}}) {
       if (m.llama && !v.bias) continue;  // Llama has none
       const meg::cuda::SmallLinearNorm<bf16> n{norm.get(), m.llama ? nullptr : norm.get() + C, 1e-5f, m.llama};
-      cudaGraph_t graph;
-      cudaGraphExec_t exec;
-      MEG_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-      for (int l = 0; l < L; ++l) {
-        const bf16* w = weights.get() + size_t(l) * per_layer;
-        const bf16* b = biases.get() + size_t(l) * layer_bias;
-        auto bias = [&](size_t at) { return v.bias && !m.llama ? b + at : nullptr; };
-        const E act = !v.activation ? E::store : m.llama ? E::swiglu : E::gelu;
-        const E res = v.residual ? E::residual : E::store;
-        bool ok = meg::cuda::small_linear<bf16>(qkv, x, w, bias(0), 1, C, m.QKV, n, v.kv_append ? E::kv_append : E::store,
-                                                stream, v.kv_append ? &append : nullptr);
-        w += size_t(C) * m.QKV;
-        ok = ok && meg::cuda::small_linear<bf16>(x, atty.get(), w, bias(m.QKV), 1, C, C, {}, res, stream);
-        w += size_t(C) * C;
-        ok = ok && meg::cuda::small_linear<bf16>(h, x, w, bias(m.QKV + C), 1, C, FC1, n, act, stream);
-        w += size_t(C) * FC1;
-        ok = ok && meg::cuda::small_linear<bf16>(x, h, w, bias(m.QKV + C + FC1), 1, Fh, C, {}, res, stream);
-        if (!ok) throw std::runtime_error("small_linear declined a product of the model's chain");
-      }
-      MEG_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-      MEG_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-      const double ms = meg::bench::median(
-          meg::bench::time_calls(stream, kWarmup, kRuns, [&] { MEG_CUDA_CHECK(cudaGraphLaunch(exec, stream)); }));
+      const E act = !v.activation ? E::store : m.llama ? E::swiglu : E::gelu;
+      const E res = v.residual ? E::residual : E::store;
+      const double ms = time_graph(stream, [&] {
+        for (int l = 0; l < L; ++l) {
+          const bf16* w = weights.get() + size_t(l) * per_layer;
+          const bf16* b = biases.get() + size_t(l) * layer_bias;
+          auto bias = [&](size_t at) { return v.bias && !m.llama ? b + at : nullptr; };
+          bool ok = meg::cuda::small_linear<bf16>(qkv, x, w, bias(0), 1, C, m.QKV, n,
+                                                  v.kv_append ? E::kv_append : E::store, stream,
+                                                  v.kv_append ? &append : nullptr);
+          w += size_t(C) * m.QKV;
+          ok = ok && meg::cuda::small_linear<bf16>(x, atty.get(), w, bias(m.QKV), 1, C, C, {}, res, stream);
+          w += size_t(C) * C;
+          ok = ok && meg::cuda::small_linear<bf16>(h, x, w, bias(m.QKV + C), 1, C, FC1, n, act, stream);
+          w += size_t(C) * FC1;
+          ok = ok && meg::cuda::small_linear<bf16>(x, h, w, bias(m.QKV + C + FC1), 1, Fh, C, {}, res, stream);
+          if (!ok) throw std::runtime_error("small_linear declined a product of the model's chain");
+        }
+      });
       print_row(name, v.name, ms, L, layer_bytes);
-      MEG_CUDA_CHECK(cudaGraphExecDestroy(exec));
-      MEG_CUDA_CHECK(cudaGraphDestroy(graph));
     }
   }
 
@@ -398,30 +403,23 @@ void bench(const Shape& m) {
   // memset in it).
   auto chain_of_kernels = [&](auto kernel, int per_sm, const char* variant, bool counted) {
     const int blocks = std::min(grid_of(kernel), per_sm * sms);
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    MEG_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-    if (counted) MEG_CUDA_CHECK(cudaMemsetAsync(counters.get(), 0, counter_bytes, stream));
-    for (size_t i = 0; i < chain.size(); ++i) {
-      cudaLaunchAttribute attribute{};
-      attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-      attribute.val.programmaticStreamSerializationAllowed = 1;
-      cudaLaunchConfig_t config{};
-      config.gridDim = dim3(blocks);
-      config.blockDim = dim3(kWarps * kWarp);
-      config.dynamicSmemBytes = smem;
-      config.stream = stream;
-      config.attrs = &attribute;
-      config.numAttrs = 1;
-      MEG_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, chain[i], counters.get(), int(i)));
-    }
-    MEG_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-    MEG_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-    const double ms = meg::bench::median(
-        meg::bench::time_calls(stream, kWarmup, kRuns, [&] { MEG_CUDA_CHECK(cudaGraphLaunch(exec, stream)); }));
+    const double ms = time_graph(stream, [&] {
+      if (counted) MEG_CUDA_CHECK(cudaMemsetAsync(counters.get(), 0, counter_bytes, stream));
+      for (size_t i = 0; i < chain.size(); ++i) {
+        cudaLaunchAttribute attribute{};
+        attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attribute.val.programmaticStreamSerializationAllowed = 1;
+        cudaLaunchConfig_t config{};
+        config.gridDim = dim3(blocks);
+        config.blockDim = dim3(kWarps * kWarp);
+        config.dynamicSmemBytes = smem;
+        config.stream = stream;
+        config.attrs = &attribute;
+        config.numAttrs = 1;
+        MEG_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, chain[i], counters.get(), int(i)));
+      }
+    });
     print_row(name, variant, ms, L, layer_bytes);
-    MEG_CUDA_CHECK(cudaGraphExecDestroy(exec));
-    MEG_CUDA_CHECK(cudaGraphDestroy(graph));
   };
   chain_of_kernels(chain_product_kernel<false>, 2, "kernels, griddepcontrol.wait", false);
   chain_of_kernels(chain_product_kernel<true>, 2, "kernels, counters", true);
@@ -500,20 +498,13 @@ void sweep() {
   double sx = 0, sy = 0, sxx = 0, sxy = 0;
   for (const Size& z : sizes) {
     const size_t elems = size_t(z.C) * z.OC;
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    MEG_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-    for (int k = 0; k < kSweepProducts; ++k)  // alternating between two rows, as a chain does
-      if (!meg::cuda::small_linear<bf16>(acts.get() + (k % 2 ? 0 : 25600), acts.get() + (k % 2 ? 25600 : 0),
-                                         weights.get() + size_t(k) * elems, nullptr, 1, z.C, z.OC, {},
-                                         meg::cuda::SmallLinearEpilogue::store, stream))
-        throw std::runtime_error("small_linear declined a product of the sweep");
-    MEG_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-    MEG_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-    const double ms = meg::bench::median(
-        meg::bench::time_calls(stream, 5, 30, [&] { MEG_CUDA_CHECK(cudaGraphLaunch(exec, stream)); }));
-    MEG_CUDA_CHECK(cudaGraphExecDestroy(exec));
-    MEG_CUDA_CHECK(cudaGraphDestroy(graph));
+    const double ms = time_graph(stream, [&] {
+      for (int k = 0; k < kSweepProducts; ++k)  // alternating between two rows, as a chain does
+        if (!meg::cuda::small_linear<bf16>(acts.get() + (k % 2 ? 0 : 25600), acts.get() + (k % 2 ? 25600 : 0),
+                                           weights.get() + size_t(k) * elems, nullptr, 1, z.C, z.OC, {},
+                                           meg::cuda::SmallLinearEpilogue::store, stream))
+          throw std::runtime_error("small_linear declined a product of the sweep");
+    });
     const double us = ms * 1e3 / kSweepProducts, mb = double(elems) * sizeof(bf16) / 1e6;
     std::printf("| %d | %d | %.1f | %.2f | %.2f |\n", z.C, z.OC, mb, us, mb / us);
     sx += mb;
