@@ -23,13 +23,26 @@
 //                         weights while this one streams);
 //   persistent, ...       every product a phase of one cooperative launch running the same loop,
 //                         each phase requesting its first weights before a grid-wide barrier:
-//                         a generation barrier, or arrivals at a counter that only grows.
+//                         a generation barrier, or arrivals at a counter that only grows;
+//   ring, ...             one cooperative launch, a block a multiprocessor, in which a producer
+//                         lane streams the block's rows of every product, in chain order, through
+//                         a ring of shared-memory slots (bulk copies) as far ahead as the ring
+//                         allows, never waiting for an input, and consumer warps wait for the
+//                         product before (a counter) and multiply each piece as it lands; then
+//                         its parts: without the waits (the values then wrong; for the timing),
+//                         the copies alone, the copies and the waits, the multiplies alone.
 // On an H100 (us a layer, GPT-2 124M / 1.5B / Llama 1B): small_linear 9.7 / 26.5 / 43.9;
 // kernels with griddepcontrol.wait 11.1 / 27.0 / 45.5, with counters 12.9 / 29.4 / 47.4; at one
 // block a multiprocessor 11.8 / 34.0 / 50.9 and 13.3 / 35.6 / 52.0; persistent with the generation
 // barrier 19.8 / 35.4 / 55.3, with the counter 16.3 / 33.2 / 52.2. Hence a decode step is a chain
 // of kernels that wait in hardware (overlapped_launch.cuh): a handoff through memory costs more
 // than the boundary it replaces, and fewer blocks keep fewer bytes in flight.
+// The ring (one H100, the same run as small_linear's 9.8 / 26.9 / 43.9): 19.1 / 38.6 / 61.8. Its
+// copies alone take 7.5 / 20.2 / 39.9 (3.05 TB/s at the larger two, small_linear's rate within a
+// kernel, not more); with the waits 11.7 / 25.5 / 46.2; its multiplies alone 13.1 / 20.4 / 35.2:
+// 16 warps' multiply-adds (CUDA cores, the input in fp32) from shared memory are no faster than
+// the stream, so the ring fills while they wait, and the waits show in full. Such a decoder needs
+// multiplies several times faster than the stream (tensor cores) before its ring can hide them.
 //
 // Each figure is the median of kRuns timed runs of the whole chain after kWarmup untimed ones.
 // Weights and inputs are pseudo-random, never zeros; the products' values are not checked here
@@ -46,6 +59,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -139,7 +153,7 @@ struct GridBarrier {
   }
 };
 
-__device__ float dot8(const uint4& w, const uint4& x) {
+__device__ float dot8(uint4 w, uint4 x) {
   bf16 a[8], b[8];
   memcpy(a, &w, sizeof(a));
   memcpy(b, &x, sizeof(b));
@@ -254,6 +268,185 @@ __global__ void __launch_bounds__(kWarps * kWarp, kBlocksPerSM)
     }
   });
   if (kCounters && threadIdx.x == 0) arrive(counters + index);
+}
+
+// ---- the weights streamed ahead through a ring of shared memory ----------------------------------
+//
+// One block a multiprocessor, all resident (a cooperative launch). A producer lane requests the
+// block's share of every product's weights in chain order, piece by piece, into a ring of shared
+// memory slots (bulk copies completing on a slot's mbarrier), as far ahead as the ring allows: it
+// waits only for a slot to be freed, never for a product's input, so the memory keeps streaming
+// the next products' weights while the block waits for the one before. The consumer warps take
+// the products in turn: wait for every block to be done with the product before (a counter that
+// only grows, as CounterBarrier's), read its output through L2 as their input (converted to fp32
+// once), then multiply their pieces as they land and free their slots. A block's share of a
+// product is a run of consecutive rows, and a piece is as many whole rows as fill a slot. Piece k
+// goes to slot k % slots, and each slot has a consumer warp of its own, which waits for the
+// slot's fills in order (a warp waiting on a slot that others also wait on could see the parity
+// of a fill two behind as done).
+// Slots of at least 8 KB: each copy takes the lone producer lane time of its own (an earlier,
+// heavier loop issued one every 300 to 350 ns, and streamed 3 to 8 KB pieces at 1.4 to 2.5 TB/s
+// on an H100).
+
+constexpr int kMaxSlots = 16;  // and consumer warps
+constexpr int kMaxRows = 8;    // rows a piece, at most
+constexpr unsigned kLeastPiece = 8192;
+
+struct RingChain {
+  const Product* products;
+  int count;
+  unsigned* counter;  // zeroed before the launch
+  unsigned slot;      // bytes a slot: a whole number of every product's rows
+  int slots, max_in;  // slots (and consumer warps); the widest input, elements
+  // What runs, to take a step apart: the waits for the product before, the multiplies, the copies
+  // (without, the consumers multiply whatever their slots hold).
+  bool wait, multiply, copy;
+};
+
+__device__ inline float lo_bf16(uint32_t v) { return __uint_as_float(v << 16); }
+__device__ inline float hi_bf16(uint32_t v) { return __uint_as_float(v & 0xffff0000u); }
+__device__ inline float dot8(uint4 w, float4 x0, float4 x1) {
+  float s = lo_bf16(w.x) * x0.x;
+  s = fmaf(hi_bf16(w.x), x0.y, s);
+  s = fmaf(lo_bf16(w.y), x0.z, s);
+  s = fmaf(hi_bf16(w.y), x0.w, s);
+  s = fmaf(lo_bf16(w.z), x1.x, s);
+  s = fmaf(hi_bf16(w.z), x1.y, s);
+  s = fmaf(lo_bf16(w.w), x1.z, s);
+  return fmaf(hi_bf16(w.w), x1.w, s);
+}
+
+// Block B's rows [row_split(OC, B, G), row_split(OC, B + 1, G)) of a product of OC rows.
+__device__ int row_split(int OC, int b, int G) { return int(int64_t(OC) * b / G); }
+
+__device__ inline uint32_t shared_address(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
+__device__ inline void mbar_init(uint64_t* bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(shared_address(bar)), "r"(count) : "memory");
+}
+__device__ inline void mbar_expect_bytes(uint64_t* bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(shared_address(bar)), "r"(bytes)
+               : "memory");
+}
+__device__ inline void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(shared_address(bar)) : "memory");
+}
+// Waits until the barrier's phase of parity PARITY is complete (for a fresh barrier, parity 1
+// counts as complete: the phase before its first).
+__device__ inline void mbar_wait(uint64_t* bar, unsigned parity) {
+  uint32_t done = 0;
+  while (!done)
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(shared_address(bar)), "r"(parity)
+        : "memory");
+}
+__device__ inline void bulk_copy(void* dst, const void* src, unsigned bytes, uint64_t* bar, uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::
+          "r"(shared_address(dst)),
+      "l"(src), "r"(bytes), "r"(shared_address(bar)), "l"(policy)
+      : "memory");
+}
+
+// Walks the ring: the slot of the next piece, and the parity of that slot's use.
+struct RingCursor {
+  int slot = 0;
+  unsigned parity = 0;
+  __device__ void next(int slots) {
+    if (++slot == slots) {
+      slot = 0;
+      parity ^= 1;
+    }
+  }
+};
+
+__global__ void __launch_bounds__((kMaxSlots + 1) * kWarp, 1) ring_chain_kernel(const RingChain r) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  unsigned char* ring = smem;
+  float4* xs = reinterpret_cast<float4*>(smem + size_t(r.slots) * r.slot);  // the input, fp32
+  uint64_t* full = reinterpret_cast<uint64_t*>(xs + r.max_in / 4);
+  uint64_t* empty = full + r.slots;
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, G = gridDim.x, b = blockIdx.x;
+  const int consumer_threads = r.slots * kWarp;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < r.slots; ++s) {
+      mbar_init(full + s, 1);
+      mbar_init(empty + s, 1);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+
+  if (warp == r.slots) {  // the producer, one lane
+    if (lane != 0 || !r.copy) return;
+    uint64_t policy;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+    RingCursor at;
+    for (int p = 0; p < r.count; ++p) {
+      const Product pr = r.products[p];
+      const unsigned row_bytes = unsigned(pr.C) * sizeof(bf16);
+      const int rows = int(r.slot / row_bytes), r0 = row_split(pr.OC, b, G), r1 = row_split(pr.OC, b + 1, G);
+      const unsigned char* w = reinterpret_cast<const unsigned char*>(pr.W) + size_t(r0) * row_bytes;
+      for (int row = r0; row < r1; row += rows, w += size_t(rows) * row_bytes, at.next(r.slots)) {
+        const unsigned bytes = unsigned(min(rows, r1 - row)) * row_bytes;
+        mbar_wait(empty + at.slot, at.parity ^ 1);
+        mbar_expect_bytes(full + at.slot, bytes);
+        bulk_copy(ring + size_t(at.slot) * r.slot, w, bytes, full + at.slot, policy);
+      }
+    }
+    return;
+  }
+
+  RingCursor at;  // the next piece's, whoever's it is
+  for (int p = 0; p < r.count; ++p) {
+    const Product pr = r.products[p];
+    const int nvec = pr.C / 8, rows = int(r.slot / (unsigned(pr.C) * sizeof(bf16)));
+    if (p > 0 && r.wait) {
+      if (threadIdx.x == 0) wait_for_count(r.counter, unsigned(p) * G);
+      asm volatile("bar.sync 1, %0;" ::"r"(consumer_threads) : "memory");
+    }
+    // The input in fp32, converted once for all the rows that use it.
+    for (int i = threadIdx.x; i < nvec; i += consumer_threads) {
+      const uint4 v = __ldcg(reinterpret_cast<const uint4*>(pr.in) + i);
+      xs[2 * i] = make_float4(lo_bf16(v.x), hi_bf16(v.x), lo_bf16(v.y), hi_bf16(v.y));
+      xs[2 * i + 1] = make_float4(lo_bf16(v.z), hi_bf16(v.z), lo_bf16(v.w), hi_bf16(v.w));
+    }
+    asm volatile("bar.sync 1, %0;" ::"r"(consumer_threads) : "memory");
+    const int r1 = row_split(pr.OC, b + 1, G);
+    for (int row = row_split(pr.OC, b, G); row < r1; row += rows) {
+      const int slot = at.slot;
+      const unsigned parity = at.parity;
+      at.next(r.slots);
+      if (slot != warp) continue;
+      if (r.copy) mbar_wait(full + slot, parity);
+      const uint4* piece = reinterpret_cast<const uint4*>(ring + size_t(slot) * r.slot);
+      const int nr = min(rows, r1 - row);
+      if (r.multiply) {
+        // The piece's rows side by side: each input vector read once for all of them, and a sum
+        // a row, so that a lane's multiply-adds do not wait on each other.
+        float acc[kMaxRows] = {};
+        for (int i = lane; i < nvec; i += kWarp) {
+          const float4 x0 = xs[2 * i], x1 = xs[2 * i + 1];
+#pragma unroll
+          for (int rr = 0; rr < kMaxRows; ++rr)
+            if (rr < nr) acc[rr] += dot8(piece[rr * nvec + i], x0, x1);
+        }
+#pragma unroll
+        for (int o = kWarp / 2; o > 0; o /= 2) {
+#pragma unroll
+          for (int rr = 0; rr < kMaxRows; ++rr) acc[rr] += __shfl_xor_sync(~0u, acc[rr], o);
+        }
+#pragma unroll
+        for (int rr = 0; rr < kMaxRows; ++rr)
+          if (rr < nr && lane == rr) pr.out[row + rr] = __float2bfloat16(acc[rr]);
+      }
+      __syncwarp();
+      if (lane == 0) mbar_arrive(empty + slot);
+    }
+    asm volatile("bar.sync 1, %0;" ::"r"(consumer_threads) : "memory");  // every warp's outputs written
+    if (threadIdx.x == 0) arrive(r.counter);
+  }
 }
 
 // ---- the benchmark ------------------------------------------------------------------------------
@@ -446,6 +639,79 @@ void bench(const Shape& m) {
   };
   persistent(GridBarrier{counters.get()}, "persistent, grid barrier", false);
   persistent(CounterBarrier{counters.get()}, "persistent, counter barrier", true);
+
+  // The ring: slots of a whole number of every product's rows and at least kLeastPiece bytes, as
+  // many as fit beside the input row.
+  unsigned longest = 0;
+  int max_in = 0;
+  for (const Product& p : chain) {
+    longest = std::max(longest, unsigned(p.C) * unsigned(sizeof(bf16)));
+    max_in = std::max(max_in, p.C);
+  }
+  const unsigned slot = longest * ((kLeastPiece + longest - 1) / longest);
+  for (const Product& p : chain)
+    if (slot % (unsigned(p.C) * sizeof(bf16)) != 0 || slot / (unsigned(p.C) * sizeof(bf16)) > unsigned(kMaxRows)) {
+      std::printf("| %s | ring: no slot size for its rows |\n", name.c_str());
+      return;
+    }
+  int smem_optin = 0;
+  MEG_CUDA_CHECK(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  const size_t row_smem = size_t(max_in) * sizeof(float);
+  const int slots = std::min(int((size_t(smem_optin) - row_smem) / (slot + 2 * sizeof(uint64_t))), kMaxSlots);
+  const size_t ring_smem = size_t(slots) * (slot + 2 * sizeof(uint64_t)) + row_smem;
+  MEG_CUDA_CHECK(cudaFuncSetAttribute(ring_chain_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(ring_smem)));
+  auto ring = [&](int n, bool wait, bool multiply, bool copy) {
+    RingChain rc{list, n, counters.get(), slot, slots, max_in, wait, multiply, copy};
+    void* args[] = {&rc};
+    MEG_CUDA_CHECK(cudaMemsetAsync(counters.get(), 0, sizeof(unsigned), stream));
+    MEG_CUDA_CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(ring_chain_kernel), dim3(sms),
+                                               dim3((slots + 1) * kWarp), args, ring_smem, stream));
+  };
+  // One layer through small_linear and through the ring from the same input: the same outputs
+  // within bf16 rounding (the sums run in other orders).
+  auto layer_outputs = [&](auto run) {
+    fill(acts.get(), 4 * width, 2);
+    MEG_CUDA_CHECK(cudaDeviceSynchronize());
+    run();
+    MEG_CUDA_CHECK(cudaStreamSynchronize(stream));
+    std::vector<bf16> host(4 * width);
+    MEG_CUDA_CHECK(cudaMemcpy(host.data(), acts.get(), host.size() * sizeof(bf16), cudaMemcpyDeviceToHost));
+    return host;
+  };
+  const std::vector<bf16> want = layer_outputs([&] {
+    for (int i = 0; i < 4; ++i)
+      if (!meg::cuda::small_linear<bf16>(chain[i].out, chain[i].in, chain[i].W, nullptr, 1, chain[i].C, chain[i].OC, {},
+                                         meg::cuda::SmallLinearEpilogue::store, stream))
+        throw std::runtime_error("small_linear declined a product of the chain");
+  });
+  const std::vector<bf16> got = layer_outputs([&] { ring(4, true, true, true); });
+  double worst = 0.0;
+  for (int i = 0; i < 4; ++i) {
+    const size_t at = size_t(outs[i] - x);
+    double d = 0.0, n = 0.0;
+    for (int j = 0; j < out[i]; ++j) {
+      const double a = __bfloat162float(got[at + j]), e = __bfloat162float(want[at + j]);
+      d += (a - e) * (a - e);
+      n += e * e;
+    }
+    worst = std::max(worst, std::sqrt(d / n));
+  }
+  if (!(worst < 2e-2)) {
+    std::printf("| %s | ring: one layer's outputs differ from small_linear's (%.3g) |\n", name.c_str(), worst);
+    return;
+  }
+  auto time_ring = [&](const char* variant, bool wait, bool multiply, bool copy) {
+    const double ms =
+        meg::bench::median(meg::bench::time_calls(stream, kWarmup, kRuns, [&] { ring(count, wait, multiply, copy); }));
+    print_row(name, variant, ms, L, layer_bytes);
+  };
+  time_ring("ring", true, true, true);
+  time_ring("ring, no waits", false, true, true);
+  time_ring("ring, copies alone", false, false, true);
+  time_ring("ring, copies and waits", true, false, true);
+  time_ring("ring, multiplies alone", false, true, false);
+  std::printf("| %s | (ring: %d slots of %u bytes; one layer within %.2g of small_linear's) |\n", name.c_str(), slots,
+              slot, worst);
 }
 
 // ---- the sweep ----------------------------------------------------------------------------------
