@@ -60,6 +60,7 @@ CpuInferenceModel::CpuInferenceModel(const ModelConfig& config, std::vector<floa
 int CpuInferenceModel::length(int slot) const { return lengths_[size_t(checked_slot(slot, slots_))]; }
 
 void CpuInferenceModel::reset(int slot) {
+  default_queue_reset();
   lengths_[size_t(checked_slot(slot, slots_))] = 0;  // the cached rows are overwritten before they are read again
 }
 
@@ -165,6 +166,7 @@ void CpuInferenceModel::sum_over_tp(float* data, size_t n) {
 }
 
 void CpuInferenceModel::append(std::span<const AppendRequest> requests, float* logits) {
+  default_queue_append();
   check_append(requests, lengths_, max_length_, V_);
   if (requests.empty()) return;
   int N = 0;

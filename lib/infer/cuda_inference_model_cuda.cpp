@@ -60,7 +60,10 @@ class CudaInferenceModelImpl final : public CudaInferenceModel {
   int slots() const override { return slots_; }
   int max_length() const override { return max_length_; }
   int length(int slot) const override { return lengths_[size_t(checked_slot(slot, slots_))]; }
-  void reset(int slot) override { lengths_[size_t(checked_slot(slot, slots_))] = 0; }
+  void reset(int slot) override {
+    lengths_[size_t(checked_slot(slot, slots_))] = 0;
+    chain_slots_.reset();  // no chained call after it (inference_model.hpp)
+  }
   bool penalises() const override { return true; }
   bool overlaps() const override { return true; }
   void queue_choices(std::span<const AppendRequest> requests, int choices, std::span<const SoftmaxDraw> draws,
@@ -178,7 +181,7 @@ class CudaInferenceModelImpl final : public CudaInferenceModel {
   int side_ = 0;             // the side the next call stages in
   std::deque<int> queued_;   // the queued calls' sides, oldest first
   // The slots of the last queued call's requests, whose choices top_tokens_ holds until another
-  // call runs (then none): what a chained call follows.
+  // call runs (then none; after a reset() too): what a chained call follows.
   std::optional<std::vector<int>> chain_slots_;
   PinnedArray<float> host_logits_;  // logits_buffer(), allocated when first asked for
   // Decode steps by request count, chaining and readout (the graph holds where the tokens come

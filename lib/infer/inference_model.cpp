@@ -77,10 +77,18 @@ void InferenceModel::queue_choices(std::span<const AppendRequest> requests, int 
   if (chained)
     for (size_t i = 0; i < own.size(); ++i) own[i].tokens = {&last_tokens_[i], 1};
   std::vector<int32_t> chosen(requests.size());
-  if (draws.empty())
-    append_greedy(own, choices, chosen.data());
-  else
-    append_sample(own, choices, draws, chosen.data(), nullptr);
+  {
+    // The call runs now, through append(), which must not take it for one made while a call is queued.
+    struct Queuing {
+      bool& on;
+      explicit Queuing(bool& flag) : on(flag) { on = true; }
+      ~Queuing() { on = false; }
+    } queuing(queuing_);
+    if (draws.empty())
+      append_greedy(own, choices, chosen.data());
+    else
+      append_sample(own, choices, draws, chosen.data(), nullptr);
+  }
   queued_.push_back(chosen);
   last_tokens_ = std::move(chosen);
   last_slots_.emplace();
@@ -92,6 +100,14 @@ void InferenceModel::take_choices(int32_t* tokens) {
   std::copy(queued_.front().begin(), queued_.front().end(), tokens);
   queued_.pop_front();
 }
+
+void InferenceModel::default_queue_append() {
+  if (queuing_) return;
+  check_nothing_queued(queued_.size());
+  last_slots_.reset();
+}
+
+void InferenceModel::default_queue_reset() { last_slots_.reset(); }
 
 void check_queue(std::span<const AppendRequest> requests, std::span<const SoftmaxDraw> draws, bool chained,
                  size_t queued, const std::vector<int>* previous) {

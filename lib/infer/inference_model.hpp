@@ -105,8 +105,12 @@ class InferenceModel {
   // other call between the two). So the host can queue step n + 1 before it has seen step n's
   // tokens, and a model that overlaps() runs one step after the other without waiting for the
   // host: the CUDA model reads a chained step's tokens where the last step's choice left them on the
-  // device. At most two calls are queued at once, and no other call is made while one is. length()
-  // counts the queued calls' tokens. These defaults make the call at once and keep its tokens.
+  // device. At most two calls are queued at once, and no call that runs tokens (append() and the
+  // choosing calls) is made while one is: std::logic_error. reset() may be, for a slot whose
+  // sequence ended while a step for it was queued (that step's row is then computed for nothing);
+  // a chained call after a reset(), or after a call that runs tokens, is refused (std::logic_error).
+  // length() counts the queued calls' tokens. These defaults make the call at once and keep its
+  // tokens.
   virtual bool overlaps() const { return false; }
   virtual void queue_choices(std::span<const AppendRequest> requests, int choices, std::span<const SoftmaxDraw> draws,
                              bool chained);
@@ -121,12 +125,21 @@ class InferenceModel {
     return logits_buffer_;
   }
 
+ protected:
+  // What a model that keeps the default queue calls first in its append() (which the default
+  // choosing calls make) and its reset(), so that the queue refuses what the contract above
+  // forbids. The default queue's own calls pass.
+  void default_queue_append();
+  void default_queue_reset();
+
  private:
   std::vector<float> logits_buffer_;
-  // The default queue: the calls' tokens, oldest first; the last call's slots and tokens.
+  // The default queue: the calls' tokens, oldest first; the last call's slots (none once another
+  // call came) and tokens; whether its own call is under way.
   std::deque<std::vector<int32_t>> queued_;
   std::optional<std::vector<int>> last_slots_;
   std::vector<int32_t> last_tokens_;
+  bool queuing_ = false;
 };
 
 // The checks every implementation makes, with the same messages. checked_slot: SLOT, or an
@@ -155,7 +168,7 @@ void check_draws(std::span<const SoftmaxDraw> draws, size_t requests);
 // empty nor one a request.
 void check_queue(std::span<const AppendRequest> requests, std::span<const SoftmaxDraw> draws, bool chained,
                  size_t queued, const std::vector<int>* previous);
-// std::logic_error for a call other than take_choices() while QUEUED calls are queued.
+// std::logic_error for a call that runs tokens while QUEUED calls are queued.
 void check_nothing_queued(size_t queued);
 
 // The most candidates append_top_k() gives a row.

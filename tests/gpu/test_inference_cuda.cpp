@@ -704,7 +704,7 @@ TEST_CASE("CUDA generation: a sampled completion does not depend on which reques
 // Queued calls (queue_choices) against a twin making the same calls one at a time: every chained
 // call's tokens are the ones the twin is given, the previous call's choices, through greedy and
 // drawn steps, with and without a repetition penalty, at 3 rows and at 1, each shape run directly,
-// captured and replayed; and the calls the queue refuses.
+// captured and replayed; and the calls the queue refuses, and the reset it takes.
 void check_queued(Precision precision) {
   const CheckpointModel ck = random_checkpoint(test_config(ModelFamily::llama, 128, 4, 2, 96), 12);
   const int V = int(ck.config.vocab_size);
@@ -759,6 +759,10 @@ void check_queued(Precision precision) {
   const AppendRequest other{1, {}};
   queued->queue_choices({&fresh, 1}, V, {}, false);
   CHECK_THROWS_AS(queued->queue_choices({&other, 1}, V, {}, true), std::invalid_argument);  // another slot
+  queued->take_choices(token);
+  queued->queue_choices({&fresh, 1}, V, {}, false);
+  queued->reset(1);  // a sequence that ended while its step was queued
+  CHECK_THROWS_AS(queued->queue_choices({&follow, 1}, V, {}, true), std::logic_error);  // not after a reset
   queued->take_choices(token);
 }
 

@@ -248,7 +248,8 @@ TEST_CASE("generator: completions do not depend on the number of slots", "[infer
 namespace {
 
 // MODEL, reporting that it overlaps the host, so that the generator queues steps ahead on it
-// (InferenceModel's own queue: each call made at once); counts the chained calls.
+// (InferenceModel's own queue: each call made at once, and what the queue forbids refused); counts
+// the chained calls.
 class Overlapping final : public InferenceModel {
  public:
   explicit Overlapping(InferenceModel& model) : model_(model) {}
@@ -256,8 +257,14 @@ class Overlapping final : public InferenceModel {
   int slots() const override { return model_.slots(); }
   int max_length() const override { return model_.max_length(); }
   int length(int slot) const override { return model_.length(slot); }
-  void reset(int slot) override { model_.reset(slot); }
-  void append(std::span<const AppendRequest> requests, float* logits) override { model_.append(requests, logits); }
+  void reset(int slot) override {
+    default_queue_reset();
+    model_.reset(slot);
+  }
+  void append(std::span<const AppendRequest> requests, float* logits) override {
+    default_queue_append();  // so that the generator is held to the queue's contract
+    model_.append(requests, logits);
+  }
   bool overlaps() const override { return true; }
   void queue_choices(std::span<const AppendRequest> requests, int choices, std::span<const SoftmaxDraw> draws,
                      bool chained) override {

@@ -169,6 +169,32 @@ TEST_CASE("inference model: queued choices are the calls' tokens, a chained call
   CHECK_THROWS_AS(queued.queue_choices(chained, V, {draws, 1}, true), std::invalid_argument);
   CpuInferenceModel fresh(c, params, 2, 0);
   CHECK_THROWS_AS(fresh.queue_choices(chained, V, {}, true), std::logic_error);  // nothing before it
+
+  // While a call is queued, no call runs tokens; a reset may come (a slot whose sequence ended
+  // while its step was queued). A chained call follows neither.
+  queued.queue_choices(chained, V, {}, true);
+  std::vector<float> logits(size_t(2) * size_t(V));
+  const int32_t token = 3;
+  const AppendRequest more{0, {&token, 1}};
+  CHECK_THROWS_AS(queued.append({&more, 1}, logits.data()), std::logic_error);
+  CHECK_THROWS_AS(queued.append_greedy({&more, 1}, V, got), std::logic_error);
+  CHECK_THROWS_AS(queued.append_sample({&more, 1}, V, {draws, 1}, got, nullptr), std::logic_error);
+  const int length = queued.length(0);
+  queued.reset(1);
+  CHECK(queued.length(1) == 0);
+  CHECK_THROWS_AS(queued.queue_choices(chained, V, {}, true), std::logic_error);  // after a reset
+  queued.take_choices(got);
+  CHECK(queued.length(0) == length);  // the refused calls ran nothing
+  const AppendRequest restart{1, {&token, 1}}, restart_follow{1, {}};
+  queued.queue_choices({&restart, 1}, V, {}, false);
+  queued.take_choices(got);
+  queued.append_greedy({&restart, 1}, V, got);
+  CHECK_THROWS_AS(queued.queue_choices({&restart_follow, 1}, V, {}, true), std::logic_error);  // after a direct call
+  queued.queue_choices({&restart, 1}, V, {}, false);
+  queued.queue_choices({&restart_follow, 1}, V, {}, true);  // right after a queued call
+  queued.take_choices(got);
+  queued.take_choices(got);
+  CHECK(queued.length(1) == 4);
 }
 
 TEST_CASE("inference model: append_greedy and append_sample give the sampler's choices among the first tokens",
