@@ -60,8 +60,9 @@ CpuInferenceModel::CpuInferenceModel(const ModelConfig& config, std::vector<floa
 int CpuInferenceModel::length(int slot) const { return lengths_[size_t(checked_slot(slot, slots_))]; }
 
 void CpuInferenceModel::reset(int slot) {
+  const size_t s = size_t(checked_slot(slot, slots_));
   default_queue_reset();
-  lengths_[size_t(checked_slot(slot, slots_))] = 0;  // the cached rows are overwritten before they are read again
+  lengths_[s] = 0;  // the cached rows are overwritten before they are read again
 }
 
 float* CpuInferenceModel::cache(std::vector<float>& kv, size_t l, int s) const {
