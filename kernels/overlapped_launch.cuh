@@ -18,7 +18,10 @@
 // decode-shaped chain of 4 products a layer took 19.8, 35.4 and 55.3 us a layer at GPT-2 124M's,
 // GPT-2 1.5B's and Llama 1B's shapes with the barrier (16.3, 33.2, 52.2 with a counter barrier)
 // and 12.9, 29.4, 47.4 with counter handoffs, against 9.7, 26.5 and 43.9 us as overlapped
-// small_linear kernels replayed from a CUDA graph.
+// small_linear kernels replayed from a CUDA graph. So was one launch streaming every product's
+// weights through a ring of shared memory ahead of counter handoffs: 19.1, 38.6 and 61.8 us, and
+// with its multiplies left out still 11.7, 25.5 and 46.2, a counter handoff costing about what a
+// boundary here does.
 #pragma once
 
 #include <cuda_runtime.h>
