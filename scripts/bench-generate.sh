@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # Generation throughput of the CUDA inference model (make bench on a CUDA machine): prefill and
 # decode tokens/s at batch 1 and 32 for GPT-2 124M, GPT-2 1.56B and Llama 1B in bf16, against the
-# bandwidth limit of a decode step and the compute limit of prefill (tests/bench/cuda/bench_generate.cpp
-# says how they are counted), then decode steps queued one behind the other (greedy and top-p
-# choices on the device, bench_generate --chained, as meg-generate runs them), then batch-1
-# decode with the linear layers as cuBLASLt products and separate norm, activation and add
-# kernels (small_linear off), and without CUDA graphs: what the fused layers and the graphs save;
-# then a decode step's products alone (bench_decode_chain: overlapped kernels waiting in hardware
-# or on counters, against one persistent kernel with grid-wide barriers, and the products with the
-# model's epilogues, each left out in turn); then the device's choice of the next tokens alone
-# (bench_logits), the host's (bench_sampler), and GPT-2 124M's decode steps with each choice, as
-# meg-generate makes them (bench_generate --sampling: greedy, top-p and temperature alone on the
+# bandwidth limit of a decode step and the compute limit of prefill
+# (tests/bench/cuda/bench_generate.cpp says how they are counted), then decode steps queued one
+# behind the other (greedy and top-p choices on the device, bench_generate --chained, as
+# meg-generate runs them), then batch-1 decode with the linear layers as cuBLASLt products and
+# separate norm, activation and add kernels (small_linear off), and without CUDA graphs: what the
+# fused layers and the graphs save; then a decode step's products alone (bench_decode_chain:
+# overlapped kernels waiting in hardware or on counters, against one persistent kernel with
+# grid-wide barriers and one streaming the weights through a ring of shared memory, and the products
+# with the model's epilogues, each left out in turn); then the device's choice of the next tokens
+# alone (bench_logits), the host's (bench_sampler), and GPT-2 124M's decode steps with each choice,
+# as meg-generate makes them (bench_generate --sampling: greedy, top-p and temperature alone on the
 # device, top-k selected there and drawn on the host, each with and without a repetition penalty,
 # applied on the device). Where Nsight Compute is present, one batch-1 decode step of each model
 # kernel by kernel (its kernels timed one at a time, so without the overlap of their launches).

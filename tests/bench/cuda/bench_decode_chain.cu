@@ -319,6 +319,10 @@ __device__ inline float dot8(uint4 w, float4 x0, float4 x1) {
   return fmaf(hi_bf16(w.w), x1.w, s);
 }
 
+// The bytes of a weight row of C elements, and the rows a slot of SLOT bytes holds.
+__host__ __device__ unsigned row_bytes_of(int C) { return unsigned(C) * unsigned(sizeof(bf16)); }
+__host__ __device__ int piece_rows(int C, unsigned slot) { return int(slot / row_bytes_of(C)); }
+
 // Block B's rows [row_split(OC, B, G), row_split(OC, B + 1, G)) of a product of OC rows.
 __device__ int row_split(int OC, int b, int G) { return int(int64_t(OC) * b / G); }
 
@@ -388,8 +392,8 @@ __global__ void __launch_bounds__((kMaxSlots + 1) * kWarp, 1) ring_chain_kernel(
     RingCursor at;
     for (int p = 0; p < r.count; ++p) {
       const Product pr = r.products[p];
-      const unsigned row_bytes = unsigned(pr.C) * sizeof(bf16);
-      const int rows = int(r.slot / row_bytes), r0 = row_split(pr.OC, b, G), r1 = row_split(pr.OC, b + 1, G);
+      const unsigned row_bytes = row_bytes_of(pr.C);
+      const int rows = piece_rows(pr.C, r.slot), r0 = row_split(pr.OC, b, G), r1 = row_split(pr.OC, b + 1, G);
       const unsigned char* w = reinterpret_cast<const unsigned char*>(pr.W) + size_t(r0) * row_bytes;
       for (int row = r0; row < r1; row += rows, w += size_t(rows) * row_bytes, at.next(r.slots)) {
         const unsigned bytes = unsigned(min(rows, r1 - row)) * row_bytes;
@@ -404,7 +408,7 @@ __global__ void __launch_bounds__((kMaxSlots + 1) * kWarp, 1) ring_chain_kernel(
   RingCursor at;  // the next piece's, whoever's it is
   for (int p = 0; p < r.count; ++p) {
     const Product pr = r.products[p];
-    const int nvec = pr.C / 8, rows = int(r.slot / (unsigned(pr.C) * sizeof(bf16)));
+    const int nvec = pr.C / 8, rows = piece_rows(pr.C, r.slot);
     if (p > 0 && r.wait) {
       if (threadIdx.x == 0) wait_for_count(r.counter, unsigned(p) * G);
       asm volatile("bar.sync 1, %0;" ::"r"(consumer_threads) : "memory");
@@ -454,6 +458,12 @@ __global__ void __launch_bounds__((kMaxSlots + 1) * kWarp, 1) ring_chain_kernel(
 
 // ---- the benchmark ------------------------------------------------------------------------------
 
+// The median time of kRuns calls of LAUNCH, which queues work on STREAM, after kWarmup.
+template <typename Launch>
+double time_runs(cudaStream_t stream, Launch&& launch) {
+  return meg::bench::median(meg::bench::time_calls(stream, kWarmup, kRuns, launch));
+}
+
 // The median time of kRuns replays, after kWarmup, of a CUDA graph of the launches LAUNCH queues
 // on STREAM.
 template <typename Launch>
@@ -464,8 +474,7 @@ double time_graph(cudaStream_t stream, Launch&& launch) {
   launch();
   MEG_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
   MEG_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  const double ms = meg::bench::median(
-      meg::bench::time_calls(stream, kWarmup, kRuns, [&] { MEG_CUDA_CHECK(cudaGraphLaunch(exec, stream)); }));
+  const double ms = time_runs(stream, [&] { MEG_CUDA_CHECK(cudaGraphLaunch(exec, stream)); });
   MEG_CUDA_CHECK(cudaGraphExecDestroy(exec));
   MEG_CUDA_CHECK(cudaGraphDestroy(graph));
   return ms;
@@ -633,11 +642,11 @@ void bench(const Shape& m) {
     const int blocks = grid_of(kernel);
     void* args[] = {&list, &count, &barrier};
     MEG_CUDA_CHECK(cudaMemsetAsync(counters.get(), 0, 2 * sizeof(unsigned), stream));
-    const double ms = meg::bench::median(meg::bench::time_calls(stream, kWarmup, kRuns, [&] {
+    const double ms = time_runs(stream, [&] {
       if (counted) MEG_CUDA_CHECK(cudaMemsetAsync(counters.get(), 0, 2 * sizeof(unsigned), stream));
       MEG_CUDA_CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(kernel), dim3(blocks), dim3(kWarps * kWarp),
                                                  args, smem, stream));
-    }));
+    });
     print_row(name, variant, ms, L, layer_bytes);
   };
   persistent(GridBarrier{counters.get()}, "persistent, grid barrier", false);
@@ -648,12 +657,12 @@ void bench(const Shape& m) {
   unsigned longest = 0;
   int max_in = 0;
   for (const Product& p : chain) {
-    longest = std::max(longest, unsigned(p.C) * unsigned(sizeof(bf16)));
+    longest = std::max(longest, row_bytes_of(p.C));
     max_in = std::max(max_in, p.C);
   }
   const unsigned slot = longest * ((kLeastPiece + longest - 1) / longest);
   for (const Product& p : chain)
-    if (slot % (unsigned(p.C) * sizeof(bf16)) != 0 || slot / (unsigned(p.C) * sizeof(bf16)) > unsigned(kMaxRows)) {
+    if (slot % row_bytes_of(p.C) != 0 || piece_rows(p.C, slot) > kMaxRows) {
       std::printf("| %s | ring: no slot size for its rows |\n", name.c_str());
       return;
     }
@@ -704,8 +713,7 @@ void bench(const Shape& m) {
     return;
   }
   auto time_ring = [&](const char* variant, bool wait, bool multiply, bool copy) {
-    const double ms =
-        meg::bench::median(meg::bench::time_calls(stream, kWarmup, kRuns, [&] { ring(count, wait, multiply, copy); }));
+    const double ms = time_runs(stream, [&] { ring(count, wait, multiply, copy); });
     print_row(name, variant, ms, L, layer_bytes);
   };
   time_ring("ring", true, true, true);
