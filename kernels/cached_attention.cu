@@ -33,6 +33,19 @@
 // step's launches keep their shape as the context grows, which CUDA graphs need. Clusters past a
 // query's own count return at once.
 //
+// Short contexts: the staged grid. Where a launch would run clusters (few queries) and no query
+// attends to more than staged_keys() keys (320 keys times the block's query heads, and 20480
+// elements of K and of V), it runs one block of 8 warps a (query, head group) with no split: the
+// block copies its query's older keys and values into shared memory (cp.async) before it waits,
+// the new ones after, and attends from there, with nothing to merge across blocks. Measured on an
+// H100 at batch 1, a cluster's launch, barriers and merge cost more than the keys at such lengths:
+// with 48 keys, GPT-2 124M's decode step took 0.254 ms with clusters of 8 and 0.228 staged, GPT-2
+// 1.5B's 1.79 and 1.66 (clusters of 2 still 1.76); with 240 keys 0.257 and 0.242, 1.83 and 1.80;
+// Llama 1B's (4 query heads a block, so 80 keys) 1.033 and 1.022-1.032 with 48. A single block
+// reads its keys at one multiprocessor's rate, so longer contexts lose: with 552 keys, GPT-2 1.5B's
+// step took 1.84 ms staged against 1.82. The caller passes the launch's longest context, and a
+// captured decode step is keyed by the grid it chose (cached_attention_staged).
+//
 // Inside a block. A key row of HS elements is read by P lanes, each holding W consecutive elements
 // (16 bytes for bf16 with W = 8); P is HS / W rounded up to a power of two, lanes past the row
 // idle, so a warp reads 32 / P keys at once, kUnroll times over, before using any of them. The
@@ -59,9 +72,11 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 
+#include "async_copy.cuh"
 #include "cluster.cuh"
 #include "common.cuh"
 #include "overlapped_launch.cuh"
@@ -85,6 +100,10 @@ constexpr int kFewWarps = 4, kManyWarps = 8;
 constexpr int kUnroll = 4;        // keys per lane group loaded before the first is used
 constexpr int kMaxCluster = 8;    // blocks of a cluster (the portable most)
 constexpr int kMaxClusters = 64;  // the merge through memory reads up to this many partials per (query, head)
+// A staged block (one per (query, head group), its keys in shared memory) holds at most this many
+// keys times query heads, and this many keys times HS elements of K and of V (160 KB in fp32).
+constexpr int kStagedKeyHeads = 320;
+constexpr int kStagedElements = 20480;
 
 // Query heads per block: the largest of 4, 2, 1 that divides the group NH / NKV. Not 8: the block
 // would hold 8 heads' q and o in registers (over 200 with W = 8, two blocks per multiprocessor),
@@ -108,6 +127,12 @@ __host__ __device__ int pass_keys(int chunks, int warps) {
 
 // A split's partial result for one (query, head): m, l, then o[HS] (base-2 units, unnormalised).
 __host__ __device__ size_t partial_floats(int HS) { return size_t(HS) + 2; }
+
+// The floats of a block's shared memory before a staged block's keys: the warps' partials, rounded
+// up to 16 bytes.
+__host__ __device__ size_t staged_offset(int warps, int G, int HS) {
+  return (size_t(warps) * G * partial_floats(HS) + 3) / 4 * 4;
+}
 
 // The clusters query LEN keys use, within the grid's CLUSTERS of CLUSTER blocks: no more than it
 // takes for each block to read its keys in one pass of PASS keys (every key requested before any
@@ -140,11 +165,12 @@ struct Args {
   const X *qkv, *k_cache, *v_cache;
   const int32_t *rows, *slots, *positions;
   int Q, NH, NKV, HS, max_length;
-  int new_keys;  // a slot's keys the previous kernel wrote, at most: the last new_keys of its query
-  int cluster;   // blocks per cluster, along the splits
+  int new_keys;     // a slot's keys the previous kernel wrote, at most: the last new_keys of its query
+  int cluster;      // blocks per cluster, along the splits
+  int staged_keys;  // a staged block's keys in shared memory, at most (0 for the other grids)
 };
 
-template <typename X, int W, int G, int Warps>
+template <typename X, int W, int G, int Warps, bool Staged>
 __global__ void __launch_bounds__(Warps * kWarp, G == 1 ? kWarpsPerSM / Warps : 1)
     cached_attention_kernel(const Args<X> a, float scale_log2) {
   using V = Vec<X, W>;
@@ -159,7 +185,7 @@ __global__ void __launch_bounds__(Warps * kWarp, G == 1 ? kWarpsPerSM / Warps : 
   // The block is split `split` of the query's `splits`, block `rank` of cluster `unit` of its
   // `units` (a cluster's blocks are consecutive along x). Only blocks of 8 warps come in clusters
   // of more than one (grid_splits()): the others' code is that of a block of its own.
-  constexpr bool kClustered = Warps == kManyWarps;
+  constexpr bool kClustered = Warps == kManyWarps && !Staged;
   const int cluster = kClustered ? a.cluster : 1;
   const int q = blockIdx.z, split = blockIdx.x;
   const int rank = split % cluster, unit = split / cluster;
@@ -177,6 +203,11 @@ __global__ void __launch_bounds__(Warps * kWarp, G == 1 ? kWarpsPerSM / Warps : 
   const size_t head_rows = (size_t(a.slots[row]) * NKV + g) * a.max_length;
   const X* kp = a.k_cache + head_rows * HS + c * W;
   const X* vp = a.v_cache + head_rows * HS + c * W;
+  // A staged block's keys [0, staged) in shared memory, after the warps' partials.
+  extern __shared__ float smem[];
+  X* const ks = reinterpret_cast<X*>(smem + staged_offset(Warps, G, HS));
+  X* const vs = ks + size_t(a.staged_keys) * HS;
+  const int staged = Staged ? min(len, a.staged_keys) : 0;
   // The keys [from, to) of the kUnroll groups of the warp's next keys from BASE; the lane's others
   // keep what they hold (zeros at first: a lane without a chunk adds nothing to a dot product).
   V kx[kUnroll], vx[kUnroll];
@@ -190,17 +221,40 @@ __global__ void __launch_bounds__(Warps * kWarp, G == 1 ? kWarpsPerSM / Warps : 
     for (int u = 0; u < kUnroll; ++u) {
       const int t = base + u * per_warp + sub;
       if (has_chunk && t >= from && t < to) {
-        kx[u] = *reinterpret_cast<const V*>(kp + size_t(t) * HS);
-        vx[u] = *reinterpret_cast<const V*>(vp + size_t(t) * HS);
+        const bool in_smem = Staged && t < staged;
+        kx[u] = *reinterpret_cast<const V*>((in_smem ? ks + c * W : kp) + size_t(t) * HS);
+        vx[u] = *reinterpret_cast<const V*>((in_smem ? vs + c * W : vp) + size_t(t) * HS);
       }
     }
   };
   const int first_base = k_begin + warp * per_warp * kUnroll;
   const int old_end = min(k_end, len - a.new_keys);
-  load_keys(first_base, k_begin, old_end);
-  wait_for_previous_kernel();  // the projection (and kv_cache_append) that wrote q and the new keys
-  allow_next_kernel();
-  load_keys(first_base, old_end, k_end);
+  if constexpr (Staged) {
+    // Rows [from, to) of the head's keys and values into shared memory, 16 bytes a copy.
+    const int row_vecs = HS * int(sizeof(X)) / 16;
+    const X* kg = a.k_cache + head_rows * HS;
+    const X* vg = a.v_cache + head_rows * HS;
+    auto stage = [&](int from, int to) {
+      constexpr int kPerVec = 16 / sizeof(X);
+      for (int i = from * row_vecs + int(threadIdx.x); i < to * row_vecs; i += Warps * kWarp) {
+        cp_async_16(smem_addr(ks + size_t(i) * kPerVec), kg + size_t(i) * kPerVec, true);
+        cp_async_16(smem_addr(vs + size_t(i) * kPerVec), vg + size_t(i) * kPerVec, true);
+      }
+      cp_async_commit();
+    };
+    stage(0, min(old_end, staged));
+    wait_for_previous_kernel();  // the projection (and kv_cache_append) that wrote q and the new keys
+    allow_next_kernel();
+    stage(min(old_end, staged), staged);
+    cp_async_wait<0>();
+    __syncthreads();
+    load_keys(first_base, k_begin, k_end);
+  } else {
+    load_keys(first_base, k_begin, old_end);
+    wait_for_previous_kernel();  // the projection (and kv_cache_append) that wrote q and the new keys
+    allow_next_kernel();
+    load_keys(first_base, old_end, k_end);
+  }
 
   float qv[G][W] = {};
   const X* qrow = a.qkv + size_t(row) * (NH + 2 * NKV) * HS + size_t(h0) * HS + c * W;
@@ -287,7 +341,6 @@ __global__ void __launch_bounds__(Warps * kWarp, G == 1 ? kWarpsPerSM / Warps : 
   // Then the warps, through shared memory: [warp][head j][m, l, o[HS]]. A block of a cluster
   // keeps its partial after them, [head j][m, l, o[HS]], for the cluster's first block to read;
   // any other writes it to the scratch (its cluster is itself).
-  extern __shared__ float smem[];
   const size_t rec = partial_floats(HS);
   const int grid_units = gridDim.x / cluster;
   float* block_partial = smem + size_t(Warps) * G * rec;
@@ -426,24 +479,35 @@ __global__ void __launch_bounds__(Warps * kWarp, G == 1 ? kWarpsPerSM / Warps : 
   }
 }
 
-// The grid's splits of a query's keys: `units` clusters of `cluster` blocks of `warps` warps.
+// The grid's splits of a query's keys: `units` clusters of `cluster` blocks of `warps` warps;
+// staged: one block of kManyWarps warps a (query, head group), its keys in shared memory.
 struct Splits {
   int cluster = 1, units = 1, warps = kFewWarps;
+  bool staged = false;
 };
 
-template <typename X, int W, int G, int Warps>
+template <typename X, int W, int G, int Warps, bool Staged>
 void launch(const Args<X>& a, const Splits& s, cudaStream_t stream) {
+  const auto kernel = cached_attention_kernel<X, W, G, Warps, Staged>;
   const float scale_log2 = float(kLog2e / std::sqrt(double(a.HS)));
-  const size_t smem = size_t(Warps + (Warps == kManyWarps)) * G * partial_floats(a.HS) * sizeof(float);
+  size_t smem = size_t(Warps + (Warps == kManyWarps)) * G * partial_floats(a.HS) * sizeof(float);
+  if constexpr (Staged) {
+    smem = staged_offset(Warps, G, a.HS) * sizeof(float) + 2 * size_t(a.staged_keys) * a.HS * sizeof(X);
+    static std::once_flag opted_in;  // to more than the default 48 KB of shared memory, once
+    std::call_once(opted_in, [&] {
+      const size_t most = staged_offset(Warps, G, 256) * sizeof(float) + 2 * size_t(kStagedElements) * sizeof(X);
+      MEG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(most)));
+    });
+  }
   const dim3 grid(s.cluster * s.units, a.NH / G, a.Q);
-  launch_overlapped_clusters(cached_attention_kernel<X, W, G, Warps>, grid, unsigned(s.cluster), dim3(Warps * kWarp),
-                             smem, stream, a, scale_log2);
+  launch_overlapped_clusters(kernel, grid, unsigned(s.cluster), dim3(Warps * kWarp), smem, stream, a, scale_log2);
 }
 
 template <typename X, int W, int G>
 void launch_warps(const Args<X>& a, const Splits& s, cudaStream_t stream) {
-  if (s.warps == kManyWarps) return launch<X, W, G, kManyWarps>(a, s, stream);
-  launch<X, W, G, kFewWarps>(a, s, stream);
+  if (s.staged) return launch<X, W, G, kManyWarps, true>(a, s, stream);
+  if (s.warps == kManyWarps) return launch<X, W, G, kManyWarps, false>(a, s, stream);
+  launch<X, W, G, kFewWarps, false>(a, s, stream);
 }
 
 template <typename X, int W>
@@ -488,7 +552,24 @@ Splits grid_splits(int Q, int NH, int NKV) {
   return s;
 }
 
+// The keys a staged block holds in shared memory.
+int staged_keys(int NH, int NKV, int HS) {
+  return std::min(kStagedKeyHeads / heads_per_block(NH / NKV), kStagedElements / HS);
+}
+
+// The grid of a launch whose queries attend to at most LONGEST keys: a grid of clusters (few
+// queries) becomes a staged one where its blocks' keys fit in shared memory.
+Splits launch_splits(int Q, int NH, int NKV, int HS, int longest) {
+  Splits s = grid_splits(Q, NH, NKV);
+  if (s.warps == kManyWarps && HS % 8 == 0 && longest <= staged_keys(NH, NKV, HS)) s = {1, 1, kManyWarps, true};
+  return s;
+}
+
 }  // namespace
+
+bool cached_attention_staged(int Q, int NH, int NKV, int HS, int longest) {
+  return launch_splits(Q, NH, NKV, HS, longest).staged;
+}
 
 int cached_attention_splits(int Q, int NH, int NKV) {
   const Splits s = grid_splits(Q, NH, NKV);
@@ -503,7 +584,7 @@ size_t cached_attention_scratch(int Q, int NH, int NKV, int HS) {
 template <typename X>
 void cached_attention(X* out, const X* qkv, const X* k_cache, const X* v_cache, const int32_t* rows,
                       const int32_t* slots, const int32_t* positions, int Q, int NH, int NKV,
-                      int HS, int max_length, int new_keys, float* scratch, cudaStream_t stream) {
+                      int HS, int max_length, int longest, int new_keys, float* scratch, cudaStream_t stream) {
   if (NH <= 0 || NKV <= 0 || NH % NKV != 0)
     throw std::invalid_argument(
         "cached_attention: query heads must be a multiple of key/value heads");
@@ -518,14 +599,20 @@ void cached_attention(X* out, const X* qkv, const X* k_cache, const X* v_cache, 
                         static_cast<const void*>(v_cache)})
     if (!aligned(p, w * sizeof(X)))
       throw std::invalid_argument("cached_attention: misaligned array");
-  Splits splits = grid_splits(Q, NH, NKV);
+  // Staged blocks (head sizes that are multiples of 8) copy whole rows 16 bytes at a time.
+  if (HS % 8 == 0 && !(aligned16(k_cache) && aligned16(v_cache)))
+    throw std::invalid_argument("cached_attention: misaligned cache");
+  if (longest < 1 || longest > max_length)
+    throw std::invalid_argument("cached_attention: longest must be in [1, max_length]");
+  Splits splits = launch_splits(Q, NH, NKV, HS, longest);
   // Clusters of 8-warp blocks past what a cache of max_length keys needs, each block reading in one
   // pass, would only return: the grid leaves them out (its scratch fits in the one sized for all).
-  if (splits.warps == kManyWarps)
+  if (splits.warps == kManyWarps && !splits.staged)
     splits.units = std::min(splits.units, ceil_div(max_length, splits.cluster * pass_keys(HS / w, kManyWarps)));
   float* partials = scratch ? scratch + split_below() : nullptr;
+  const int staged = splits.staged ? staged_keys(NH, NKV, HS) : 0;
   const Args<X> a{out, reinterpret_cast<unsigned*>(scratch), partials, qkv, k_cache, v_cache, rows, slots, positions,
-                  Q,   NH, NKV, HS, max_length, new_keys, splits.cluster};
+                  Q,   NH, NKV, HS, max_length, new_keys, splits.cluster, staged};
   switch (w) {
     case 8: return launch_heads<X, 8>(a, splits, stream);
     case 4: return launch_heads<X, 4>(a, splits, stream);
@@ -538,7 +625,7 @@ bool cached_attention_supports(int HS) { return lane_elements(HS) != 0; }
 #define MEG_INSTANTIATE(X)                                                                   \
   template void cached_attention<X>(X*, const X*, const X*, const X*, const int32_t*,        \
                                     const int32_t*, const int32_t*, int, int, int, int, int, \
-                                    int, float*, cudaStream_t);
+                                    int, int, float*, cudaStream_t);
 MEG_INSTANTIATE(float)
 MEG_INSTANTIATE(bf16)
 MEG_INSTANTIATE(fp16)

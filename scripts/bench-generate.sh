@@ -4,9 +4,10 @@
 # bandwidth limit of a decode step and the compute limit of prefill
 # (tests/bench/cuda/bench_generate.cpp says how they are counted), then decode steps queued one
 # behind the other (greedy and top-p choices on the device, bench_generate --chained, as
-# meg-generate runs them), then batch-1 decode with the linear layers as cuBLASLt products and
-# separate norm, activation and add kernels (small_linear off), and without CUDA graphs: what the
-# fused layers and the graphs save; then a decode step's products alone (bench_decode_chain:
+# meg-generate runs them), then batch-1 decode at short contexts (8 and 200 prompt tokens, where
+# the attention runs one block a head), then batch-1 decode with the linear layers as cuBLASLt
+# products and separate norm, activation and add kernels (small_linear off), and without CUDA
+# graphs: what the fused layers and the graphs save; then a decode step's products alone (bench_decode_chain:
 # overlapped kernels waiting in hardware or on counters, against one persistent kernel with
 # grid-wide barriers and one streaming the weights through a ring of shared memory, and the products
 # with the model's epilogues, each left out in turn); then the device's choice of the next tokens
@@ -29,6 +30,9 @@ echo "## Generation throughput (bf16, one GPU)"
 echo; echo "## Decode steps queued one behind the other, as meg-generate runs greedy and top-p steps"
 for sampling in greedy top-p; do "$bench" --phase decode --sampling $sampling --chained "$@"; done |
   tee "$out/generate-chained.md"
+echo; echo "## Batch-1 decode at short contexts (the attention's staged grid: one block a head)"
+for prompt in 8 200; do "$bench" --phase decode --batch 1 --prompt $prompt "$@"; done |
+  tee "$out/generate-short.md"
 echo; echo "## Batch-1 decode without small_linear"
 "$bench" --no-small-linear --phase decode --batch 1 "$@" | tee "$out/generate-no-small-linear.md"
 echo; echo "## Without CUDA graphs"

@@ -100,6 +100,7 @@ class CudaInferenceModelImpl final : public CudaInferenceModel {
   struct Pass {
     int N = 0, cached = 0, outputs = 0, first_output = 0;
     int new_keys = 0;  // the most tokens of one slot that go through the cache (cached_attention's)
+    int longest = 0;   // the most keys a row that goes through the cache attends to (cached_attention's)
     bool chained = false;  // the tokens are the last choices (top_tokens_), not the staged ones
     std::vector<Prompts> prompts;
     size_t staged() const { return 3 * size_t(N) + size_t(cached) + size_t(outputs); }
@@ -184,9 +185,10 @@ class CudaInferenceModelImpl final : public CudaInferenceModel {
   // call runs (then none; after a reset() too): what a chained call follows.
   std::optional<std::vector<int>> chain_slots_;
   PinnedArray<float> host_logits_;  // logits_buffer(), allocated when first asked for
-  // Decode steps by request count, chaining and readout (the graph holds where the tokens come
-  // from, the readout's k and column count): captured, and run once directly before that.
-  using StepShape = std::tuple<int, bool, Readout>;
+  // Decode steps by request count, chaining, readout (the graph holds where the tokens come from,
+  // the readout's k and column count) and attention grid (staged while the context is short,
+  // cached_attention_staged): captured, and run once directly before that.
+  using StepShape = std::tuple<int, bool, Readout, bool>;
   std::map<StepShape, cudaGraphExec_t> graphs_;
   std::set<StepShape> seen_;
 };
@@ -301,6 +303,7 @@ typename CudaInferenceModelImpl<X>::Pass CudaInferenceModelImpl<X>::stage(const 
     } else {
       for (int t = 0; t < p.count; ++t) cached[pass.cached++] = row + t;
       pass.new_keys = std::max(pass.new_keys, p.count);
+      pass.longest = std::max(pass.longest, p.position + p.count);
     }
     if (p.last) last.push_back(row + p.count - 1);
     row += p.count;
@@ -484,7 +487,9 @@ template <typename X>
 void CudaInferenceModelImpl<X>::run(const Pass& pass, Readout readout) {
   const bool decode = pass.prompts.empty() && pass.outputs == pass.N && pass.first_output == 0;
   if (!use_graphs_ || !decode) return forward(pass, readout);
-  const StepShape key{pass.N, pass.chained, readout};
+  const auto& d = net_.dims();
+  const bool staged = cuda::cached_attention_staged(pass.N, d.NH, d.NKV, d.HS, pass.longest);
+  const StepShape key{pass.N, pass.chained, readout, staged};
   auto it = graphs_.find(key);
   if (it == graphs_.end()) {
     if (seen_.insert(key).second) return forward(pass, readout);
@@ -548,7 +553,7 @@ void CudaInferenceModelImpl<X>::forward(const Pass& pass, Readout readout) {
       cuda::attention_forward(out + size_t(p.row) * d.CQ, lse_.get(), qkv + size_t(p.row) * d.QKV, p.count, p.length,
                               d.NH, d.NKV, d.HS, s);
     cuda::cached_attention(out, qkv, k_cache(l), v_cache(l), cached, slots, positions, pass.cached, d.NH, d.NKV,
-                           d.HS, max_length_, pass.new_keys, scratch_.get(), s);
+                           d.HS, max_length_, pass.longest, pass.new_keys, scratch_.get(), s);
   };
   net_.blocks(x, N, attention, &cache);
   if (pass.outputs == 0) return;  // the middle of a prompt longer than a pass

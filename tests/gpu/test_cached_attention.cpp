@@ -27,6 +27,10 @@
 //     took a stale partial (between a batch's two runs the other batches overwrote the partials).
 //
 // Batches, for every shape:
+//   - one query with 50 keys, two queries of one slot after 30 cached keys (new_keys = 2), and one
+//     query with as many keys as the staged grid takes (cached_attention_staged): on Hopper, one
+//     block a (query, head group) with the keys in shared memory, the new ones copied after the
+//     wait;
 //   - one query with 701 keys: the keys split across the blocks of one cluster (on Hopper), then
 //     merged there;
 //   - one query with 5001 keys: more than the grid's splits take in one pass each (passes of 128
@@ -111,6 +115,7 @@ struct Batch {
 // (its older keys lie below), the queries' rows (in reverse row order) and new_keys.
 struct Layout {
   int N = 0, Q = 0, slots = 0, max_length = 0, new_keys = 0;
+  int longest = 0;            // the most keys a query attends to
   std::vector<int> first;     // per slot: its first position in the batch (0: no token in it)
   std::vector<int32_t> rows;  // per query: its row
   size_t cache_size(const Shape& s) const { return size_t(slots) * s.NKV * max_length * s.HS; }
@@ -131,6 +136,7 @@ Layout layout_of(const Batch& b) {
     last[t.slot] = std::max(last[t.slot], t.position);
     ++count[t.slot];
     if (t.query) queried[t.slot] = true;
+    if (t.query) l.longest = std::max(l.longest, t.position + 1);
   }
   for (int s = 0; s < l.slots; ++s) {
     // A slot's tokens in a batch are consecutive positions after its cached ones.
@@ -147,6 +153,11 @@ Layout layout_of(const Batch& b) {
 // The batches every shape runs (the header's list).
 std::vector<Batch> batches(const Shape& s) {
   std::vector<Batch> out;
+  out.push_back({"one query, 50 keys", {{1, 49}}});
+  out.push_back({"two queries after 30 cached keys", {{1, 30}, {1, 31}}});
+  int staged = 1;  // the most keys of a query that the staged grid takes (0 where it takes none)
+  while (staged <= 4096 && meg::cuda::cached_attention_staged(1, s.NH, s.NKV, s.HS, staged)) ++staged;
+  if (--staged > 0) out.push_back({"one query, as many keys as a staged block holds", {{0, staged - 1}}});
   out.push_back({"one query, 701 keys", {{1, 700}}});  // slot 0 is left unread (all NaN)
   out.push_back({"one query, 5001 keys", {{0, 5000}}});
   out.push_back({"5 slots at different lengths, and a fresh prompt",
@@ -230,8 +241,8 @@ class DecodeStep {
     meg::cuda::kv_cache_append<X>(qkv_.get(), k_.get(), v_.get(), slots_.get(), positions_.get(),
                                   s_.rope ? table : nullptr, l_.N, s_.NH, s_.NKV, s_.HS, l_.max_length, stream);
     meg::cuda::cached_attention<X>(out_.get(), qkv_.get(), k_.get(), v_.get(), rows_.get(), slots_.get(),
-                                   positions_.get(), l_.Q, s_.NH, s_.NKV, s_.HS, l_.max_length, l_.new_keys,
-                                   scratch, stream);
+                                   positions_.get(), l_.Q, s_.NH, s_.NKV, s_.HS, l_.max_length, l_.longest,
+                                   l_.new_keys, scratch, stream);
     return out_.download_raw();
   }
 
@@ -323,8 +334,13 @@ template <typename X>
 void check_shape(const Shape& s, std::mt19937& rng) {
   INFO(type_name<X>() << " " << describe(s));
   REQUIRE(meg::cuda::cached_attention_supports(s.HS));
-  // A single query splits its keys: the merge is exercised.
+  // A single query splits its keys: the merge is exercised. On Hopper a short one takes the staged
+  // grid.
   REQUIRE(meg::cuda::cached_attention_splits(1, s.NH, s.NKV) > 1);
+  int device = 0, major = 0;
+  MEG_CUDA_CHECK(cudaGetDevice(&device));
+  MEG_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  if (major >= 9) REQUIRE(meg::cuda::cached_attention_staged(1, s.NH, s.NKV, s.HS, 50));
   std::vector<std::unique_ptr<DecodeStep<X>>> steps;
   int max_q = 1, max_length = 1;
   for (const Batch& b : batches(s)) {
@@ -347,7 +363,8 @@ void check_shape(const Shape& s, std::mt19937& rng) {
   for (const auto& step : steps) {
     const Layout& l = step->layout();
     INFO(step->batch().name << ": Q=" << l.Q << " new_keys=" << l.new_keys
-                            << " grid splits=" << meg::cuda::cached_attention_splits(l.Q, s.NH, s.NKV));
+                            << " grid splits=" << meg::cuda::cached_attention_splits(l.Q, s.NH, s.NKV)
+                            << " staged=" << meg::cuda::cached_attention_staged(l.Q, s.NH, s.NKV, s.HS, l.longest));
     first.push_back(step->run(table.get(), scratch_ptr, stream.get()));
     step->check(first.back());
   }
@@ -378,7 +395,8 @@ TEST_CASE("cached_attention after kv_cache_append attends as the CPU computes (b
   for (const Shape& s : kShapes) check_shape<__nv_bfloat16>(s, rng);
 }
 
-TEST_CASE("cached_attention rejects new_keys below 1 and unsupported shapes", "[gpu][kernels]") {
+TEST_CASE("cached_attention rejects new_keys below 1, longest outside the cache and unsupported shapes",
+          "[gpu][kernels]") {
   const int NH = 4, NKV = 2, HS = 64, max_length = 16;
   DeviceBuffer<float> qkv(size_t(NH + 2 * NKV) * HS), k(size_t(NKV) * max_length * HS),
       v(size_t(NKV) * max_length * HS), out(size_t(NH) * HS);
@@ -387,14 +405,16 @@ TEST_CASE("cached_attention rejects new_keys below 1 and unsupported shapes", "[
   const size_t floats = meg::cuda::cached_attention_scratch(1, NH, NKV, HS);
   DeviceBuffer<float> scratch(floats);
   MEG_CUDA_CHECK(cudaMemset(scratch.get(), 0, floats * sizeof(float)));
-  const auto launch = [&](int Q, int nh, int nkv, int hs, int new_keys) {
+  const auto launch = [&](int Q, int nh, int nkv, int hs, int new_keys, int longest = 1) {
     meg::cuda::cached_attention<float>(out.get(), qkv.get(), k.get(), v.get(), zero.get(), zero.get(), zero.get(),
-                                       Q, nh, nkv, hs, max_length, new_keys, floats > 0 ? scratch.get() : nullptr,
-                                       nullptr);
+                                       Q, nh, nkv, hs, max_length, longest, new_keys,
+                                       floats > 0 ? scratch.get() : nullptr, nullptr);
   };
   CHECK_THROWS_AS(launch(1, NH, NKV, HS, 0), std::invalid_argument);
   CHECK_THROWS_AS(launch(1, NH, NKV, HS, -1), std::invalid_argument);
   CHECK_THROWS_AS(launch(3, NH, NKV, HS, 0), std::invalid_argument);
+  CHECK_THROWS_AS(launch(1, NH, NKV, HS, 1, 0), std::invalid_argument);
+  CHECK_THROWS_AS(launch(1, NH, NKV, HS, 1, max_length + 1), std::invalid_argument);
   // A pass of fresh prompts alone has no queries, and new_keys 0: nothing to do.
   CHECK_NOTHROW(launch(0, NH, NKV, HS, 0));
   CHECK_THROWS_AS(launch(1, 6, 4, HS, 1), std::invalid_argument);  // 6 query heads over 4 kv heads

@@ -285,17 +285,24 @@ void kv_cache_append(X* qkv, X* k_cache, X* v_cache, const int32_t* slots, const
 // [0, positions[row]] of kv head h / (NH / NKV) of slot slots[row], scores scaled by 1/sqrt(HS),
 // and writes out[row] ([N, NH * HS] rows, as attention_forward's). The kernel before it wrote
 // at most NEW_KEYS (>= 1) keys and values of each slot, the last ones of its queries; the older
-// ones are read before that kernel has finished (an overlapped launch). SCRATCH holds
-// cached_attention_scratch(Q, NH, NKV, HS) floats (null when that is 0), zeroed before its first
-// launch (every launch leaves the counters it holds at zero again). Head sizes: those of
-// cached_attention_supports (any even one up to 64, multiples of 4 up to 128, of 8 up to 256).
+// ones are read before that kernel has finished (an overlapped launch). LONGEST, in [1,
+// max_length], bounds every query's keys (positions[row] + 1): where it is small, a few queries
+// run one block a (query, head group) with the keys in shared memory (cached_attention_staged).
+// SCRATCH holds cached_attention_scratch(Q, NH, NKV, HS) floats (null when that is 0), zeroed
+// before its first launch (every launch leaves the counters it holds at zero again). Head sizes:
+// those of cached_attention_supports (any even one up to 64, multiples of 4 up to 128, of 8 up to
+// 256); for multiples of 8 the caches must be 16-byte aligned.
 template <typename X>
 void cached_attention(X* out, const X* qkv, const X* k_cache, const X* v_cache, const int32_t* rows,
                       const int32_t* slots, const int32_t* positions, int Q, int NH, int NKV, int HS,
-                      int max_length, int new_keys, float* scratch, cudaStream_t stream);
+                      int max_length, int longest, int new_keys, float* scratch, cudaStream_t stream);
 bool cached_attention_supports(int HS);
-// The grid's key splits for Q queries (a function of Q and the device alone, so that a captured
-// decode step keeps its shape as the context grows), and the scratch they need.
+// Whether a launch of Q queries of at most LONGEST keys each runs the staged grid. A captured
+// decode step keeps its launches' shapes: it holds for the LONGEST its grid was chosen by only
+// while this answer stays the same.
+bool cached_attention_staged(int Q, int NH, int NKV, int HS, int longest);
+// The split grid's key splits for Q queries (a function of Q and the device alone, so that a
+// captured decode step keeps its shape as the context grows), and the scratch they need.
 int cached_attention_splits(int Q, int NH, int NKV);
 size_t cached_attention_scratch(int Q, int NH, int NKV, int HS);
 
