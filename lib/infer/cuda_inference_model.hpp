@@ -24,11 +24,12 @@
 // what that one's copies have yet to read.
 //
 // A decode step (every request one token) is one pass whose launches depend only on the number of
-// requests, so it is captured into a CUDA graph the second time a request count is seen and
-// replayed after that: hundreds of launches (and cuBLASLt's host work) become one. The inputs the
-// graph reads (tokens, positions, slots, and append_sample()'s draws) are copied to fixed device
-// arrays before each replay; a chained step (queue_choices) reads its tokens where the last step's
-// choice left them, through a graph of its own.
+// requests and on whether its longest context is still short enough for the attention's staged
+// grid (cached_attention_staged), so it is captured into a CUDA graph the second time such a shape
+// is seen and replayed after that: hundreds of launches (and cuBLASLt's host work) become one. The
+// inputs the graph reads (tokens, positions, slots, and append_sample()'s draws) are copied to
+// fixed device arrays before each replay; a chained step (queue_choices) reads its tokens where the
+// last step's choice left them, through a graph of its own.
 //
 // The KV cache: per layer K and V [slots, NKV, max_length, HS] of X, allocated in full up front.
 //
