@@ -494,10 +494,7 @@ void launch(const Args<X>& a, const Splits& s, cudaStream_t stream) {
   if constexpr (Staged) {
     smem = staged_offset(Warps, G, a.HS) * sizeof(float) + 2 * size_t(a.staged_keys) * a.HS * sizeof(X);
     static std::once_flag opted_in;  // to more than the default 48 KB of shared memory, once
-    std::call_once(opted_in, [&] {
-      const size_t most = staged_offset(Warps, G, 256) * sizeof(float) + 2 * size_t(kStagedElements) * sizeof(X);
-      MEG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(most)));
-    });
+    std::call_once(opted_in, [&] { grant_most_shared_memory(kernel); });
   }
   const dim3 grid(s.cluster * s.units, a.NH / G, a.Q);
   launch_overlapped_clusters(kernel, grid, unsigned(s.cluster), dim3(Warps * kWarp), smem, stream, a, scale_log2);

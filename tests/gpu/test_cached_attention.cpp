@@ -135,8 +135,10 @@ Layout layout_of(const Batch& b) {
     l.first[t.slot] = std::min(l.first[t.slot], t.position);
     last[t.slot] = std::max(last[t.slot], t.position);
     ++count[t.slot];
-    if (t.query) queried[t.slot] = true;
-    if (t.query) l.longest = std::max(l.longest, t.position + 1);
+    if (t.query) {
+      queried[t.slot] = true;
+      l.longest = std::max(l.longest, t.position + 1);
+    }
   }
   for (int s = 0; s < l.slots; ++s) {
     // A slot's tokens in a batch are consecutive positions after its cached ones.
