@@ -87,10 +87,11 @@ namespace meg::cuda {
 
 namespace {
 
-// The grid aims for kWarpsPerSM warps per multiprocessor, in blocks of 4 warps (kFewWarps); a
-// grid of fewer (query, head group) blocks splits their keys. When even 8 such splits per (query,
-// head group) fall short (batch-1 decode), the blocks have 8 warps (kManyWarps) and come in
-// clusters, so that a cluster takes 1024 keys of HS 64 in one pass.
+// A grid of fewer (query, head group) blocks than most multiprocessors (split_below()) splits
+// their keys, into as many blocks of 4 warps (kFewWarps) as give kWarpsPerSM warps per
+// multiprocessor. When even 8 such splits per (query, head group) fall short (batch-1 decode), the
+// blocks have 8 warps (kManyWarps) and come in clusters, so that a cluster takes 1024 keys of HS 64
+// in one pass.
 constexpr int kWarpsPerSM = 16;
 constexpr int kFewWarps = 4, kManyWarps = 8;
 // Blocks of one query head (GPT-2's) compile to 128 registers a thread, as kWarpsPerSM needs.
@@ -524,15 +525,22 @@ int lane_elements(int HS) {
   return 0;
 }
 
-// The (query, head group) blocks of 4 warps the grid aims for: fewer split their keys. Also the
-// counters the scratch holds.
-long split_below() { return long(kWarpsPerSM / kFewWarps) * multiprocessors(); }
+// Grids of fewer (query, head group) blocks than this split their keys; it is also the number of
+// counters the scratch holds. Seven blocks for every eight multiprocessors: a split's partials
+// merged through memory (the fence, the counter, the last block's reads) cost more than a second
+// wave of blocks or a few idle multiprocessors. Measured on an H100, decode steps at 552 keys
+// unsplit against the one-wave splits used before (kWarpsPerSM warps a multiprocessor): 32 rows of
+// GPT-2 124M (384 blocks) 0.831 -> 0.763 ms, of Llama 1B (256 blocks of 4 query heads) 2.047 ->
+// 1.838; 16 rows of GPT-2 1.5B (400) 4.02 -> 3.78, of Llama 1B (128) 1.835 -> 1.75; 12 of GPT-2 124M
+// (144) 0.655 -> 0.640 and GPT-2 1.5B (300) 3.85 -> 3.57. Below: 4 rows of GPT-2 1.5B (100 blocks)
+// 3.60 -> 3.75 and 8 of GPT-2 124M (96) 0.607 -> 0.628 unsplit, so they still split.
+long split_below() { return long(multiprocessors()) * 7 / 8; }
 
 Splits grid_splits(int Q, int NH, int NKV) {
   const long blocks = long(Q) * NKV * (NH / NKV / heads_per_block(NH / NKV));
   Splits s;
   if (blocks >= split_below()) return s;
-  // Here blocks < split_below(): a few thousand at most.
+  // Here blocks < split_below(): fewer than the multiprocessors.
   const bool clusters = clusters_supported();
   const int warps = kWarpsPerSM * multiprocessors(), few = int(blocks);
   int splits = ceil_div(warps, few * kFewWarps);
