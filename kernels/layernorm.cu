@@ -22,6 +22,12 @@ void layernorm_forward(X* out, float* mean, float* rstd, const X* inp, const X* 
   norm_rows::forward<LayerNorm>(out, mean, rstd, inp, weight, bias, N, C, eps, stream);
 }
 
+template <typename X>
+void add_layernorm_forward(X* out, X* x, const X* part, const X* weight, const X* bias, int N, int C, float eps,
+                           cudaStream_t stream) {
+  norm_rows::forward<LayerNorm>(out, nullptr, nullptr, x, weight, bias, N, C, eps, stream, x, part);
+}
+
 size_t layernorm_backward_scratch(int N, int C) {
   return norm_rows::backward_scratch<LayerNorm>(N, C);
 }
@@ -37,6 +43,7 @@ void layernorm_backward(X* dinp, float* dweight, float* dbias, const X* dout, co
 #define MEG_INSTANTIATE(X)                                                                       \
   template void layernorm_forward<X>(X*, float*, float*, const X*, const X*, const X*, int, int, \
                                      float, cudaStream_t);                                       \
+  template void add_layernorm_forward<X>(X*, X*, const X*, const X*, const X*, int, int, float, cudaStream_t); \
   template void layernorm_backward<X>(X*, float*, float*, const X*, const X*, const X*,          \
                                       const float*, const float*, int, int, float*, cudaStream_t);
 MEG_INSTANTIATE(float)

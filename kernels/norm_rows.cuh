@@ -120,11 +120,13 @@ __device__ __forceinline__ float normalize(float x, float mean, float rstd) {
 }
 
 // One row per group of blockDim.x threads, blockDim.y rows per block. out = norm * weight (+ bias);
-// MEAN (LayerNorm) and RSTD receive the row statistics where not null.
+// MEAN (LayerNorm) and RSTD receive the row statistics where not null. With PART (not null) the
+// row is first inp + part, rounded to X as add() rounds it, and written back to inp (SUM, the same
+// array): a residual add and the norm after it in one launch.
 template <typename Norm, typename X, int W, int S>
 __global__ void __launch_bounds__(kMaxRowThreads)
-    forward_kernel(X* out, float* mean, float* rstd, const X* inp, const X* weight, const X* bias,
-                   int N, int C, float eps) {
+    forward_kernel(X* out, float* mean, float* rstd, const X* inp, X* sum, const X* part,
+                   const X* weight, const X* bias, int N, int C, float eps) {
   constexpr bool kLayerNorm = Norm::kLayerNorm;
   using V = Vec<X, W>;
   __shared__ float warp_sums[kForwardBlock / kWarp][kMaxRowThreads / kWarp];
@@ -141,6 +143,20 @@ __global__ void __launch_bounds__(kMaxRowThreads)
   for (int k = 0; k < S; ++k) {
     const int i = k * blockDim.x + threadIdx.x;
     if (live && i < nvec) xv[k] = x[i];
+  }
+  if (part) {
+    const V* p = reinterpret_cast<const V*>(part) + size_t(row) * nvec;
+    V* y = reinterpret_cast<V*>(sum) + size_t(row) * nvec;
+#pragma unroll
+    for (int k = 0; k < S; ++k) {
+      const int i = k * blockDim.x + threadIdx.x;
+      if (live && i < nvec) {
+        const V pv = p[i];
+#pragma unroll
+        for (int j = 0; j < W; ++j) xv[k].v[j] = X(float(xv[k].v[j]) + float(pv.v[j]));
+        y[i] = xv[k];
+      }
+    }
   }
 
   float m = 0.0f;
@@ -382,12 +398,12 @@ dim3 row_block(int C, int W, int S, int block) {
 }
 
 template <typename Norm, typename X, int W>
-void launch_forward(X* out, float* mean, float* rstd, const X* inp, const X* weight, const X* bias,
-                    int N, int C, float eps, cudaStream_t stream) {
+void launch_forward(X* out, float* mean, float* rstd, const X* inp, X* sum, const X* part, const X* weight,
+                    const X* bias, int N, int C, float eps, cudaStream_t stream) {
   constexpr int S = kForwardSlots<W>;
   const dim3 block = row_block<Norm>(C, W, S, kForwardBlock);
   forward_kernel<Norm, X, W, S><<<ceil_div(N, block.y), block, 0, stream>>>(
-      out, mean, rstd, inp, weight, bias, N, C, eps);
+      out, mean, rstd, inp, sum, part, weight, bias, N, C, eps);
   MEG_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -411,16 +427,17 @@ void launch_backward(X* dinp, float* partial_dweight, float* partial_dbias, cons
   MEG_CUDA_CHECK(cudaGetLastError());
 }
 
-// The launchers of both norms: RMSNorm's pass null MEAN, BIAS and DBIAS.
+// The launchers of both norms: RMSNorm's pass null MEAN, BIAS and DBIAS. The forward's PART (may
+// be null) is added into INP first (forward_kernel).
 template <typename Norm, typename X>
 void forward(X* out, float* mean, float* rstd, const X* inp, const X* weight, const X* bias, int N,
-             int C, float eps, cudaStream_t stream) {
+             int C, float eps, cudaStream_t stream, X* sum = nullptr, const X* part = nullptr) {
   if (N <= 0 || C <= 0) return;
   constexpr int W = kVecWidth<X>;
-  if (C % W == 0 && aligned16(out) && aligned16(inp) && aligned16(weight) && aligned16(bias))
-    launch_forward<Norm, X, W>(out, mean, rstd, inp, weight, bias, N, C, eps, stream);
+  if (C % W == 0 && aligned16(out) && aligned16(inp) && aligned16(weight) && aligned16(bias) && aligned16(part))
+    launch_forward<Norm, X, W>(out, mean, rstd, inp, sum, part, weight, bias, N, C, eps, stream);
   else
-    launch_forward<Norm, X, 1>(out, mean, rstd, inp, weight, bias, N, C, eps, stream);
+    launch_forward<Norm, X, 1>(out, mean, rstd, inp, sum, part, weight, bias, N, C, eps, stream);
 }
 
 template <typename Norm>

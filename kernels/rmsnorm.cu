@@ -24,6 +24,12 @@ void rmsnorm_forward(X* out, float* rstd, const X* inp, const X* weight, int N, 
                               eps, stream);
 }
 
+template <typename X>
+void add_rmsnorm_forward(X* out, X* x, const X* part, const X* weight, int N, int C, float eps, cudaStream_t stream) {
+  norm_rows::forward<RMSNorm>(out, nullptr, nullptr, x, weight, static_cast<const X*>(nullptr), N, C, eps, stream, x,
+                              part);
+}
+
 size_t rmsnorm_backward_scratch(int N, int C) { return norm_rows::backward_scratch<RMSNorm>(N, C); }
 
 template <typename X>
@@ -35,6 +41,7 @@ void rmsnorm_backward(X* dinp, float* dweight, const X* dout, const X* inp, cons
 
 #define MEG_INSTANTIATE(X)                                                                       \
   template void rmsnorm_forward<X>(X*, float*, const X*, const X*, int, int, float, cudaStream_t); \
+  template void add_rmsnorm_forward<X>(X*, X*, const X*, const X*, int, int, float, cudaStream_t); \
   template void rmsnorm_backward<X>(X*, float*, const X*, const X*, const X*, const float*, int,  \
                                     int, float*, cudaStream_t);
 MEG_INSTANTIATE(float)

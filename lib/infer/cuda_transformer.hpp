@@ -9,6 +9,8 @@
 // decode steps of generation) fuse instead: each linear layer is one small_linear launch
 // (ops/cuda/ops.hpp) that applies the norm before it and the bias, activation or residual add
 // after it, streaming its weights once; a layer is then four such launches and the attention.
+// Forwards of more rows run the norm kernels, cuBLASLt products and activation kernels, and each
+// branch's residual add is done by the launch of the norm after it (add_layernorm_forward).
 //
 // Tensor parallelism, as training's: over a group of T > 1 ranks (an NcclComm, one GPU each), a
 // member holds its shard of the weights (its heads, MLP columns and vocabulary rows), and the
@@ -129,12 +131,16 @@ class CudaTransformer {
   X* px(size_t offset) const { return offset == kAbsentTensor ? nullptr : weights_.get() + offset; }
   void norm(X* out, const X* inp, size_t w, size_t b, int N);
   // OUT = EPILOGUE(norm(X) @ W^T + B), X [N, C], for the layers that follow a norm (the fused
-  // QKV, the MLP's first layer and its activation, the output layer).
+  // QKV, the MLP's first layer and its activation, the output layer). RESIDUAL, where given, is X
+  // itself, with the part residual_linear() left in branch_ still to be added: the norm's launch
+  // adds it (X is written).
   void norm_linear(X* out, const X* x, size_t norm_w, size_t norm_b, size_t w, size_t b, int N, int OC,
-                   cuda::SmallLinearEpilogue epilogue, const cuda::SmallLinearKvAppend<X>* kv_append = nullptr);
+                   cuda::SmallLinearEpilogue epilogue, const cuda::SmallLinearKvAppend<X>* kv_append = nullptr,
+                   X* residual = nullptr);
   // X [N, C] += INP [N, IN] @ W^T + B: the layers that end a branch (a row-parallel layer, its
-  // parts summed over the group).
-  void residual_linear(X* x, const X* inp, size_t w, size_t b, int N, int in);
+  // parts summed over the group). Where the product and the add are separate launches and
+  // DEFER_ADD, the part is left in branch_ for the next norm to add, and the call returns true.
+  bool residual_linear(X* x, const X* inp, size_t w, size_t b, int N, int in, bool defer_add);
 
   NcclComm* tp_;  // null for the whole model
   PeerSums* peer_sums_ = nullptr;

@@ -128,37 +128,54 @@ void CudaTransformer<X>::blocks(X* x, int N, const Attention& attention, const K
   const auto [C, NH, NKV, HS, CQ, QKV, Fh, FC, V, Vp, V0] = dims_;
   const auto activation =
       config_.activation == Activation::swiglu ? cuda::SmallLinearEpilogue::swiglu : cuda::SmallLinearEpilogue::gelu;
+  // Whether branch_ holds a part residual_linear() left for the next norm to add into x: only
+  // where that norm is a launch of its own (too many rows for small_linear, or small_linear off).
+  const bool unfused = !small_linear_ || N > cuda::kSmallLinearMaxRows;
+  bool pending = false;
   for (size_t l = 0; l < offsets_.layers.size(); ++l) {
     const GptOffsets::Layer& w = offsets_.layers[l];
     // Attention: x = x + proj(attention(qkv(norm1(x)))), the keys and values cached first.
+    X* const residual = pending ? x : nullptr;
     if (cache) {
       const auto [k, v] = cache->arrays(l);
       const cuda::SmallLinearKvAppend<X> append{k,  v,  cache->slots, cache->positions, rope_table(),
                                                 NH, NKV, HS, cache->max_length};
       norm_linear(qkv_.get(), x, w.ln1_w, w.ln1_b, w.qkv_w, w.qkv_b, N, QKV, cuda::SmallLinearEpilogue::kv_append,
-                  &append);
+                  &append, residual);
     } else {
-      norm_linear(qkv_.get(), x, w.ln1_w, w.ln1_b, w.qkv_w, w.qkv_b, N, QKV, cuda::SmallLinearEpilogue::store);
+      norm_linear(qkv_.get(), x, w.ln1_w, w.ln1_b, w.qkv_w, w.qkv_b, N, QKV, cuda::SmallLinearEpilogue::store,
+                  nullptr, residual);
     }
     attention(l, qkv_.get(), atty_.get());
-    residual_linear(x, atty_.get(), w.proj_w, w.proj_b, N, CQ);
+    pending = residual_linear(x, atty_.get(), w.proj_w, w.proj_b, N, CQ, unfused);
     // MLP: x = x + fc2(act(fc1(norm2(x)))).
-    norm_linear(act_.get(), x, w.ln2_w, w.ln2_b, w.fc1_w, w.fc1_b, N, FC, activation);
-    residual_linear(x, act_.get(), w.fc2_w, w.fc2_b, N, Fh);
+    norm_linear(act_.get(), x, w.ln2_w, w.ln2_b, w.fc1_w, w.fc1_b, N, FC, activation, nullptr,
+                pending ? x : nullptr);
+    pending = residual_linear(x, act_.get(), w.fc2_w, w.fc2_b, N, Fh, unfused && l + 1 < offsets_.layers.size());
   }
 }
 
-// A few rows take one small_linear launch; more take the norm kernel, the cuBLASLt product and
-// the activation's kernel (GELU in cuBLASLt's epilogue where it has one).
+// A few rows take one small_linear launch; more take the norm kernel (which adds a pending part of
+// the residual stream first), the cuBLASLt product and the activation's kernel (GELU in cuBLASLt's
+// epilogue where it has one).
 template <typename X>
 void CudaTransformer<X>::norm_linear(X* out, const X* x, size_t norm_w, size_t norm_b, size_t w, size_t b, int N,
                                      int OC, cuda::SmallLinearEpilogue epilogue,
-                                     const cuda::SmallLinearKvAppend<X>* kv_append) {
+                                     const cuda::SmallLinearKvAppend<X>* kv_append, X* residual) {
   using E = cuda::SmallLinearEpilogue;
   const int C = dims_.C;
   const cuda::SmallLinearNorm<X> n{px(norm_w), px(norm_b), float(config_.norm_eps), config_.norm == NormKind::rmsnorm};
-  if (small_linear_ && cuda::small_linear(out, x, px(w), px(b), N, C, OC, n, epilogue, stream(), kv_append)) return;
-  norm(ln_.get(), x, norm_w, norm_b, N);
+  if (!residual && small_linear_ && cuda::small_linear(out, x, px(w), px(b), N, C, OC, n, epilogue, stream(), kv_append))
+    return;
+  if (residual) {
+    const float eps = float(config_.norm_eps);
+    if (config_.norm == NormKind::layernorm)
+      cuda::add_layernorm_forward(ln_.get(), residual, branch_.get(), px(norm_w), px(norm_b), N, C, eps, stream());
+    else
+      cuda::add_rmsnorm_forward(ln_.get(), residual, branch_.get(), px(norm_w), N, C, eps, stream());
+  } else {
+    norm(ln_.get(), x, norm_w, norm_b, N);
+  }
   if (epilogue == E::store || epilogue == E::kv_append) {
     gemm_.linear_forward(out, ln_.get(), px(w), px(b), N, C, OC);
     if (kv_append)
@@ -176,12 +193,12 @@ void CudaTransformer<X>::norm_linear(X* out, const X* x, size_t norm_w, size_t n
 
 // With tensor parallelism the product is a part of the sum, and the residual add waits for the
 // sum over the group (the peer sum's kernel adds it); without, a few rows add it in small_linear's
-// epilogue.
+// epilogue. Otherwise the add is its own launch, or with DEFER_ADD the next norm's.
 template <typename X>
-void CudaTransformer<X>::residual_linear(X* x, const X* inp, size_t w, size_t b, int N, int in) {
+bool CudaTransformer<X>::residual_linear(X* x, const X* inp, size_t w, size_t b, int N, int in, bool defer_add) {
   using E = cuda::SmallLinearEpilogue;
   if (!tp_ && small_linear_ && cuda::small_linear(x, inp, px(w), px(b), N, in, dims_.C, {}, E::residual, stream()))
-    return;
+    return false;
   // Each member's input columns times its weight columns is a part of the output; rank 0's part
   // carries the (replicated) bias, so that the sum adds it once.
   const X* bias = !tp_ || tp_->rank() == 0 ? px(b) : nullptr;
@@ -190,10 +207,12 @@ void CudaTransformer<X>::residual_linear(X* x, const X* inp, size_t w, size_t b,
   if (!(tp_ && small_linear_ && cuda::small_linear(part, inp, px(w), bias, N, in, dims_.C, {}, E::store, stream())))
     gemm_.linear_forward(part, inp, px(w), bias, N, in, dims_.C);
   if (tp_) {
-    if (peer_sums_ && peer_sums_->add_sum(x, part, n, stream())) return;
+    if (peer_sums_ && peer_sums_->add_sum(x, part, n, stream())) return false;
     tp_->all_reduce_sum(part, n, stream());
   }
+  if (defer_add) return true;
   cuda::add(x, x, part, n, stream());
+  return false;
 }
 
 template <typename X>

@@ -87,6 +87,13 @@ template <typename X>
 void layernorm_forward(X* out, float* mean, float* rstd, const X* inp, const X* weight,
                        const X* bias, int N, int C, float eps, cudaStream_t stream);
 
+// x[N,C] += part (each sum rounded to X, as add() rounds it), then out = layernorm(x) as
+// layernorm_forward computes it: a residual add and the norm after it in one launch. out must not
+// overlap x or part.
+template <typename X>
+void add_layernorm_forward(X* out, X* x, const X* part, const X* weight, const X* bias, int N, int C, float eps,
+                           cudaStream_t stream);
+
 // dinp[N,C] += ... (accumulates into the residual gradient); dweight[C] and dbias[C] += their
 // sums over the rows, reduced in a fixed order through SCRATCH (layernorm_backward_scratch(N, C)
 // floats). mean and rstd are the forward's.
@@ -102,6 +109,10 @@ size_t layernorm_backward_scratch(int N, int C);
 template <typename X>
 void rmsnorm_forward(X* out, float* rstd, const X* inp, const X* weight, int N, int C, float eps,
                      cudaStream_t stream);
+
+// x += part, then out = rmsnorm(x): add_layernorm_forward's RMSNorm.
+template <typename X>
+void add_rmsnorm_forward(X* out, X* x, const X* part, const X* weight, int N, int C, float eps, cudaStream_t stream);
 
 // dinp += ... ; dweight += ..., through SCRATCH (rmsnorm_backward_scratch(N, C) floats).
 template <typename X>
