@@ -339,36 +339,36 @@ TEMPLATE_TEST_CASE("CUDA rmsnorm_backward matches the CPU reference, accumulates
 // The residual add fused into the norm (the inference path's unfused layers: a branch's output
 // added into the residual stream by the next norm's launch) must be add() then the norm, bit for
 // bit: the residual stream it writes and the normalised rows, for both norms, on the vector and
-// the one-element paths. An offset part (not 16-byte aligned) takes the one-element path too.
+// the one-element paths (arrays offset by one element: not 16-byte aligned).
 TEMPLATE_TEST_CASE("CUDA add_layernorm_forward and add_rmsnorm_forward equal add, then the norm", "[gpu][kernels]",
                    float, __nv_bfloat16, __half) {
   using X = TestType;
   std::mt19937 rng(91);
   for (auto [N, C] : kShapes) {
     for (int offset : {0, 1}) {
-      INFO(type_name<X>() << " N=" << N << " C=" << C << " part offset " << offset);
+      INFO(type_name<X>() << " N=" << N << " C=" << C << " offset " << offset);
       const size_t NC = size_t(N) * C;
-      const auto [x0, weight] = random_inputs<X>(N, C, rng);
+      auto [x0, weight] = random_inputs<X>(N, C, rng);
       const auto bias = round_to<X>(random_floats(C, -0.5f, 0.5f, rng));
-      std::vector<float> part(NC + 1);
-      const auto values = round_to<X>(random_floats(NC, -1.0f, 1.0f, rng));
-      std::copy(values.begin(), values.end(), part.begin() + offset);
+      auto part = round_to<X>(random_floats(NC, -1.0f, 1.0f, rng));
+      x0.insert(x0.begin(), float(offset), 0.0f);
+      part.insert(part.begin(), float(offset), 0.0f);
       const float eps = 1e-5f;
       DeviceBuffer<X> d_part(part), d_weight(weight), d_bias(bias);
       const X* p = d_part.get() + offset;
       for (bool rms : {false, true}) {
         INFO((rms ? "rmsnorm" : "layernorm"));
-        DeviceBuffer<X> want_x(x0), want_out(NC), got_x(x0), got_out(NC);
+        DeviceBuffer<X> want_x(x0), want_out(NC + offset), got_x(x0), got_out(NC + offset);
         want_out.poison(), got_out.poison();
-        meg::cuda::add(want_x.get(), want_x.get(), p, NC, nullptr);
+        X *wx = want_x.get() + offset, *wo = want_out.get() + offset;
+        X *gx = got_x.get() + offset, *go = got_out.get() + offset;
+        meg::cuda::add(wx, wx, p, NC, nullptr);
         if (rms) {
-          meg::cuda::rmsnorm_forward(want_out.get(), nullptr, want_x.get(), d_weight.get(), N, C, eps, nullptr);
-          meg::cuda::add_rmsnorm_forward(got_out.get(), got_x.get(), p, d_weight.get(), N, C, eps, nullptr);
+          meg::cuda::rmsnorm_forward(wo, nullptr, wx, d_weight.get(), N, C, eps, nullptr);
+          meg::cuda::add_rmsnorm_forward(go, gx, p, d_weight.get(), N, C, eps, nullptr);
         } else {
-          meg::cuda::layernorm_forward(want_out.get(), nullptr, nullptr, want_x.get(), d_weight.get(), d_bias.get(),
-                                       N, C, eps, nullptr);
-          meg::cuda::add_layernorm_forward(got_out.get(), got_x.get(), p, d_weight.get(), d_bias.get(), N, C, eps,
-                                           nullptr);
+          meg::cuda::layernorm_forward(wo, nullptr, nullptr, wx, d_weight.get(), d_bias.get(), N, C, eps, nullptr);
+          meg::cuda::add_layernorm_forward(go, gx, p, d_weight.get(), d_bias.get(), N, C, eps, nullptr);
         }
         CHECK(same_bits(got_x.download_raw(), want_x.download_raw()));
         CHECK(same_bits(got_out.download_raw(), want_out.download_raw()));
