@@ -130,6 +130,8 @@ class CudaTransformer {
  private:
   X* px(size_t offset) const { return offset == kAbsentTensor ? nullptr : weights_.get() + offset; }
   void norm(X* out, const X* inp, size_t w, size_t b, int N);
+  // X += PART (a branch's output, rounded as an add), then OUT = norm(X), in one launch.
+  void add_norm(X* out, X* x, const X* part, size_t w, size_t b, int N);
   // OUT = EPILOGUE(norm(X) @ W^T + B), X [N, C], for the layers that follow a norm (the fused
   // QKV, the MLP's first layer and its activation, the output layer). RESIDUAL, where given, is X
   // itself, with the part residual_linear() left in branch_ still to be added: the norm's launch

@@ -123,6 +123,15 @@ void CudaTransformer<X>::norm(X* out, const X* inp, size_t w, size_t b, int N) {
 }
 
 template <typename X>
+void CudaTransformer<X>::add_norm(X* out, X* x, const X* part, size_t w, size_t b, int N) {
+  const float eps = float(config_.norm_eps);
+  if (config_.norm == NormKind::layernorm)
+    cuda::add_layernorm_forward(out, x, part, px(w), px(b), N, dims_.C, eps, stream());
+  else
+    cuda::add_rmsnorm_forward(out, x, part, px(w), N, dims_.C, eps, stream());
+}
+
+template <typename X>
 void CudaTransformer<X>::blocks(X* x, int N, const Attention& attention, const KvCache* cache) {
   if (N > max_rows_) throw std::invalid_argument("CudaTransformer: more rows than allocated");
   const auto [C, NH, NKV, HS, CQ, QKV, Fh, FC, V, Vp, V0] = dims_;
@@ -135,16 +144,15 @@ void CudaTransformer<X>::blocks(X* x, int N, const Attention& attention, const K
   for (size_t l = 0; l < offsets_.layers.size(); ++l) {
     const GptOffsets::Layer& w = offsets_.layers[l];
     // Attention: x = x + proj(attention(qkv(norm1(x)))), the keys and values cached first.
-    X* const residual = pending ? x : nullptr;
     if (cache) {
       const auto [k, v] = cache->arrays(l);
       const cuda::SmallLinearKvAppend<X> append{k,  v,  cache->slots, cache->positions, rope_table(),
                                                 NH, NKV, HS, cache->max_length};
       norm_linear(qkv_.get(), x, w.ln1_w, w.ln1_b, w.qkv_w, w.qkv_b, N, QKV, cuda::SmallLinearEpilogue::kv_append,
-                  &append, residual);
+                  &append, pending ? x : nullptr);
     } else {
       norm_linear(qkv_.get(), x, w.ln1_w, w.ln1_b, w.qkv_w, w.qkv_b, N, QKV, cuda::SmallLinearEpilogue::store,
-                  nullptr, residual);
+                  nullptr, pending ? x : nullptr);
     }
     attention(l, qkv_.get(), atty_.get());
     pending = residual_linear(x, atty_.get(), w.proj_w, w.proj_b, N, CQ, unfused);
@@ -167,15 +175,8 @@ void CudaTransformer<X>::norm_linear(X* out, const X* x, size_t norm_w, size_t n
   const cuda::SmallLinearNorm<X> n{px(norm_w), px(norm_b), float(config_.norm_eps), config_.norm == NormKind::rmsnorm};
   if (!residual && small_linear_ && cuda::small_linear(out, x, px(w), px(b), N, C, OC, n, epilogue, stream(), kv_append))
     return;
-  if (residual) {
-    const float eps = float(config_.norm_eps);
-    if (config_.norm == NormKind::layernorm)
-      cuda::add_layernorm_forward(ln_.get(), residual, branch_.get(), px(norm_w), px(norm_b), N, C, eps, stream());
-    else
-      cuda::add_rmsnorm_forward(ln_.get(), residual, branch_.get(), px(norm_w), N, C, eps, stream());
-  } else {
-    norm(ln_.get(), x, norm_w, norm_b, N);
-  }
+  if (residual) add_norm(ln_.get(), residual, branch_.get(), norm_w, norm_b, N);
+  else norm(ln_.get(), x, norm_w, norm_b, N);
   if (epilogue == E::store || epilogue == E::kv_append) {
     gemm_.linear_forward(out, ln_.get(), px(w), px(b), N, C, OC);
     if (kv_append)
