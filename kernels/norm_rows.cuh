@@ -43,6 +43,7 @@
 
 #include "column_sums.cuh"
 #include "common.cuh"
+#include "overlapped_launch.cuh"
 #include "ops/cuda/check.hpp"
 
 namespace meg::cuda::norm_rows {
@@ -137,6 +138,22 @@ __global__ void __launch_bounds__(kMaxRowThreads)
   const bool live = row < N;
   const V* x = reinterpret_cast<const V*>(inp) + size_t(row) * nvec;
 
+  // The weight and bias, which no kernel before writes, are requested before the wait for the
+  // kernel that wrote the row (launch_forward overlaps it).
+  const V* w = reinterpret_cast<const V*>(weight);
+  const V* b = reinterpret_cast<const V*>(bias);
+  V wv[S], bv[S];
+#pragma unroll
+  for (int k = 0; k < S; ++k) {
+    const int i = k * blockDim.x + threadIdx.x;
+    if (i < nvec) {
+      wv[k] = w[i];
+      if (kLayerNorm && bias) bv[k] = b[i];
+    }
+  }
+  wait_for_previous_kernel();
+  allow_next_kernel();
+
   // All loads first, so they are in flight together.
   V xv[S];
 #pragma unroll
@@ -187,23 +204,18 @@ __global__ void __launch_bounds__(kMaxRowThreads)
 
   if (!live) return;  // no reduction follows
   V* y = reinterpret_cast<V*>(out) + size_t(row) * nvec;
-  const V* w = reinterpret_cast<const V*>(weight);
-  const V* b = reinterpret_cast<const V*>(bias);
 #pragma unroll
   for (int k = 0; k < S; ++k) {
     const int i = k * blockDim.x + threadIdx.x;
     if (i < nvec) {
-      const V wv = w[i];
-      V bv;
-      if (kLayerNorm && bias) bv = b[i];
       V yv;
 #pragma unroll
       for (int j = 0; j < W; ++j) {
         const float norm = normalize<kLayerNorm>(float(xv[k].v[j]), m, s);
         if constexpr (kLayerNorm)
-          yv.v[j] = X(norm * float(wv.v[j]) + (bias ? float(bv.v[j]) : 0.0f));
+          yv.v[j] = X(norm * float(wv[k].v[j]) + (bias ? float(bv[k].v[j]) : 0.0f));
         else
-          yv.v[j] = X(norm * float(wv.v[j]));
+          yv.v[j] = X(norm * float(wv[k].v[j]));
       }
       y[i] = yv;
     }
@@ -402,9 +414,8 @@ void launch_forward(X* out, float* mean, float* rstd, const X* inp, X* sum, cons
                     const X* bias, int N, int C, float eps, cudaStream_t stream) {
   constexpr int S = kForwardSlots<W>;
   const dim3 block = row_block<Norm>(C, W, S, kForwardBlock);
-  forward_kernel<Norm, X, W, S><<<ceil_div(N, block.y), block, 0, stream>>>(
-      out, mean, rstd, inp, sum, part, weight, bias, N, C, eps);
-  MEG_CUDA_CHECK(cudaGetLastError());
+  launch_overlapped(forward_kernel<Norm, X, W, S>, dim3(ceil_div(N, block.y)), block, 0, stream, out, mean, rstd, inp,
+                    sum, part, weight, bias, N, C, eps);
 }
 
 template <typename Norm, typename X, int W>

@@ -22,6 +22,7 @@
 
 #include "activations.cuh"
 #include "common.cuh"
+#include "overlapped_launch.cuh"
 #include "ops/cuda/check.hpp"
 #include "ops/cuda/ops.hpp"
 
@@ -44,6 +45,10 @@ Launch launch_for(int N, int packs) {
 
 template <typename X, int W>
 __global__ void swiglu_forward_kernel(X* out, const X* inp, int N, int H) {
+  // Launched overlapped (kernels/overlapped_launch.cuh): its blocks are resident when the product
+  // that wrote INP ends.
+  wait_for_previous_kernel();
+  allow_next_kernel();
   const int c = (blockIdx.x * blockDim.x + threadIdx.x) * W;  // first column of this thread's pack
   if (c >= H) return;
   for (int row = blockIdx.y; row < N; row += gridDim.y) {
@@ -95,12 +100,11 @@ void swiglu_forward(X* out, const X* inp, int N, int H, cudaStream_t stream) {
   constexpr int W = kVecWidth<X>;
   if (H % W == 0 && aligned16(out) && aligned16(inp)) {
     const Launch l = launch_for(N, H / W);
-    swiglu_forward_kernel<X, W><<<l.grid, l.block, 0, stream>>>(out, inp, N, H);
+    launch_overlapped(swiglu_forward_kernel<X, W>, l.grid, l.block, 0, stream, out, inp, N, H);
   } else {
     const Launch l = launch_for(N, H);
-    swiglu_forward_kernel<X, 1><<<l.grid, l.block, 0, stream>>>(out, inp, N, H);
+    launch_overlapped(swiglu_forward_kernel<X, 1>, l.grid, l.block, 0, stream, out, inp, N, H);
   }
-  MEG_CUDA_CHECK(cudaGetLastError());
 }
 
 template <typename X>
