@@ -41,7 +41,9 @@
 //     a fresh prompt in a sixth slot (new_keys = 1);
 //   - Q queries of slots of their own with 600 to 1000 keys, Q the least from 40 on for which the
 //     grid does not split (cached_attention_splits(Q) == 1, which depends on the device), so that a
-//     block takes a query's keys in many passes;
+//     block takes a query's keys in many passes (grouped-query heads: through the streaming ring);
+//   - for shapes of one head a block, as many such queries as take one block more than a wave of
+//     4-warp blocks (4 a multiprocessor): the grid of 2-warp blocks;
 //   - a prompt after cached tokens: positions 40-44 of one slot and 300-304 of another, each a
 //     query (new_keys = 5; each must see its own key and the earlier ones, not the later ones),
 //     beside a decode token of a third slot.
@@ -171,6 +173,17 @@ std::vector<Batch> batches(const Shape& s) {
   Batch many{std::to_string(Q) + " unsplit queries, 600 to 1000 keys", {}};
   for (int q = 0; q < Q; ++q) many.tokens.push_back({q, 600 + (q * 97) % 401});
   out.push_back(many);
+  if (s.NH / s.NKV % 2 != 0) {
+    // One head a block: just past a wave of 4-warp blocks (4 a multiprocessor), the grid's blocks
+    // have 2 warps.
+    int device = 0, multiprocessors = 0;
+    REQUIRE(cudaGetDevice(&device) == cudaSuccess);
+    REQUIRE(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device) == cudaSuccess);
+    const int past = 4 * multiprocessors / s.NH + 1;
+    Batch wave{std::to_string(past) + " unsplit queries of 2-warp blocks, 600 to 1000 keys", {}};
+    for (int q = 0; q < past; ++q) wave.tokens.push_back({q, 600 + (q * 89) % 401});
+    out.push_back(wave);
+  }
   Batch prompt{"positions 40-44 and 300-304 of two slots after cached ones, and a decode token", {{0, 500}}};
   for (int p = 40; p <= 44; ++p) prompt.tokens.push_back({1, p});
   for (int p = 300; p <= 304; ++p) prompt.tokens.push_back({3, p});
