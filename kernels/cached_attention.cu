@@ -175,7 +175,7 @@ __device__ void merge(float& m, float& l, float (&o)[W], float m2, float l2, con
 // (kernel comment "Streaming blocks"): the unclustered, unstaged grids of grouped-query heads,
 // where a lane's vector is 16 bytes (what one asynchronous copy moves).
 template <typename X, int W, int G, int Warps, bool Staged>
-constexpr bool Streamed = !Staged && Warps == kFewWarps && G > 1 && W * sizeof(X) == 16;
+constexpr bool kStreams = !Staged && Warps == kFewWarps && G > 1 && W * sizeof(X) == 16;
 
 // A launch's arrays and shapes, as cached_attention takes them.
 template <typename X>
@@ -234,7 +234,7 @@ __global__ void __launch_bounds__(Warps * kWarp, G == 1 ? kWarpsPerSM / Warps : 
   const int staged = Staged ? min(len, a.staged_keys) : 0;
   // A streaming block's warps each hold kRingPasses passes of kUnroll vectors a lane, of K then V,
   // also after the warps' partials: [warp][pass % kRingPasses][u][lane].
-  constexpr bool kStreamed = Streamed<X, W, G, Warps, Staged>;
+  constexpr bool kStreamed = kStreams<X, W, G, Warps, Staged>;
   constexpr int kRingVectors = Warps * kRingPasses * kUnroll * kWarp;
   V* const ring_k = reinterpret_cast<V*>(ks);
   V* const ring_v = ring_k + kRingVectors;
@@ -568,10 +568,10 @@ void launch(const Args<X>& a, const Splits& s, cudaStream_t stream) {
   size_t smem = size_t(Warps + (Warps == kManyWarps)) * G * partial_floats(a.HS) * sizeof(float);
   if constexpr (Staged)
     smem = staged_offset(Warps, G, a.HS) * sizeof(float) + 2 * size_t(a.staged_keys) * a.HS * sizeof(X);
-  if constexpr (Streamed<X, W, G, Warps, Staged>)
+  if constexpr (kStreams<X, W, G, Warps, Staged>)
     smem = staged_offset(Warps, G, a.HS) * sizeof(float) +
            2 * size_t(Warps) * kRingPasses * kUnroll * kWarp * W * sizeof(X);
-  if constexpr (Staged || Streamed<X, W, G, Warps, Staged>) {
+  if constexpr (Staged || kStreams<X, W, G, Warps, Staged>) {
     static std::once_flag opted_in;  // to more than the default 48 KB of shared memory, once
     std::call_once(opted_in, [&] { grant_most_shared_memory(kernel); });
   }

@@ -1,6 +1,7 @@
 // Overlapped launches (programmatic dependent launch, Hopper and later) for the kernels of a decode
 // step, which are short enough that a launch's ramp-up and the previous kernel's tail cost as much
-// as their work.
+// as their work, and for the norms and SwiGLU between the cuBLASLt products of batched steps (the
+// products themselves are ordinary launches).
 //
 // A kernel launched with launch_overlapped() may start while the kernel before it in the stream
 // is still running. Until it calls wait_for_previous_kernel() it must touch only what no earlier
