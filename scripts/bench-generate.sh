@@ -2,7 +2,9 @@
 # Generation throughput of the CUDA inference model (make bench on a CUDA machine): prefill and
 # decode tokens/s at batch 1 and 32 for GPT-2 124M, GPT-2 1.56B and Llama 1B in bf16, against the
 # bandwidth limit of a decode step and the compute limit of prefill
-# (tests/bench/cuda/bench_generate.cpp says how they are counted), then decode steps queued one
+# (tests/bench/cuda/bench_generate.cpp says how they are counted; its decode rows copy all the
+# logits to the host), then prefill and greedy decode (the argmax on the device) of each model in a
+# process of its own, as the README's table gives them, then decode steps queued one
 # behind the other (greedy and top-p choices on the device, bench_generate --chained, as
 # meg-generate runs them), then batch-1 decode at short contexts (8 and 200 prompt tokens, where
 # the attention runs one block a head), then batch-1 decode with the linear layers as cuBLASLt
@@ -27,6 +29,11 @@ bench=$build/tests/bench_generate
 
 echo "## Generation throughput (bf16, one GPU)"
 "$bench" "$@" | tee "$out/generate.md"
+echo; echo "## Prefill of one prompt and greedy decode at 1, 16 and 32 rows, each model alone (the README's table)"
+for model in gpt2-124m gpt2-1.5b llama-1b; do
+  "$bench" --phase prefill --batch 1 "$@" "$model"
+  for batch in 1 16 32; do "$bench" --phase decode --batch $batch --sampling greedy "$@" "$model"; done
+done | tee "$out/generate-greedy.md"
 echo; echo "## Decode steps queued one behind the other, as meg-generate runs greedy and top-p steps"
 for sampling in greedy top-p; do "$bench" --phase decode --sampling $sampling --chained "$@"; done |
   tee "$out/generate-chained.md"
