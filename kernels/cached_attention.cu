@@ -149,9 +149,13 @@ __host__ __device__ size_t partial_floats(int HS) { return size_t(HS) + 2; }
 
 // The floats of a block's shared memory before a staged block's keys or a streaming block's ring:
 // the warps' partials, rounded up to 16 bytes.
-__host__ __device__ size_t staged_offset(int warps, int G, int HS) {
+__host__ __device__ size_t keys_offset(int warps, int G, int HS) {
   return (size_t(warps) * G * partial_floats(HS) + 3) / 4 * 4;
 }
+
+// The 16-byte vectors of a streaming block's ring of K, and again of V: kRingPasses passes of
+// kUnroll vectors a lane for each of its WARPS warps.
+__host__ __device__ constexpr int ring_vectors(int warps) { return warps * kRingPasses * kUnroll * kWarp; }
 
 // The clusters query LEN keys use, within the grid's CLUSTERS of CLUSTER blocks: no more than it
 // takes for each block to read its keys in one pass of PASS keys (every key requested before any
@@ -230,15 +234,14 @@ __global__ void __launch_bounds__(Warps * kWarp, G == 1 ? kWarpsPerSM / Warps : 
   const X* vp = a.v_cache + head_rows * HS + c * W;
   // A staged block's keys [0, staged) in shared memory, after the warps' partials.
   extern __shared__ float smem[];
-  X* const ks = reinterpret_cast<X*>(smem + staged_offset(Warps, G, HS));
+  X* const ks = reinterpret_cast<X*>(smem + keys_offset(Warps, G, HS));
   X* const vs = ks + size_t(a.staged_keys) * HS;
   const int staged = Staged ? min(len, a.staged_keys) : 0;
   // A streaming block's warps each hold kRingPasses passes of kUnroll vectors a lane, of K then V,
   // also after the warps' partials: [warp][pass % kRingPasses][u][lane].
   constexpr bool kStreamed = kStreams<X, W, G, Warps, Staged>;
-  constexpr int kRingVectors = Warps * kRingPasses * kUnroll * kWarp;
   V* const ring_k = reinterpret_cast<V*>(ks);
-  V* const ring_v = ring_k + kRingVectors;
+  V* const ring_v = ring_k + ring_vectors(Warps);
   auto ring_slot = [&](int pass_index, int u) {
     return ((warp * kRingPasses + pass_index % kRingPasses) * kUnroll + u) * kWarp + lane;
   };
@@ -568,10 +571,9 @@ void launch(const Args<X>& a, const Splits& s, cudaStream_t stream) {
   const float scale_log2 = float(kLog2e / std::sqrt(double(a.HS)));
   size_t smem = size_t(Warps + (Warps == kManyWarps)) * G * partial_floats(a.HS) * sizeof(float);
   if constexpr (Staged)
-    smem = staged_offset(Warps, G, a.HS) * sizeof(float) + 2 * size_t(a.staged_keys) * a.HS * sizeof(X);
+    smem = keys_offset(Warps, G, a.HS) * sizeof(float) + 2 * size_t(a.staged_keys) * a.HS * sizeof(X);
   if constexpr (kStreams<X, W, G, Warps, Staged>)
-    smem = staged_offset(Warps, G, a.HS) * sizeof(float) +
-           2 * size_t(Warps) * kRingPasses * kUnroll * kWarp * W * sizeof(X);
+    smem = keys_offset(Warps, G, a.HS) * sizeof(float) + 2 * size_t(ring_vectors(Warps)) * sizeof(Vec<X, W>);
   if constexpr (Staged || kStreams<X, W, G, Warps, Staged>) {
     static std::once_flag opted_in;  // to more than the default 48 KB of shared memory, once
     std::call_once(opted_in, [&] { grant_most_shared_memory(kernel); });
