@@ -79,6 +79,7 @@
 #include <vector>
 
 #include "catch.hpp"
+#include "core/device.hpp"
 #include "gpu_test_util.hpp"
 #include "ops/cuda/ops.hpp"
 #include "ops/cuda/stream.hpp"
@@ -94,6 +95,15 @@ struct Shape {
   bool rope;
   int width() const { return (NH + 2 * NKV) * HS; }  // a row of qkv
 };
+
+// The device the tests run on (the current one).
+meg::DeviceInfo current_device() {
+  int index = 0;
+  MEG_CUDA_CHECK(cudaGetDevice(&index));
+  for (const meg::DeviceInfo& d : meg::cuda_devices())
+    if (d.index == index) return d;
+  throw std::runtime_error("the current CUDA device is not among those listed");
+}
 
 std::string describe(const Shape& s) {
   std::ostringstream os;
@@ -176,10 +186,7 @@ std::vector<Batch> batches(const Shape& s) {
   if (s.NH / s.NKV % 2 != 0) {
     // One head a block: just past a wave of 4-warp blocks (4 a multiprocessor), the grid's blocks
     // have 2 warps.
-    int device = 0, multiprocessors = 0;
-    REQUIRE(cudaGetDevice(&device) == cudaSuccess);
-    REQUIRE(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device) == cudaSuccess);
-    const int past = 4 * multiprocessors / s.NH + 1;
+    const int past = 4 * current_device().multiprocessors / s.NH + 1;
     Batch wave{std::to_string(past) + " unsplit queries of 2-warp blocks, 600 to 1000 keys", {}};
     for (int q = 0; q < past; ++q) wave.tokens.push_back({q, 600 + (q * 89) % 401});
     out.push_back(wave);
@@ -352,10 +359,7 @@ void check_shape(const Shape& s, std::mt19937& rng) {
   // A single query splits its keys: the merge is exercised. On Hopper a short one takes the staged
   // grid.
   REQUIRE(meg::cuda::cached_attention_splits(1, s.NH, s.NKV) > 1);
-  int device = 0, major = 0;
-  MEG_CUDA_CHECK(cudaGetDevice(&device));
-  MEG_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  if (major >= 9) REQUIRE(meg::cuda::cached_attention_staged(1, s.NH, s.NKV, s.HS, 50));
+  if (current_device().compute_major >= 9) REQUIRE(meg::cuda::cached_attention_staged(1, s.NH, s.NKV, s.HS, 50));
   std::vector<std::unique_ptr<DecodeStep<X>>> steps;
   int max_q = 1, max_length = 1;
   for (const Batch& b : batches(s)) {
