@@ -11,8 +11,9 @@
 # products and separate norm, activation and add kernels (small_linear off), and without CUDA
 # graphs: what the fused layers and the graphs save; then a decode step's products alone (bench_decode_chain:
 # overlapped kernels waiting in hardware or on counters, against one persistent kernel with
-# grid-wide barriers and one streaming the weights through a ring of shared memory, and the products
-# with the model's epilogues, each left out in turn); then the device's choice of the next tokens
+# grid-wide barriers and one streaming the weights through a ring of shared memory, kernels of their
+# own streaming through rings of shared memory, and the products with the model's epilogues, each
+# left out in turn); then the device's choice of the next tokens
 # alone (bench_logits), the host's (bench_sampler), and GPT-2 124M's decode steps with each choice,
 # as meg-generate makes them (bench_generate --sampling: greedy, top-p and temperature alone on the
 # device, top-k selected there and drawn on the host, each with and without a repetition penalty,

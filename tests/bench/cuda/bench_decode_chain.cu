@@ -30,22 +30,29 @@
 //                         allows, never waiting for an input, and consumer warps wait for the
 //                         product before (a counter) and multiply each piece as it lands; then
 //                         its parts: without the waits (the values then wrong; for the timing),
-//                         the copies alone, the copies and the waits, the multiplies alone.
+//                         the copies alone, the copies and the waits, the multiplies alone;
+//   kernels, bulk ring    each product a kernel of its own at one block a multiprocessor,
+//                         streaming its rows through a ring of shared memory (bulk copies) from
+//                         its start; "early" lets the next kernel start at once, beside it, to
+//                         request its own first rows while this one streams; with a slot a
+//                         consumer warp or two half-size ones; then the copies and waits alone;
+//                         "bulk mma" the same with tensor-core consumers.
 // On an H100 (us a layer, GPT-2 124M / 1.5B / Llama 1B): small_linear 9.7 / 26.5 / 43.9;
 // kernels with griddepcontrol.wait 11.1 / 27.0 / 45.5, with counters 12.9 / 29.4 / 47.4; at one
 // block a multiprocessor 11.8 / 34.0 / 50.9 and 13.3 / 35.6 / 52.0; persistent with the generation
 // barrier 19.8 / 35.4 / 55.3, with the counter 16.3 / 33.2 / 52.2. Hence a decode step is a chain
 // of kernels that wait in hardware (overlapped_launch.cuh): a handoff through memory costs more
 // than the boundary it replaces, and fewer blocks keep fewer bytes in flight.
-// The ring (one H100, the same run as small_linear's 9.8 / 26.9 / 43.9): 19.1 / 38.6 / 61.8. Its
-// copies alone take 7.5 / 20.2 / 39.9 (3.05 TB/s at the larger two, small_linear's rate within a
-// kernel, not more); with the waits 11.7 / 25.5 / 46.2; its multiplies alone 13.1 / 20.4 / 35.2:
-// 16 warps' multiply-adds (CUDA cores, the input in fp32) from shared memory are no faster than
-// the stream, so the ring fills while they wait, and the waits show in full. Even free multiplies
-// would leave it at its copies-and-waits rows, 11.7 / 25.5 / 46.2 against small_linear's 9.8 /
-// 26.9 / 43.9: this handoff (a counter, then the input through L2, each product) costs about what
-// a kernel boundary does, and a single-kernel decoder built on it gains at most 1.4 us a GPT-2
-// 1.5B layer, 70 us a step, where the bar needs 190.
+// The ring (one H100, the same run as small_linear's 9.8 / 26.9 / 43.9): 14.4 / 30.4 / 51.6. Its
+// copies alone take 7.4 / 19.9 / 39.4 (3.09 TB/s at the larger two, small_linear's rate within a
+// kernel, not more); with the waits 11.6 / 25.2 / 46.1; its multiplies alone 8.4 / 12.9 / 19.2.
+// (Its consumers once had a runtime count of rows a piece, which left the absent rows' loads and
+// multiply-adds, predicated off, in every iteration: 19.1 / 38.6 / 61.8, the multiplies alone as
+// slow as the stream.) Even free multiplies leave it at its copies-and-waits rows: this handoff
+// (a counter, then the input through L2, each product) costs about what a kernel boundary does.
+// The bulk rings' figures are in their section below: their copies and waits alone take 12% less
+// than small_linear at GPT-2 1.5B's shapes, but with the multiplies they are 3% slower (GPT-2
+// 124M's even, Llama 1B's 5% slower).
 //
 // Each figure is the median of kRuns timed runs of the whole chain after kWarmup untimed ones.
 // Weights and inputs are pseudo-random, never zeros; the products' values are not checked here
@@ -79,6 +86,7 @@
 namespace {
 
 using bf16 = __nv_bfloat16;
+
 
 constexpr int kWarmup = 5;
 constexpr int kRuns = 30;
@@ -319,6 +327,43 @@ __device__ inline float dot8(uint4 w, float4 x0, float4 x1) {
   return fmaf(hi_bf16(w.w), x1.w, s);
 }
 
+// The first and last four of a vector's 8 bf16 values, in fp32.
+__device__ inline float4 lo_half(uint4 v) {
+  return make_float4(lo_bf16(v.x), hi_bf16(v.x), lo_bf16(v.y), hi_bf16(v.y));
+}
+__device__ inline float4 hi_half(uint4 v) {
+  return make_float4(lo_bf16(v.z), hi_bf16(v.z), lo_bf16(v.w), hi_bf16(v.w));
+}
+
+// Thread T0's sums over the vectors T0, T0 + STRIDE, ... of the P rows of PIECE against X (bf16),
+// the rows a compile-time count: a runtime count would leave the predicated-off rows' loads and
+// multiply-adds in every iteration.
+template <int P>
+__device__ void piece_sums(float (&acc)[kMaxRows], const uint4* piece, const uint4* xs, int nvec, int t0, int stride) {
+#pragma unroll 4
+  for (int i = t0; i < nvec; i += stride) {
+    const uint4 xv = xs[i];
+    const float4 x0 = lo_half(xv), x1 = hi_half(xv);
+#pragma unroll
+    for (int rr = 0; rr < P; ++rr) acc[rr] += dot8(piece[rr * nvec + i], x0, x1);
+  }
+}
+
+// piece_sums for the NR rows a piece holds (at most kMaxRows).
+__device__ void piece_sums_of(int nr, float (&acc)[kMaxRows], const uint4* piece, const uint4* xs, int nvec, int t0,
+                              int stride) {
+  switch (nr) {
+    case 1: return piece_sums<1>(acc, piece, xs, nvec, t0, stride);
+    case 2: return piece_sums<2>(acc, piece, xs, nvec, t0, stride);
+    case 3: return piece_sums<3>(acc, piece, xs, nvec, t0, stride);
+    case 4: return piece_sums<4>(acc, piece, xs, nvec, t0, stride);
+    case 5: return piece_sums<5>(acc, piece, xs, nvec, t0, stride);
+    case 6: return piece_sums<6>(acc, piece, xs, nvec, t0, stride);
+    case 7: return piece_sums<7>(acc, piece, xs, nvec, t0, stride);
+    default: return piece_sums<8>(acc, piece, xs, nvec, t0, stride);
+  }
+}
+
 // The bytes of a weight row of C elements, and the rows a slot of SLOT bytes holds.
 __host__ __device__ unsigned row_bytes_of(int C) { return unsigned(C) * unsigned(sizeof(bf16)); }
 __host__ __device__ int piece_rows(int C, unsigned slot) { return int(slot / row_bytes_of(C)); }
@@ -337,15 +382,19 @@ __device__ inline void mbar_expect_bytes(uint64_t* bar, unsigned bytes) {
 __device__ inline void mbar_arrive(uint64_t* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(shared_address(bar)) : "memory");
 }
+// How long a waiting thread may stay suspended (ns) before try_wait returns false: it is woken when
+// the phase completes, rather than spinning on the barrier and taking issue slots from the others.
+constexpr unsigned kSuspendHint = 10000000;
+
 // Waits until the barrier's phase of parity PARITY is complete (for a fresh barrier, parity 1
 // counts as complete: the phase before its first).
 __device__ inline void mbar_wait(uint64_t* bar, unsigned parity) {
   uint32_t done = 0;
   while (!done)
     asm volatile(
-        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\n selp.u32 %0, 1, 0, p;\n}\n"
         : "=r"(done)
-        : "r"(shared_address(bar)), "r"(parity)
+        : "r"(shared_address(bar)), "r"(parity), "r"(kSuspendHint)
         : "memory");
 }
 __device__ inline void bulk_copy(void* dst, const void* src, unsigned bytes, uint64_t* bar, uint64_t policy) {
@@ -371,8 +420,8 @@ struct RingCursor {
 __global__ void __launch_bounds__((kMaxSlots + 1) * kWarp, 1) ring_chain_kernel(const RingChain r) {
   extern __shared__ __align__(128) unsigned char smem[];
   unsigned char* ring = smem;
-  float4* xs = reinterpret_cast<float4*>(smem + size_t(r.slots) * r.slot);  // the input, fp32
-  uint64_t* full = reinterpret_cast<uint64_t*>(xs + r.max_in / 4);
+  uint4* xs = reinterpret_cast<uint4*>(smem + size_t(r.slots) * r.slot);  // the input
+  uint64_t* full = reinterpret_cast<uint64_t*>(xs + r.max_in / 8);
   uint64_t* empty = full + r.slots;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, G = gridDim.x, b = blockIdx.x;
   const int consumer_threads = r.slots * kWarp;
@@ -413,12 +462,8 @@ __global__ void __launch_bounds__((kMaxSlots + 1) * kWarp, 1) ring_chain_kernel(
       if (threadIdx.x == 0) wait_for_count(r.counter, unsigned(p) * G);
       asm volatile("bar.sync 1, %0;" ::"r"(consumer_threads) : "memory");
     }
-    // The input in fp32, converted once for all the rows that use it.
-    for (int i = threadIdx.x; i < nvec; i += consumer_threads) {
-      const uint4 v = __ldcg(reinterpret_cast<const uint4*>(pr.in) + i);
-      xs[2 * i] = make_float4(lo_bf16(v.x), hi_bf16(v.x), lo_bf16(v.y), hi_bf16(v.y));
-      xs[2 * i + 1] = make_float4(lo_bf16(v.z), hi_bf16(v.z), lo_bf16(v.w), hi_bf16(v.w));
-    }
+    for (int i = threadIdx.x; i < nvec; i += consumer_threads)
+      xs[i] = __ldcg(reinterpret_cast<const uint4*>(pr.in) + i);
     asm volatile("bar.sync 1, %0;" ::"r"(consumer_threads) : "memory");
     const int r1 = row_split(pr.OC, b + 1, G);
     for (int row = row_split(pr.OC, b, G); row < r1; row += rows) {
@@ -430,15 +475,8 @@ __global__ void __launch_bounds__((kMaxSlots + 1) * kWarp, 1) ring_chain_kernel(
       const uint4* piece = reinterpret_cast<const uint4*>(ring + size_t(slot) * r.slot);
       const int nr = min(rows, r1 - row);
       if (r.multiply) {
-        // The piece's rows side by side: each input vector read once for all of them, and a sum
-        // a row, so that a lane's multiply-adds do not wait on each other.
         float acc[kMaxRows] = {};
-        for (int i = lane; i < nvec; i += kWarp) {
-          const float4 x0 = xs[2 * i], x1 = xs[2 * i + 1];
-#pragma unroll
-          for (int rr = 0; rr < kMaxRows; ++rr)
-            if (rr < nr) acc[rr] += dot8(piece[rr * nvec + i], x0, x1);
-        }
+        piece_sums_of(nr, acc, piece, xs, nvec, lane, kWarp);
 #pragma unroll
         for (int o = kWarp / 2; o > 0; o /= 2) {
 #pragma unroll
@@ -456,7 +494,229 @@ __global__ void __launch_bounds__((kMaxSlots + 1) * kWarp, 1) ring_chain_kernel(
   }
 }
 
+// ---- each product a kernel of its own, streaming through a ring of shared memory ----------------
+//
+// One block a multiprocessor, small enough (registers and shared memory) that the next product's
+// block fits beside it. A producer lane requests the block's rows, piece by piece, into a ring of
+// shared-memory slots (bulk copies), from the moment the block starts; consumer warps, with one or
+// two slots each, wait for the previous kernel (griddepcontrol.wait), read the input and multiply
+// each piece as it lands. With EARLY the block lets the next kernel start at once (launch_dependents first),
+// so that the next product's block starts beside this one and requests its first pieces while
+// this one streams: the bytes in flight live in shared memory, not registers, and two kernels'
+// worth of them cross every boundary.
+// On an H100 (us a layer, GPT-2 124M / 1.5B / Llama 1B; small_linear 9.7 / 26.5 / 43.5 in the same
+// runs): a slot a consumer warp, 10.5 / 27.5 / 47.0; two half-size slots a warp, so that its next
+// piece lands while it multiplies one, 9.7 / 27.4 / 45.6; without the early start 11.8 / 30.9 /
+// 50.5 and 10.6 / 30.3 / 49.9. The copies and waits alone take 7.3 / 23.3 / 41.5 (a slot a warp):
+// the design's bound, 12% under small_linear at GPT-2 1.5B's shapes, which its consumers lose. Not
+// what they lose it to: the tensor-core consumers of bulk_mma_kernel (a few instructions where the
+// CUDA cores take dozens) take 10.3 to 10.5 / 28.3 to 31.6 / 49.6 to 50.9; four accumulators
+// rather than one changed little; two warps a slot, each half of a piece's vectors, were slower;
+// and so were three blocks a multiprocessor (two-thirds of the shared memory each): 10.8 / 28.1 /
+// 48.8.
+
+constexpr int kBulkWarps = 8;               // consumer warps, a slot each or two
+constexpr size_t kBulkBudget = 108 * 1024;  // shared memory a block, so that two fit
+
+__device__ void init_ring_barriers(uint64_t* full, uint64_t* empty, int slots) {
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < slots; ++i) {
+      mbar_init(full + i, 1);
+      mbar_init(empty + i, 1);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+}
+
+// The producer lane: the rows [r0, r1) of W (ROW_BYTES each), ROWS a unit, each unit in PARTS
+// pieces (a row's parts, when a row is longer than a slot), piece k into slot k % SLOTS once the
+// consumer of its last use has freed it.
+__device__ void produce_pieces(unsigned char* ring, unsigned slot, int slots, uint64_t* full, uint64_t* empty,
+                               const bf16* W, unsigned row_bytes, int r0, int r1, int rows, int parts = 1) {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  const unsigned char* w = reinterpret_cast<const unsigned char*>(W) + size_t(r0) * row_bytes;
+  const unsigned part_bytes = row_bytes / unsigned(parts);
+  for (int k = 0; k / parts * rows < r1 - r0; ++k) {
+    const int s = k % slots, use = k / slots, unit = k / parts, part = k % parts;
+    if (use > 0) mbar_wait(empty + s, unsigned(use - 1) & 1);
+    const unsigned bytes = unsigned(min(rows, r1 - r0 - unit * rows)) * part_bytes;
+    mbar_expect_bytes(full + s, bytes);
+    bulk_copy(ring + size_t(s) * slot, w + size_t(unit) * rows * row_bytes + size_t(part) * part_bytes, bytes,
+              full + s, policy);
+  }
+}
+
+// The consumers' start: the wait for the previous kernel (after which, without EARLY, the next
+// may start) and the input into XS, all consumer threads.
+__device__ void consume_input(uint4* xs, const Product& pr, bool early) {
+  constexpr int T = kBulkWarps * kWarp;
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  if (!early) asm volatile("griddepcontrol.launch_dependents;" :::);
+  for (int i = threadIdx.x; i < pr.C / 8; i += T) xs[i] = __ldcg(reinterpret_cast<const uint4*>(pr.in) + i);
+  asm volatile("bar.sync 1, %0;" ::"r"(T) : "memory");
+}
+
+// A unit is ROWS rows (the rows a slot holds) or, for rows longer than a slot, one row in PARTS
+// pieces. Consumer warp w takes units w, w + W, ... (W = slots / PER_WARP consumer warps), so that
+// each slot is waited on by one warp only and a warp has PER_WARP slots: at 2, its next piece is
+// landing while it multiplies one. Lane l takes the vectors l, l + 32, ... of each of a piece's
+// rows; after a unit's last piece, a sum a row over the warp. Without MULTIPLY, a warp only waits
+// for each piece and frees its slot.
+__global__ void __launch_bounds__((kBulkWarps + 1) * kWarp, 2)
+    bulk_ring_kernel(const Product pr, unsigned slot, int slots, int per_warp, bool early, bool multiply) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  unsigned char* ring = smem;
+  uint4* xs = reinterpret_cast<uint4*>(smem + size_t(slots) * slot);  // the input
+  uint64_t* full = reinterpret_cast<uint64_t*>(xs + pr.C / 8);
+  uint64_t* empty = full + slots;
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, warps = slots / per_warp;
+  if (early) asm volatile("griddepcontrol.launch_dependents;" :::);
+  const unsigned row_bytes = row_bytes_of(pr.C);
+  const int parts = row_bytes > slot ? int(row_bytes / slot) : 1, rows = parts > 1 ? 1 : piece_rows(pr.C, slot);
+  const int r0 = row_split(pr.OC, blockIdx.x, gridDim.x), r1 = row_split(pr.OC, blockIdx.x + 1, gridDim.x);
+  init_ring_barriers(full, empty, slots);
+  if (warp == kBulkWarps) {
+    if (lane == 0) produce_pieces(ring, slot, slots, full, empty, pr.W, row_bytes, r0, r1, rows, parts);
+    return;
+  }
+  consume_input(xs, pr, early);
+  if (warp >= warps) return;
+  const int part_vecs = pr.C / 8 / parts, units = (r1 - r0 + rows - 1) / rows;
+  for (int u = warp; u < units; u += warps) {
+    const int row = r0 + u * rows, nr = min(rows, r1 - row);
+    float acc[kMaxRows] = {};
+    for (int part = 0; part < parts; ++part) {
+      const int k = u * parts + part, s = k % slots;
+      mbar_wait(full + s, unsigned(k / slots) & 1);
+      if (multiply)
+        piece_sums_of(nr, acc, reinterpret_cast<const uint4*>(ring + size_t(s) * slot), xs + part * part_vecs,
+                      part_vecs, lane, kWarp);
+      __syncwarp();
+      if (lane == 0) mbar_arrive(empty + s);
+    }
+    if (!multiply) continue;
+#pragma unroll
+    for (int rr = 0; rr < kMaxRows; ++rr) {
+      if (rr >= nr) break;
+#pragma unroll
+      for (int o = kWarp / 2; o > 0; o /= 2) acc[rr] += __shfl_xor_sync(~0u, acc[rr], o);
+      if (lane == 0) pr.out[row + rr] = __float2bfloat16(acc[rr]);
+    }
+  }
+}
+
+// The same ring with tensor-core consumers (mma.sync, bf16 in, fp32 sums). A piece is P = E / C
+// whole rows, seen as 8 lines: line n = (row r, segment s) of S = 8 / P segments a row, segment s
+// being the row's 16-byte chunks s, s + S, s + 2 S, ... The multiply-accumulates take line n's
+// chunks as column n of B and the input's matching chunks as row n of A (rows m and m + 8 alike),
+// so that D[n][n] is line n's dot product; a row's output is the sum of its S lines'. Line n
+// visits its chunks from chunk r on (rotated by its row), so that at each step the 8 lines'
+// chunks, and the input's, fall in 8 different groups of banks for ldmatrix. One warp a slot, 4
+// chunks of every line a step: two ldmatrix and two mma, into four accumulators in turn.
+__device__ inline void ldmatrix_x4(uint32_t (&r)[4], uint32_t address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+}
+// D += A B for A's rows all (a_lo | a_hi) (16 x 16, rows m and m + 8 alike) and B (b0 | b1).
+__device__ inline void mma_16x8x16(float (&d)[4], uint32_t a_lo, uint32_t a_hi, uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %4, %5, %5}, {%6, %7}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a_lo), "r"(a_hi), "r"(b0), "r"(b1));
+}
+
+// Whether pieces of E elements suit rows of C: 1, 2, 4 or 8 whole rows, lines of a whole number of
+// steps (4 chunks), rows a whole number of 128-byte bank cycles (the rotation's premise).
+__host__ __device__ bool mma_pieces_fit(int E, int C) {
+  if (E % C != 0 || 8 % (E / C) != 0) return false;
+  const int S = 8 / (E / C);
+  return C % (8 * S * 4) == 0 && row_bytes_of(C) % 128 == 0;
+}
+
+__global__ void __launch_bounds__((kBulkWarps + 1) * kWarp, 2)
+    bulk_mma_kernel(const Product pr, int E, unsigned slot, int slots, bool early) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  __shared__ float line_sums[kBulkWarps][8];
+  unsigned char* ring = smem;
+  uint4* xs = reinterpret_cast<uint4*>(smem + size_t(slots) * slot);  // the input, a slot's room
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + size_t(slots + 1) * slot);
+  uint64_t* empty = full + slots;
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  if (early) asm volatile("griddepcontrol.launch_dependents;" :::);
+  const int P = E / pr.C, S = 8 / P, K = pr.C / (8 * S);  // rows a piece, segments a row, chunks a line
+  const unsigned row_bytes = row_bytes_of(pr.C);
+  const int r0 = row_split(pr.OC, blockIdx.x, gridDim.x), r1 = row_split(pr.OC, blockIdx.x + 1, gridDim.x);
+  init_ring_barriers(full, empty, slots);
+  if (warp == kBulkWarps) {
+    if (lane == 0) produce_pieces(ring, slot, slots, full, empty, pr.W, row_bytes, r0, r1, P);
+    return;
+  }
+  consume_input(xs, pr, early);
+  if (warp >= slots) return;
+  // The lane's ldmatrix row: line n's chunk for matrix j (the step's 4 chunks).
+  const int n = lane % 8, j = lane / 8, r = n / S, seg = n % S;
+  const uint32_t x_base = shared_address(xs);
+  const int pieces = (r1 - r0 + P - 1) / P;
+  for (int k = warp; k < pieces; k += slots) {
+    const int s = k % slots, nr = min(P, r1 - r0 - k * P);
+    mbar_wait(full + s, unsigned(k / slots) & 1);
+    const uint32_t w_base = shared_address(ring + size_t(s) * slot) + unsigned(r) * row_bytes;
+    float acc[4][4] = {};
+    int c = (j + r) % K;  // the line's chunk at this step, rotated by its row
+    auto step = [&](float(&d0)[4], float(&d1)[4]) {
+      const uint32_t offset = unsigned(S * c + seg) * 16u;
+      uint32_t w4[4], x4[4];
+      ldmatrix_x4(w4, w_base + offset);
+      ldmatrix_x4(x4, x_base + offset);
+      mma_16x8x16(d0, x4[0], x4[1], w4[0], w4[1]);
+      mma_16x8x16(d1, x4[2], x4[3], w4[2], w4[3]);
+      c += 4;
+      if (c >= K) c -= K;
+    };
+    int q = 0;
+    for (; q + 8 <= K; q += 8) {
+      step(acc[0], acc[1]);
+      step(acc[2], acc[3]);
+    }
+    if (q < K) step(acc[0], acc[1]);
+    __syncwarp();
+    if (lane == 0) mbar_arrive(empty + s);
+    // D[n][n] is in lane 4 n + n / 2, element n % 2.
+    const int g = lane / 4, t = lane % 4;
+    if (g / 2 == t) line_sums[warp][g] = (acc[0][g % 2] + acc[1][g % 2]) + (acc[2][g % 2] + acc[3][g % 2]);
+    __syncwarp();
+    if (lane < nr) {
+      float sum = 0.0f;
+      for (int i = 0; i < S; ++i) sum += line_sums[warp][lane * S + i];
+      pr.out[r0 + k * P + lane] = __float2bfloat16(sum);
+    }
+    __syncwarp();
+  }
+}
+
 // ---- the benchmark ------------------------------------------------------------------------------
+
+// Queues KERNEL on STREAM overlapped with the kernel before it (programmatic dependent launch), as
+// kernels/overlapped_launch.cuh's launch_overlapped does for the library's kernels.
+template <typename... Params, typename... Args>
+void launch_dependent(void (*kernel)(Params...), int blocks, int threads, size_t smem, cudaStream_t stream,
+                      Args... args) {
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(blocks);
+  config.blockDim = dim3(threads);
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  MEG_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, args...));
+}
 
 // The median time of kRuns calls of LAUNCH, which queues work on STREAM, after kWarmup.
 template <typename Launch>
@@ -518,6 +778,43 @@ void bench(const Shape& m) {
   const meg::cuda::Stream owned_stream;
   const cudaStream_t stream = owned_stream.get();
   MEG_CUDA_CHECK(cudaDeviceSynchronize());  // the fills, on the default stream
+  int sms = 0, device = 0;
+  MEG_CUDA_CHECK(cudaGetDevice(&device));
+  MEG_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+
+  // One layer's outputs from the same input, RUN queuing its four products; and how far a way's
+  // outputs are from small_linear's (the largest root-mean-square relative difference of the
+  // four; the sums run in other orders).
+  auto layer_outputs = [&](auto run) {
+    fill(acts.get(), 4 * width, 2);
+    MEG_CUDA_CHECK(cudaDeviceSynchronize());
+    run();
+    MEG_CUDA_CHECK(cudaStreamSynchronize(stream));
+    std::vector<bf16> host(4 * width);
+    MEG_CUDA_CHECK(cudaMemcpy(host.data(), acts.get(), host.size() * sizeof(bf16), cudaMemcpyDeviceToHost));
+    return host;
+  };
+  const std::vector<bf16> reference = layer_outputs([&] {
+    for (int i = 0; i < 4; ++i)
+      if (!meg::cuda::small_linear<bf16>(chain[i].out, chain[i].in, chain[i].W, nullptr, 1, chain[i].C, chain[i].OC, {},
+                                         meg::cuda::SmallLinearEpilogue::store, stream))
+        throw std::runtime_error("small_linear declined a product of the chain");
+  });
+  auto layer_error = [&](auto run) {
+    const std::vector<bf16> got = layer_outputs(run);
+    double worst = 0.0;
+    for (int i = 0; i < 4; ++i) {
+      const size_t at = size_t(outs[i] - x);
+      double d = 0.0, n = 0.0;
+      for (int j = 0; j < out[i]; ++j) {
+        const double a = __bfloat162float(got[at + j]), e = __bfloat162float(reference[at + j]);
+        d += (a - e) * (a - e);
+        n += e * e;
+      }
+      worst = std::max(worst, std::sqrt(d / n));
+    }
+    return worst;
+  };
 
   for (const bool norms : {false, true}) {
     const double ms = time_graph(stream, [&] {
@@ -589,9 +886,6 @@ void bench(const Shape& m) {
   }
 
   const size_t smem = size_t(std::max(C, m.FC2)) * sizeof(bf16);
-  int sms = 0, device = 0;
-  MEG_CUDA_CHECK(cudaGetDevice(&device));
-  MEG_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   // A grid of at most kBlocksPerSM blocks a multiprocessor, all resident.
   auto grid_of = [&](auto kernel) {
     MEG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
@@ -610,19 +904,8 @@ void bench(const Shape& m) {
     const int blocks = std::min(grid_of(kernel), per_sm * sms);
     const double ms = time_graph(stream, [&] {
       if (counted) MEG_CUDA_CHECK(cudaMemsetAsync(counters.get(), 0, counter_bytes, stream));
-      for (size_t i = 0; i < chain.size(); ++i) {
-        cudaLaunchAttribute attribute{};
-        attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attribute.val.programmaticStreamSerializationAllowed = 1;
-        cudaLaunchConfig_t config{};
-        config.gridDim = dim3(blocks);
-        config.blockDim = dim3(kWarps * kWarp);
-        config.dynamicSmemBytes = smem;
-        config.stream = stream;
-        config.attrs = &attribute;
-        config.numAttrs = 1;
-        MEG_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, chain[i], counters.get(), int(i)));
-      }
+      for (size_t i = 0; i < chain.size(); ++i)
+        launch_dependent(kernel, blocks, kWarps * kWarp, smem, stream, chain[i], counters.get(), int(i));
     });
     print_row(name, variant, ms, L, layer_bytes);
   };
@@ -668,7 +951,7 @@ void bench(const Shape& m) {
     }
   int smem_optin = 0;
   MEG_CUDA_CHECK(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  const size_t row_smem = size_t(max_in) * sizeof(float);
+  const size_t row_smem = size_t(max_in) * sizeof(bf16);
   const int slots = std::min(int((size_t(smem_optin) - row_smem) / (slot + 2 * sizeof(uint64_t))), kMaxSlots);
   const size_t ring_smem = size_t(slots) * (slot + 2 * sizeof(uint64_t)) + row_smem;
   MEG_CUDA_CHECK(cudaFuncSetAttribute(ring_chain_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(ring_smem)));
@@ -679,35 +962,7 @@ void bench(const Shape& m) {
     MEG_CUDA_CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(ring_chain_kernel), dim3(sms),
                                                dim3((slots + 1) * kWarp), args, ring_smem, stream));
   };
-  // One layer through small_linear and through the ring from the same input: the same outputs
-  // within bf16 rounding (the sums run in other orders).
-  auto layer_outputs = [&](auto run) {
-    fill(acts.get(), 4 * width, 2);
-    MEG_CUDA_CHECK(cudaDeviceSynchronize());
-    run();
-    MEG_CUDA_CHECK(cudaStreamSynchronize(stream));
-    std::vector<bf16> host(4 * width);
-    MEG_CUDA_CHECK(cudaMemcpy(host.data(), acts.get(), host.size() * sizeof(bf16), cudaMemcpyDeviceToHost));
-    return host;
-  };
-  const std::vector<bf16> want = layer_outputs([&] {
-    for (int i = 0; i < 4; ++i)
-      if (!meg::cuda::small_linear<bf16>(chain[i].out, chain[i].in, chain[i].W, nullptr, 1, chain[i].C, chain[i].OC, {},
-                                         meg::cuda::SmallLinearEpilogue::store, stream))
-        throw std::runtime_error("small_linear declined a product of the chain");
-  });
-  const std::vector<bf16> got = layer_outputs([&] { ring(4, true, true, true); });
-  double worst = 0.0;
-  for (int i = 0; i < 4; ++i) {
-    const size_t at = size_t(outs[i] - x);
-    double d = 0.0, n = 0.0;
-    for (int j = 0; j < out[i]; ++j) {
-      const double a = __bfloat162float(got[at + j]), e = __bfloat162float(want[at + j]);
-      d += (a - e) * (a - e);
-      n += e * e;
-    }
-    worst = std::max(worst, std::sqrt(d / n));
-  }
+  const double worst = layer_error([&] { ring(4, true, true, true); });
   if (!(worst < 2e-2)) {
     std::printf("| %s | ring: one layer's outputs differ from small_linear's (%.3g) |\n", name.c_str(), worst);
     return;
@@ -723,6 +978,63 @@ void bench(const Shape& m) {
   time_ring("ring, multiplies alone", false, true, false);
   std::printf("| %s | (ring: %d slots of %u bytes; one layer within %.2g of small_linear's) |\n", name.c_str(), slots,
               slot, worst);
+
+  // Each product a kernel of its own streaming through a ring (bulk_ring_kernel): slots of whole
+  // rows, as the ring's, as many as leave room for a second block beside each, a consumer warp
+  // each; then half as large, two a warp (each a whole number of rows, or of slots a row).
+  const size_t xs_bytes = size_t(max_in) * sizeof(bf16);
+  for (const int per_warp : {1, 2}) {
+    const unsigned bulk_slot = slot / unsigned(per_warp);
+    bool fits = bulk_slot % 16 == 0;
+    for (const Product& p : chain) {
+      const unsigned row = row_bytes_of(p.C);
+      // A row longer than a slot is in parts that the same warp's slots hold.
+      fits = fits && (row <= bulk_slot ? piece_rows(p.C, bulk_slot) <= kMaxRows
+                                       : row % bulk_slot == 0 && per_warp % int(row / bulk_slot) == 0);
+    }
+    if (!fits) continue;
+    const int most = kBulkWarps * per_warp;
+    const int bulk_slots =
+        std::min(most, int((kBulkBudget - xs_bytes) / (bulk_slot + 2 * sizeof(uint64_t))) / per_warp * per_warp);
+    const size_t bulk_smem = size_t(bulk_slots) * (bulk_slot + 2 * sizeof(uint64_t)) + xs_bytes;
+    MEG_CUDA_CHECK(cudaFuncSetAttribute(bulk_ring_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bulk_smem)));
+    auto bulk = [&](size_t n, bool early, bool multiply) {
+      for (size_t i = 0; i < n; ++i)
+        launch_dependent(bulk_ring_kernel, sms, (kBulkWarps + 1) * kWarp, bulk_smem, stream, chain[i], bulk_slot,
+                         bulk_slots, per_warp, early, multiply);
+    };
+    const std::string variant = per_warp == 1 ? "kernels, bulk ring" : "kernels, bulk ring, 2 slots a warp";
+    std::printf("| %s | (%s: %d slots of %u bytes; one layer within %.2g of small_linear's) |\n", name.c_str(),
+                variant.c_str(), bulk_slots, bulk_slot, layer_error([&] { bulk(4, true, true); }));
+    print_row(name, (variant + ", early").c_str(), time_graph(stream, [&] { bulk(count, true, true); }), L,
+              layer_bytes);
+    print_row(name, variant.c_str(), time_graph(stream, [&] { bulk(count, false, true); }), L, layer_bytes);
+    print_row(name, (variant + ", early, copies and waits").c_str(),
+              time_graph(stream, [&] { bulk(count, true, false); }), L, layer_bytes);
+  }
+
+  // The same with tensor-core consumers (bulk_mma_kernel): E elements a piece, the widest input
+  // doubled to at least kLeastPiece bytes, every product's rows a piece 1, 2, 4 or 8.
+  int E = max_in;
+  while (size_t(E) * sizeof(bf16) < kLeastPiece) E *= 2;
+  for (const Product& p : chain)
+    if (!mma_pieces_fit(E, p.C)) {
+      std::printf("| %s | bulk mma: no piece size for its rows |\n", name.c_str());
+      return;
+    }
+  const unsigned mma_slot = unsigned(E) * unsigned(sizeof(bf16));
+  const int mma_slots = std::min(kBulkWarps, int((kBulkBudget - mma_slot) / (mma_slot + 2 * sizeof(uint64_t))));
+  const size_t mma_smem = size_t(mma_slots + 1) * mma_slot + 2 * mma_slots * sizeof(uint64_t);
+  MEG_CUDA_CHECK(cudaFuncSetAttribute(bulk_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(mma_smem)));
+  auto mma = [&](size_t n, bool early) {
+    for (size_t i = 0; i < n; ++i)
+      launch_dependent(bulk_mma_kernel, sms, (kBulkWarps + 1) * kWarp, mma_smem, stream, chain[i], E, mma_slot,
+                       mma_slots, early);
+  };
+  std::printf("| %s | (bulk mma: %d slots of %u bytes; one layer within %.2g of small_linear's) |\n", name.c_str(),
+              mma_slots, mma_slot, layer_error([&] { mma(4, true); }));
+  print_row(name, "kernels, bulk mma, early", time_graph(stream, [&] { mma(count, true); }), L, layer_bytes);
+  print_row(name, "kernels, bulk mma", time_graph(stream, [&] { mma(count, false); }), L, layer_bytes);
 }
 
 // ---- the sweep ----------------------------------------------------------------------------------
