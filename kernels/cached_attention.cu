@@ -286,8 +286,13 @@ __global__ void __launch_bounds__(Warps * kWarp, G == 1 ? kWarpsPerSM / Warps : 
       request_pass(i, k_begin, old_end);
       cp_async_commit();
     }
-    wait_for_previous_kernel();  // the projection (and kv_cache_append) that wrote q and the new keys
+    // The next kernel (the output projection) may start now, before this one's wait: until its own
+    // wait it reads its weights and the residual stream, which no kernel still running writes. Only
+    // after this block's first keys are requested, which its weights' requests would otherwise
+    // queue ahead of: on one H100 (tokens/s, batch-1 decode), letting it start here took GPT-2 1.5B
+    // from 547 to 549-550 (GPT-2 124M and Llama 1B within noise), at the kernel's start to 2% below.
     allow_next_kernel();
+    wait_for_previous_kernel();  // the projection (and kv_cache_append) that wrote q and the new keys
     for (int i = 0; i < kRingPasses - 1; ++i) request_pass(i, old_end, k_end);
     cp_async_commit();
   } else if constexpr (Staged) {
@@ -304,16 +309,16 @@ __global__ void __launch_bounds__(Warps * kWarp, G == 1 ? kWarpsPerSM / Warps : 
       cp_async_commit();
     };
     stage(0, min(old_end, staged));
+    allow_next_kernel();  // as above
     wait_for_previous_kernel();  // the projection (and kv_cache_append) that wrote q and the new keys
-    allow_next_kernel();
     stage(min(old_end, staged), staged);
     cp_async_wait<0>();
     __syncthreads();
     load_keys(first_base, k_begin, k_end);
   } else {
     load_keys(first_base, k_begin, old_end);
+    allow_next_kernel();  // as above
     wait_for_previous_kernel();  // the projection (and kv_cache_append) that wrote q and the new keys
-    allow_next_kernel();
     load_keys(first_base, old_end, k_end);
   }
 

@@ -4,12 +4,14 @@
 // products themselves are ordinary launches).
 //
 // A kernel launched with launch_overlapped() may start while the kernel before it in the stream
-// is still running. Until it calls wait_for_previous_kernel() it must touch only what no earlier
-// kernel writes (the weights: small_linear streams its first weights there); after the call the
-// previous kernel has finished and its writes are visible. Each kernel of the chain lets the next
-// one start with allow_next_kernel() once all of its blocks are running; the next one's blocks then
-// take multiprocessors as this one's retire. On devices before Hopper, and for a predecessor that
-// is not a kernel, the launch is an ordinary one and the calls do nothing.
+// is still running. Until it calls wait_for_previous_kernel() it must touch only what no kernel that
+// may still be running writes (the weights: small_linear streams its first weights there); after
+// the call the previous kernel has finished and its writes are visible, and so have all before it.
+// A kernel lets the next one start with allow_next_kernel(). Most call it once past their own wait,
+// so that only the kernel before is then running; the cached attention calls it just before its
+// wait, as nothing it writes is read early by the projection after it. The next kernel's blocks
+// take multiprocessors as the running ones' retire. On devices before Hopper, and for a
+// predecessor that is not a kernel, the launch is an ordinary one and the calls do nothing.
 //
 // The alternatives, measured slower on an H100 (tests/bench/cuda/bench_decode_chain.cu times them):
 // the step's products as phases of one persistent kernel with a grid-wide barrier between them
@@ -24,10 +26,10 @@
 // with its multiplies left out still 11.6, 25.2 and 46.1, a counter handoff costing about what a
 // boundary here does; and kernels of their own streaming through rings of shared memory, each
 // letting the next start at once beside it: 9.7, 27.4 and 45.6 against 9.7, 26.5 and 43.5.
-// Letting the next kernel start before the wait rather than after it (small_linear's and the
-// cached attention's, the residual then read after the wait) changed whole decode steps by -1% to
-// +2% on an H100 (GPT-2 1.5B 1.833 -> 1.815 ms, Llama 1B 1.030 -> 1.038 and 1.056): each kernel's
-// blocks fill the multiprocessors' registers, so the next one's blocks start no earlier.
+// small_linear letting the next kernel start before its wait too (the residual then read after it)
+// changed batch-1 decode by +0.7% (GPT-2 1.5B), -1% (GPT-2 124M) and -0.6% (Llama 1B) in tokens/s
+// on an H100: a product's blocks fill the multiprocessors' registers, so the next one's blocks
+// start no earlier.
 #pragma once
 
 #include <cuda_runtime.h>

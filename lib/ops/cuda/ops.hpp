@@ -342,8 +342,10 @@ struct SmallLinearNorm {
 //   swiglu    out[N, OC / 2] = silu(y_gate) * y_up, W's rows [gate (OC / 2) | up (OC / 2)]
 //   residual  out += y: the residual stream updated in place. Out is read early, before the
 //             kernel waits for the one before it (small_linear's launches overlap their
-//             predecessor's), so that one must not write it: in a decode step out is the residual
-//             stream, which the product two or three kernels before wrote
+//             predecessors'), so no kernel that may still be running must write it: the one
+//             before, or the one before that where the one between lets its successor start
+//             before its own wait (cached_attention does). In a decode step out is the residual
+//             stream, which the product three kernels before wrote (two before the MLP's second)
 //   kv_append out = y, the fused QKV projection [N, (NH + 2 NKV) HS], then as kv_cache_append:
 //             q and k rotated in place by each row's position (with a RoPE table), k and v
 //             written to the cache (SmallLinearKvAppend), in the same values and rounding
