@@ -289,8 +289,8 @@ __global__ void __launch_bounds__(kWarps * kWarp, kBlocksPerSM)
 // waits only for a slot to be freed, never for a product's input, so the memory keeps streaming
 // the next products' weights while the block waits for the one before. The consumer warps take
 // the products in turn: wait for every block to be done with the product before (a counter that
-// only grows, as CounterBarrier's), read its output through L2 as their input (converted to fp32
-// once), then multiply their pieces as they land and free their slots. A block's share of a
+// only grows, as CounterBarrier's), read its output through L2 as their input, then multiply their
+// pieces as they land (piece_sums) and free their slots. A block's share of a
 // product is a run of consecutive rows, and a piece is as many whole rows as fill a slot. Piece k
 // goes to slot k % slots, and each slot has a consumer warp of its own, which waits for the
 // slot's fills in order (a warp waiting on a slot that others also wait on could see the parity
