@@ -82,11 +82,14 @@
 #include "ops/cuda/ops.hpp"
 #include "ops/cuda/stream.hpp"
 #include "event_timer.hpp"
+#include "../../../kernels/overlapped_launch.cuh"
 
 namespace {
 
 using bf16 = __nv_bfloat16;
-
+using meg::cuda::allow_next_kernel;
+using meg::cuda::launch_overlapped;
+using meg::cuda::wait_for_previous_kernel;
 
 constexpr int kWarmup = 5;
 constexpr int kRuns = 30;
@@ -269,10 +272,10 @@ template <bool kCounters>
 __global__ void __launch_bounds__(kWarps * kWarp, kBlocksPerSM)
     chain_product_kernel(Product pr, unsigned* counters, int index) {
   extern __shared__ uint4 xs[];
-  asm volatile("griddepcontrol.launch_dependents;" :::);
+  allow_next_kernel();
   stream_product(pr, xs, [&] {
     if (!kCounters) {
-      asm volatile("griddepcontrol.wait;" ::: "memory");
+      wait_for_previous_kernel();
     } else if (index > 0) {
       if (threadIdx.x == 0) wait_for_count(counters + index - 1, gridDim.x);
       __syncthreads();
@@ -500,10 +503,10 @@ __global__ void __launch_bounds__((kMaxSlots + 1) * kWarp, 1) ring_chain_kernel(
 // block fits beside it. A producer lane requests the block's rows, piece by piece, into a ring of
 // shared-memory slots (bulk copies), from the moment the block starts; consumer warps, with one or
 // two slots each, wait for the previous kernel (griddepcontrol.wait), read the input and multiply
-// each piece as it lands. With EARLY the block lets the next kernel start at once (launch_dependents first),
-// so that the next product's block starts beside this one and requests its first pieces while
-// this one streams: the bytes in flight live in shared memory, not registers, and two kernels'
-// worth of them cross every boundary.
+// each piece as it lands. With EARLY the block lets the next kernel start at once
+// (allow_next_kernel first), so that the next product's block starts beside this one and requests
+// its first pieces while this one streams: the bytes in flight live in shared memory, not
+// registers, and two kernels' worth of them cross every boundary.
 // On an H100 (us a layer, GPT-2 124M / 1.5B / Llama 1B; small_linear 9.7 / 26.5 / 43.5 in the same
 // runs): a slot a consumer warp, 10.5 / 27.5 / 47.0; two half-size slots a warp, so that its next
 // piece lands while it multiplies one, 9.7 / 27.4 / 45.6; without the early start 11.8 / 30.9 /
@@ -552,8 +555,8 @@ __device__ void produce_pieces(unsigned char* ring, unsigned slot, int slots, ui
 // may start) and the input into XS, all consumer threads.
 __device__ void consume_input(uint4* xs, const Product& pr, bool early) {
   constexpr int T = kBulkWarps * kWarp;
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-  if (!early) asm volatile("griddepcontrol.launch_dependents;" :::);
+  wait_for_previous_kernel();
+  if (!early) allow_next_kernel();
   for (int i = threadIdx.x; i < pr.C / 8; i += T) xs[i] = __ldcg(reinterpret_cast<const uint4*>(pr.in) + i);
   asm volatile("bar.sync 1, %0;" ::"r"(T) : "memory");
 }
@@ -572,7 +575,7 @@ __global__ void __launch_bounds__((kBulkWarps + 1) * kWarp, 2)
   uint64_t* full = reinterpret_cast<uint64_t*>(xs + pr.C / 8);
   uint64_t* empty = full + slots;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, warps = slots / per_warp;
-  if (early) asm volatile("griddepcontrol.launch_dependents;" :::);
+  if (early) allow_next_kernel();
   const unsigned row_bytes = row_bytes_of(pr.C);
   const int parts = row_bytes > slot ? int(row_bytes / slot) : 1, rows = parts > 1 ? 1 : piece_rows(pr.C, slot);
   const int r0 = row_split(pr.OC, blockIdx.x, gridDim.x), r1 = row_split(pr.OC, blockIdx.x + 1, gridDim.x);
@@ -646,7 +649,7 @@ __global__ void __launch_bounds__((kBulkWarps + 1) * kWarp, 2)
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + size_t(slots + 1) * slot);
   uint64_t* empty = full + slots;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  if (early) asm volatile("griddepcontrol.launch_dependents;" :::);
+  if (early) allow_next_kernel();
   const int P = E / pr.C, S = 8 / P, K = pr.C / (8 * S);  // rows a piece, segments a row, chunks a line
   const unsigned row_bytes = row_bytes_of(pr.C);
   const int r0 = row_split(pr.OC, blockIdx.x, gridDim.x), r1 = row_split(pr.OC, blockIdx.x + 1, gridDim.x);
@@ -699,24 +702,6 @@ __global__ void __launch_bounds__((kBulkWarps + 1) * kWarp, 2)
 }
 
 // ---- the benchmark ------------------------------------------------------------------------------
-
-// Queues KERNEL on STREAM overlapped with the kernel before it (programmatic dependent launch), as
-// kernels/overlapped_launch.cuh's launch_overlapped does for the library's kernels.
-template <typename... Params, typename... Args>
-void launch_dependent(void (*kernel)(Params...), int blocks, int threads, size_t smem, cudaStream_t stream,
-                      Args... args) {
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(blocks);
-  config.blockDim = dim3(threads);
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  MEG_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, args...));
-}
 
 // The median time of kRuns calls of LAUNCH, which queues work on STREAM, after kWarmup.
 template <typename Launch>
@@ -905,7 +890,7 @@ void bench(const Shape& m) {
     const double ms = time_graph(stream, [&] {
       if (counted) MEG_CUDA_CHECK(cudaMemsetAsync(counters.get(), 0, counter_bytes, stream));
       for (size_t i = 0; i < chain.size(); ++i)
-        launch_dependent(kernel, blocks, kWarps * kWarp, smem, stream, chain[i], counters.get(), int(i));
+        launch_overlapped(kernel, dim3(blocks), dim3(kWarps * kWarp), smem, stream, chain[i], counters.get(), int(i));
     });
     print_row(name, variant, ms, L, layer_bytes);
   };
@@ -1000,8 +985,8 @@ void bench(const Shape& m) {
     MEG_CUDA_CHECK(cudaFuncSetAttribute(bulk_ring_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bulk_smem)));
     auto bulk = [&](size_t n, bool early, bool multiply) {
       for (size_t i = 0; i < n; ++i)
-        launch_dependent(bulk_ring_kernel, sms, (kBulkWarps + 1) * kWarp, bulk_smem, stream, chain[i], bulk_slot,
-                         bulk_slots, per_warp, early, multiply);
+        launch_overlapped(bulk_ring_kernel, dim3(sms), dim3((kBulkWarps + 1) * kWarp), bulk_smem, stream, chain[i],
+                          bulk_slot, bulk_slots, per_warp, early, multiply);
     };
     const std::string variant = per_warp == 1 ? "kernels, bulk ring" : "kernels, bulk ring, 2 slots a warp";
     std::printf("| %s | (%s: %d slots of %u bytes; one layer within %.2g of small_linear's) |\n", name.c_str(),
@@ -1028,8 +1013,8 @@ void bench(const Shape& m) {
   MEG_CUDA_CHECK(cudaFuncSetAttribute(bulk_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(mma_smem)));
   auto mma = [&](size_t n, bool early) {
     for (size_t i = 0; i < n; ++i)
-      launch_dependent(bulk_mma_kernel, sms, (kBulkWarps + 1) * kWarp, mma_smem, stream, chain[i], E, mma_slot,
-                       mma_slots, early);
+      launch_overlapped(bulk_mma_kernel, dim3(sms), dim3((kBulkWarps + 1) * kWarp), mma_smem, stream, chain[i], E,
+                        mma_slot, mma_slots, early);
   };
   std::printf("| %s | (bulk mma: %d slots of %u bytes; one layer within %.2g of small_linear's) |\n", name.c_str(),
               mma_slots, mma_slot, layer_error([&] { mma(4, true); }));
