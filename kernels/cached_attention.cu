@@ -94,11 +94,14 @@
 #include "async_copy.cuh"
 #include "cluster.cuh"
 #include "common.cuh"
+#include "kernel_timeline.cuh"
 #include "overlapped_launch.cuh"
 #include "ops/cuda/check.hpp"
 #include "ops/cuda/ops.hpp"
 
 namespace meg::cuda {
+
+MEG_KERNEL_TIMELINE_TABLE(cached_attention)
 
 namespace {
 
@@ -203,6 +206,7 @@ template <typename X, int W, int G, int Warps, bool Staged>
 __global__ void __launch_bounds__(Warps * kWarp, G == 1 ? kWarpsPerSM / Warps : 1)
     cached_attention_kernel(const Args<X> a, float scale_log2) {
   using V = Vec<X, W>;
+  const KernelStamps stamps(cached_attention_timeline, a.k_cache, int(TimelineKind::cached_attention));
   const int NH = a.NH, NKV = a.NKV, HS = a.HS;
   // The lane's place: chunk c of the key row (elements [c W, c W + W)), key `sub` of the warp's.
   const int chunks = HS / W, P = lanes_per_key(chunks);
@@ -293,6 +297,7 @@ __global__ void __launch_bounds__(Warps * kWarp, G == 1 ? kWarpsPerSM / Warps : 
     // from 547 to 549-550 (GPT-2 124M and Llama 1B within noise), at the kernel's start to 2% below.
     allow_next_kernel();
     wait_for_previous_kernel();  // the projection (and kv_cache_append) that wrote q and the new keys
+    stamps.waited();
     for (int i = 0; i < kRingPasses - 1; ++i) request_pass(i, old_end, k_end);
     cp_async_commit();
   } else if constexpr (Staged) {
@@ -311,6 +316,7 @@ __global__ void __launch_bounds__(Warps * kWarp, G == 1 ? kWarpsPerSM / Warps : 
     stage(0, min(old_end, staged));
     allow_next_kernel();  // as above
     wait_for_previous_kernel();  // the projection (and kv_cache_append) that wrote q and the new keys
+    stamps.waited();
     stage(min(old_end, staged), staged);
     cp_async_wait<0>();
     __syncthreads();
@@ -319,6 +325,7 @@ __global__ void __launch_bounds__(Warps * kWarp, G == 1 ? kWarpsPerSM / Warps : 
     load_keys(first_base, k_begin, old_end);
     allow_next_kernel();  // as above
     wait_for_previous_kernel();  // the projection (and kv_cache_append) that wrote q and the new keys
+    stamps.waited();
     load_keys(first_base, old_end, k_end);
   }
 

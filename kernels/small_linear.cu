@@ -47,12 +47,15 @@
 #include "activations.cuh"
 #include "async_copy.cuh"
 #include "common.cuh"
+#include "kernel_timeline.cuh"
 #include "overlapped_launch.cuh"
 #include "rotary.cuh"
 #include "ops/cuda/check.hpp"
 #include "ops/cuda/ops.hpp"
 
 namespace meg::cuda {
+
+MEG_KERNEL_TIMELINE_TABLE(small_linear)
 
 namespace {
 
@@ -332,6 +335,7 @@ __device__ void finish_task(const Args<X>& a, int task, float (&acc)[R][N], cons
 template <typename X, int N, Epilogue E, bool Biased, int R>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSM) small_linear_kernel(const Args<X> a) {
   static_assert(R == kRows<E> || kRows<E> == 1, "the epilogue's rows per task");
+  const KernelStamps stamps(small_linear_timeline, a.W, int(TimelineKind::linear_store) + int(E));
   constexpr int U = kLoads / R, W = kVecWidth<X>;
   using V = Vec<X, W>;
   extern __shared__ uint4 staged[];  // [N, C] of X, then the norm's [2, C], 16-byte aligned
@@ -362,8 +366,10 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSM) small_linear_kernel(co
   if (items > 1) load(wb, tb, 1);
   if (a.norm.weight) request_norm_params(norm_params, a);
   wait_for_previous_kernel();
+  stamps.waited();
   allow_next_kernel();
   stage_input<X, N>(xs, norm_params, a);
+  stamps.staged();
   const V* x = reinterpret_cast<const V*>(xs);
 
   float acc[R][N] = {};

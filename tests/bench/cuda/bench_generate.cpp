@@ -30,7 +30,7 @@
 // Usage: bench_generate [--precision bf16|fp16|fp32] [--prompt N] [--steps N] [--warmup N]
 //                       [--no-graphs] [--no-small-linear] [--phase prefill|decode] [--batch B] [--layers L]
 //                       [--sampling greedy|top-k|top-p|temperature[-penalty]] [--host-penalty] [--chained]
-//                       [--profile] [MODEL ...]
+//                       [--profile] [--timeline] [MODEL ...]
 // --phase and --batch keep to one phase and one batch size; --layers gives the models L layers
 // (timing two depths splits a step into its per-layer time and the rest: embedding, output layer,
 // logits copy); --chained queues each decode step behind the last (InferenceModel::queue_choices,
@@ -38,7 +38,9 @@
 // times runs of --steps steps from the device's end of the step before to its end of the last, so
 // that the host's turn between steps is hidden, as there; --profile brackets the last decode step
 // of each batch size with cudaProfilerStart/Stop, for a profiler started with profiling off (ncu
-// --profile-from-start off) to see one step.
+// --profile-from-start off) to see one step; --timeline prints, for that step, when each launch's
+// blocks started, waited and ended (a build with the CMake option MEG_KERNEL_TIMELINE, whose
+// stamps make every step slower: kernels/kernel_timeline.cuh says what they are).
 #include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
@@ -57,7 +59,9 @@
 #include "infer/sampler.hpp"
 #include "model/gpt.hpp"
 #include "ops/cuda/check.hpp"
+#include "ops/cuda/kernel_timeline.hpp"
 #include "event_timer.hpp"
+#include "timeline_report.hpp"
 
 namespace {
 
@@ -76,6 +80,7 @@ struct Options {
   meg::CudaInferenceOptions model;
   bool prefill = true, decode = true;
   bool profile = false;
+  bool timeline = false;  // the last decode step's kernel timeline (a MEG_KERNEL_TIMELINE build)
   bool host_penalty = false;  // a penalty's choices from all the logits on the host, as before penalise_rows
   bool chained = false;       // decode steps queued one behind the other (queue_choices)
   std::vector<int> batches{std::begin(kBatches), std::end(kBatches)};
@@ -198,7 +203,7 @@ void bench(const std::string& name, const Options& o) {
     const double ms = meg::bench::median(meg::bench::time_calls(stream, o.warmup, o.steps, [&] {
       if (o.sampling.empty())
         for (auto& t : next) t = tok(rng);
-      const bool profiled = o.profile && ++call == o.warmup + o.steps;
+      const bool last = ++call == o.warmup + o.steps, profiled = o.profile && last;
       // What the model hands over, as the generator asks for it: the argmax for greedy choices,
       // the top_k largest logits for top-k draws, else all the logits.
       const bool penalised = model->penalises() && !o.host_penalty;
@@ -208,6 +213,7 @@ void bench(const std::string& name, const Options& o) {
       for (auto& r : reqs) r.repetition_penalty = argmax || few || drawn ? o.params.repetition_penalty : 1;
       const size_t K = size_t(o.params.top_k);
       if (profiled) cudaProfilerStart();
+      if (o.timeline && last) meg::cuda::reset_kernel_timeline();
       if (argmax)
         model->append_greedy(reqs, V, next.data());
       else if (drawn)
@@ -217,6 +223,8 @@ void bench(const std::string& name, const Options& o) {
       else
         model->append(reqs, logits.data());
       if (profiled) cudaProfilerStop();
+      if (o.timeline && last)
+        meg::bench::print_timeline(label + ", batch " + std::to_string(B), meg::cuda::read_kernel_timeline());
       if (!sampled || argmax || drawn) return;
       // The next tokens, the prompt as each row's history: top-k's on this thread, draws from all
       // the logits in parallel (as the generator's).
@@ -258,13 +266,14 @@ int main(int argc, char** argv) {
         return 2;
       }
     } else if (a == "--profile") o.profile = true;
+    else if (a == "--timeline") o.timeline = true;
     else if (a == "--host-penalty") o.host_penalty = true;
     else if (a == "--chained") o.chained = true;
     else if (a.rfind("--", 0) != 0) models.push_back(a);
     else {
       std::fprintf(stderr, "usage: bench_generate [--precision P] [--prompt N] [--steps N] [--warmup N] [--no-graphs] "
                            "[--no-small-linear] [--phase prefill|decode] [--batch B] [--layers L] [--sampling S] "
-                           "[--host-penalty] [--chained] [--profile] [MODEL ...]\n");
+                           "[--host-penalty] [--chained] [--profile] [--timeline] [MODEL ...]\n");
       return 2;
     }
   }
@@ -272,6 +281,10 @@ int main(int argc, char** argv) {
   if (o.prompt < 1 || o.steps < 1 || o.warmup < 0 || o.layers < 0 || !batch_ok || !(o.prefill || o.decode)) {
     std::fprintf(stderr, "bench_generate: --prompt, --steps and --layers must be positive, --batch in [1, %d], "
                          "--phase prefill or decode\n", kSlots);
+    return 2;
+  }
+  if (o.timeline && (!meg::cuda::kernel_timeline_built() || o.chained)) {
+    std::fprintf(stderr, "bench_generate: --timeline needs a build with MEG_KERNEL_TIMELINE=ON and steps not --chained\n");
     return 2;
   }
   if (models.empty()) models = {"gpt2-124m", "gpt2-1.5b", "llama-1b"};
