@@ -7,7 +7,7 @@
 // 16-byte vectors, kLoads vectors per lane (a chunk) at a time. Each lane keeps one fp32 partial
 // sum per row and input row; a butterfly of shuffles adds them over the warp, and one lane per
 // output applies the epilogue and writes it. The grid is persistent, at most kBlocksPerSM blocks
-// of kWarps warps per multiprocessor (fewer where that leaves each warp as many tasks: launch()),
+// of kWarps warps per multiprocessor (fewer where there are fewer tasks than warps: launch()),
 // and a warp walks its tasks chunk by chunk with two register buffers, the next chunk in flight
 // while it multiplies the last.
 // A block first stages the N input rows, through the norm when one comes first and rounded to X,
@@ -416,14 +416,17 @@ void launch(const Args<X>& a, size_t smem, cudaStream_t stream) {
   std::call_once(opted_in, [&] {
     MEG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxStagedBytes)));
   });
-  // As many rounds of tasks per warp as the full persistent grid would take, in as few blocks as
-  // that allows: the multiprocessors left free take the next kernel's blocks early. Measured on an
-  // H100, a GPT-2 124M decode step went from 0.272 to 0.267 ms (its QKV and FC1 products take 2
-  // rounds in 144 and 192 blocks rather than 264), GPT-2 1.5B's and Llama 1B's within noise; one
-  // round more than that, in still fewer blocks, made every step 8 to 16% slower.
+  // The full persistent grid, or a block per kWarps tasks where there are fewer. Measured on an
+  // H100 (batch-1 decode, runs alternating), GPT-2 1.5B's step went from 1.81-1.85 to 1.75-1.77 ms
+  // when its QKV and FC1 products (2400 and 6400 tasks) took all 264 blocks rather than as few as
+  // their rounds of tasks a warp allowed (150 and 200 blocks: a second block on some
+  // multiprocessors only); GPT-2 124M's (no layer product of more tasks than warps) and Llama 1B's
+  // within noise. A block's tasks as one run of consecutive rows rather than strided made every
+  // step 2 to 7% slower. Where there are fewer tasks than warps, the multiprocessors left free
+  // take the next kernel's blocks early: GPT-2 124M's QKV and FC1 products in 144 and 192 blocks
+  // rather than 264 took its step from 0.272 to 0.267 ms.
   const int tasks = task_count<R>(a.OC);
-  const int rounds = ceil_div(tasks, kBlocksPerSM * multiprocessors() * kWarps);
-  const int blocks = ceil_div(tasks, kWarps * rounds);
+  const int blocks = std::min(ceil_div(tasks, kWarps), kBlocksPerSM * multiprocessors());
   launch_overlapped(kernel, dim3(blocks), dim3(kThreads), smem, stream, a);
 }
 
