@@ -448,6 +448,7 @@ __global__ void __launch_bounds__(Warps * kWarp, G == 1 ? kWarpsPerSM / Warps : 
     }
   }
   __syncthreads();
+  stamps.staged();  // the block's keys attended: what is left is merging
   for (int e = threadIdx.x; e < G * HS; e += Warps * kWarp) {
     const int j = e / HS, d = e % HS, h = h0 + j;
     float mx = -INFINITY;

@@ -2,11 +2,12 @@
 // with one that would serialize the overlapped kernels, as Nsight Compute does). Built with the
 // CMake option MEG_KERNEL_TIMELINE, a kernel that holds a KernelStamps stamps, for each of its
 // blocks, the global time (%globaltimer, nanoseconds on every multiprocessor alike) at its start,
-// when its wait for the previous kernel returned, when its input was staged, and when its last
-// warp ended, into a table of its translation unit (MEG_KERNEL_TIMELINE_TABLE), one row a launch,
-// found by a key the launch alone has within a step (its weights, its layer's cache).
-// `bench_generate --timeline` reads the tables after one step (lib/ops/cuda/kernel_timeline.hpp).
-// Without the option a KernelStamps is empty and its calls compile to nothing.
+// when its wait for the previous kernel returned, when its staging ended (a product's input; the
+// attention's own keys attended, before any merge) and when its last warp ended, into a table of
+// its translation unit (MEG_KERNEL_TIMELINE_TABLE), one row a launch, found by a key the launch
+// alone has within a step (its weights, its layer's cache). `bench_generate --timeline` reads the
+// tables after one step (lib/ops/cuda/kernel_timeline.hpp). Without the option a KernelStamps is
+// empty and its calls compile to nothing.
 #pragma once
 
 #include <cuda_runtime.h>

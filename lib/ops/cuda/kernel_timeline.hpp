@@ -8,7 +8,8 @@
 namespace meg::cuda {
 
 // A block's global times in nanoseconds (0: not stamped): its start, the return of its wait for
-// the previous kernel, the end of its input staging, its last warp's end.
+// the previous kernel, the end of its staging (small_linear: its input staged; the cached
+// attention: its own keys attended, before the merge of the splits), its last warp's end.
 struct BlockStamps {
   uint64_t start, wait, staged, end;
 };
