@@ -20,6 +20,7 @@ void reset_kernel_timeline() {
   MEG_CUDA_CHECK(cudaDeviceSynchronize());
   reset_kernel_timeline_small_linear();
   reset_kernel_timeline_cached_attention();
+  MEG_CUDA_CHECK(cudaDeviceSynchronize());  // the clearing done before any stream's next launch
 }
 
 std::vector<LaunchStamps> read_kernel_timeline() {
