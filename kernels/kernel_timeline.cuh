@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "common.cuh"
 #include "ops/cuda/check.hpp"
 #include "ops/cuda/kernel_timeline.hpp"
 
@@ -75,7 +76,8 @@ class KernelStamps {
   __device__ void waited() const { stamp(&BlockStamps::wait); }
   __device__ void staged() const { stamp(&BlockStamps::staged); }
   __device__ ~KernelStamps() {
-    if (block_ && threadIdx.x % 32 == 0) atomicMax(reinterpret_cast<unsigned long long*>(&block_->end), global_time());
+    if (block_ && threadIdx.x % kWarp == 0)
+      atomicMax(reinterpret_cast<unsigned long long*>(&block_->end), global_time());
   }
 
  private:
@@ -93,15 +95,13 @@ class KernelStamps {
   }                                                                                            \
   void reset_kernel_timeline_##name() { reset_device_timeline(name##_timeline); }
 
-template <typename Table>
-void reset_device_timeline(const Table& table) {
+inline void reset_device_timeline(const DeviceTimeline& table) {
   void* address = nullptr;
   MEG_CUDA_CHECK(cudaGetSymbolAddress(&address, table));
   MEG_CUDA_CHECK(cudaMemset(address, 0, sizeof(DeviceTimeline)));
 }
 
-template <typename Table>
-void read_device_timeline(const Table& table, std::vector<LaunchStamps>& launches) {
+inline void read_device_timeline(const DeviceTimeline& table, std::vector<LaunchStamps>& launches) {
   void* address = nullptr;
   MEG_CUDA_CHECK(cudaGetSymbolAddress(&address, table));
   std::vector<DeviceTimeline> host(1);

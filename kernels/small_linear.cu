@@ -424,9 +424,9 @@ void launch(const Args<X>& a, size_t smem, cudaStream_t stream) {
   // within noise. A block's tasks as one run of consecutive rows rather than strided made every
   // step 2 to 8% slower; consecutive tasks to consecutive blocks rather than to a block's warps
   // (a block's rows far apart) GPT-2 1.5B's 4%, and with every product on the full grid (a product
-  // of fewer tasks than warps then spread over every block) 10%. Where there are fewer tasks than warps, the multiprocessors left free
-  // take the next kernel's blocks early: GPT-2 124M's QKV and FC1 products in 144 and 192 blocks
-  // rather than 264 took its step from 0.272 to 0.267 ms.
+  // of fewer tasks than warps then spread over every block) 10%. Where there are fewer tasks than
+  // warps, the multiprocessors left free take the next kernel's blocks early: GPT-2 124M's QKV and
+  // FC1 products in 144 and 192 blocks rather than 264 took its step from 0.272 to 0.267 ms.
   const int tasks = task_count<R>(a.OC);
   const int blocks = std::min(ceil_div(tasks, kWarps), kBlocksPerSM * multiprocessors());
   launch_overlapped(kernel, dim3(blocks), dim3(kThreads), smem, stream, a);

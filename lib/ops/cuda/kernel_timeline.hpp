@@ -15,7 +15,21 @@ struct BlockStamps {
 };
 
 // The kernels that stamp: the cached attention, and small_linear by its epilogue.
-enum class TimelineKind { cached_attention, linear_store, linear_gelu, linear_swiglu, linear_residual, linear_kv_append };
+enum class TimelineKind {
+  cached_attention,
+  linear_store,
+  linear_gelu,
+  linear_swiglu,
+  linear_residual,
+  linear_kv_append
+};
+
+// KIND's name in reports ("?" for none of them).
+inline const char* timeline_kind_name(int kind) {
+  static const char* const names[] = {"cached attention", "linear", "linear, GELU", "linear, SwiGLU",
+                                      "linear, residual", "linear, KV append"};
+  return kind >= 0 && kind <= int(TimelineKind::linear_kv_append) ? names[kind] : "?";
+}
 
 // One launch: its key (a pointer it alone has within a step), kind, and its blocks' stamps.
 struct LaunchStamps {

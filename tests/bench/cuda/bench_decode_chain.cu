@@ -408,6 +408,19 @@ __device__ inline void bulk_copy(void* dst, const void* src, unsigned bytes, uin
       : "memory");
 }
 
+// The ring's barriers, a slot's "full" (its bytes landed) and "empty" (its consumer done), each
+// completing on one arrival a phase; all the block's threads call it.
+__device__ void init_ring_barriers(uint64_t* full, uint64_t* empty, int slots) {
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < slots; ++i) {
+      mbar_init(full + i, 1);
+      mbar_init(empty + i, 1);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+}
+
 // Walks the ring: the slot of the next piece, and the parity of that slot's use.
 struct RingCursor {
   int slot = 0;
@@ -428,14 +441,7 @@ __global__ void __launch_bounds__((kMaxSlots + 1) * kWarp, 1) ring_chain_kernel(
   uint64_t* empty = full + r.slots;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, G = gridDim.x, b = blockIdx.x;
   const int consumer_threads = r.slots * kWarp;
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < r.slots; ++s) {
-      mbar_init(full + s, 1);
-      mbar_init(empty + s, 1);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
-  __syncthreads();
+  init_ring_barriers(full, empty, r.slots);
 
   if (warp == r.slots) {  // the producer, one lane
     if (lane != 0 || !r.copy) return;
@@ -520,17 +526,6 @@ __global__ void __launch_bounds__((kMaxSlots + 1) * kWarp, 1) ring_chain_kernel(
 
 constexpr int kBulkWarps = 8;               // consumer warps, a slot each or two
 constexpr size_t kBulkBudget = 108 * 1024;  // shared memory a block, so that two fit
-
-__device__ void init_ring_barriers(uint64_t* full, uint64_t* empty, int slots) {
-  if (threadIdx.x == 0) {
-    for (int i = 0; i < slots; ++i) {
-      mbar_init(full + i, 1);
-      mbar_init(empty + i, 1);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
-  __syncthreads();
-}
 
 // The producer lane: the rows [r0, r1) of W (ROW_BYTES each), ROWS a unit, each unit in PARTS
 // pieces (a row's parts, when a row is longer than a slot), piece k into slot k % SLOTS once the

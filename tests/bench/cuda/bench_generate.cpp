@@ -284,7 +284,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (o.timeline && (!meg::cuda::kernel_timeline_built() || o.chained)) {
-    std::fprintf(stderr, "bench_generate: --timeline needs a build with MEG_KERNEL_TIMELINE=ON and steps not --chained\n");
+    std::fprintf(stderr,
+                 "bench_generate: --timeline needs a build with MEG_KERNEL_TIMELINE=ON and steps not --chained\n");
     return 2;
   }
   if (models.empty()) models = {"gpt2-124m", "gpt2-1.5b", "llama-1b"};

@@ -93,12 +93,6 @@ inline std::vector<PlaceTimes> layer_places(const std::vector<cuda::LaunchStamps
   return places;
 }
 
-inline const char* kind_name(int kind) {
-  static const char* names[] = {"cached attention", "linear", "linear, GELU", "linear, SwiGLU",
-                                "linear, residual", "linear, KV append"};
-  return kind >= 0 && kind < 6 ? names[kind] : "?";
-}
-
 // The smallest step between two different stamps: the timer's resolution, as far as it shows.
 inline uint64_t timer_step(const std::vector<cuda::LaunchStamps>& stamps) {
   std::vector<uint64_t> times;
@@ -109,7 +103,8 @@ inline uint64_t timer_step(const std::vector<cuda::LaunchStamps>& stamps) {
   std::sort(times.begin(), times.end());
   uint64_t step = 0;
   for (size_t i = 1; i < times.size(); ++i)
-    if (times[i] != times[i - 1] && (step == 0 || times[i] - times[i - 1] < step)) step = times[i] - times[i - 1];
+    if (times[i] != times[i - 1] && (step == 0 || times[i] - times[i - 1] < step))
+      step = times[i] - times[i - 1];
   return step;
 }
 
@@ -131,7 +126,7 @@ inline void print_timeline(const std::string& label, const std::vector<cuda::Lau
     const PlaceTimes& t = places[p];
     char staged[16] = "-";
     if (t.staged != 0) std::snprintf(staged, sizeof(staged), "%.2f", t.staged);
-    std::printf("| %zu | %s | %d | %.2f | %.2f | %s | %.2f | %.2f |\n", p, kind_name(t.kind), t.blocks, t.started,
+    std::printf("| %zu | %s | %d | %.2f | %.2f | %s | %.2f | %.2f |\n", p, cuda::timeline_kind_name(t.kind), t.blocks, t.started,
                 t.waited, staged, t.ended, t.tail);
     layer += t.ended;
   }
