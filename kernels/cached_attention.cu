@@ -16,8 +16,12 @@
 // in split order (the result does not depend on the order the blocks ran in), in two levels:
 //   - where the grid has too few (query, head group) pairs to fill the device even with 8 splits
 //     each (batch-1 decode), the splits come in thread block clusters of up to 8 (Hopper and
-//     later), and a cluster's first block merges its blocks' partials from their shared memory
-//     (distributed shared memory), between two cluster barriers. Larger grids split less and
+//     later), and a cluster's first block merges its blocks' partials: they write them into its
+//     shared memory (distributed shared memory) and arrive on an mbarrier there, so that they leave
+//     at once and only the first block waits. (On one H100, batch-1 decode at 552 keys, runs
+//     alternating: with the first block reading the others' shared memory between two cluster
+//     barriers, GPT-2 1.5B 564-569 tok/s, GPT-2 124M 3.65k-3.79k, Llama 1B 958-970; as now 580-587,
+//     3.87k-3.89k and 960-976.) Larger grids split less and
 //     without clusters, which there measured slower (clusters of 3 made a batch of 32 Llama 1B
 //     decode rows 5% slower): each block is a cluster of its own;
 //   - when a query needs more than one cluster, the clusters' merged partials go to the scratch,
@@ -225,6 +229,15 @@ __global__ void __launch_bounds__(Warps * kWarp, G == 1 ? kWarpsPerSM / Warps : 
   const int row = a.rows[q], len = a.positions[row] + 1;
   const int units = query_clusters(len, gridDim.x / cluster, cluster, pass);
   if (unit >= units) return;  // the whole cluster: this query needs fewer
+  // A cluster's blocks write their partials into its first block's shared memory, each thread that
+  // wrote arriving on that block's mbarrier; the cluster barrier's wait comes before the first
+  // write, long after the initialization.
+  __shared__ uint64_t partials_in;
+  if constexpr (kClustered) {
+    if (rank == 0 && threadIdx.x == 0)
+      cluster_mbarrier_init(&partials_in, unsigned(cluster - 1) * min(G * HS, Warps * kWarp));
+    cluster_arrive_relaxed();
+  }
   const int splits = units * cluster;
   // A split may be empty (a short context in a cluster of several blocks): k_end <= k_begin.
   const int per_split = ceil_div(len, splits);
@@ -449,6 +462,12 @@ __global__ void __launch_bounds__(Warps * kWarp, G == 1 ? kWarpsPerSM / Warps : 
   }
   __syncthreads();
   stamps.staged();  // the block's keys attended: what is left is merging
+  // A clustered block's partial goes to its slot of the first block's [cluster][G][rec].
+  float* cluster_slot = block_partial + size_t(rank) * G * rec;
+  if constexpr (kClustered) {
+    cluster_wait();  // the first block's mbarrier is initialized
+    cluster_slot = cluster_shared(cluster_slot, cluster, 0);
+  }
   for (int e = threadIdx.x; e < G * HS; e += Warps * kWarp) {
     const int j = e / HS, d = e % HS, h = h0 + j;
     float mx = -INFINITY;
@@ -464,7 +483,7 @@ __global__ void __launch_bounds__(Warps * kWarp, G == 1 ? kWarpsPerSM / Warps : 
     if (splits == 1) {
       a.out[(size_t(row) * NH + h) * HS + d] = from_float<X>(acc / sum);
     } else {
-      float* p = kClustered ? block_partial + size_t(j) * rec
+      float* p = kClustered ? cluster_slot + size_t(j) * rec
                             : a.partials + ((size_t(q) * NH + h) * grid_units + unit) * rec;
       if (d == 0) {
         p[0] = mx;
@@ -475,14 +494,15 @@ __global__ void __launch_bounds__(Warps * kWarp, G == 1 ? kWarpsPerSM / Warps : 
   }
   if (splits == 1) return;
 
-  // The cluster's partials, merged by its first block in rank order; the others wait at the
-  // second barrier until it has read their shared memory, then leave.
+  // The cluster's partials, merged by its first block in rank order once the others' have
+  // arrived; the others leave as soon as theirs are written.
   if constexpr (kClustered) {
-    cluster_barrier(cluster);
     if (rank != 0) {
-      cluster_barrier(cluster);
+      if (threadIdx.x < G * HS) cluster_mbarrier_arrive(&partials_in, 0);
       return;
     }
+    __syncthreads();  // its own partial, which its threads wrote
+    cluster_mbarrier_wait(&partials_in, 0);
     float* unit_partial = a.partials + ((size_t(q) * NH + h0) * grid_units + unit) * rec;
     for (int e = threadIdx.x; e < G * HS; e += Warps * kWarp) {
       const int j = e / HS, d = e % HS;
@@ -490,7 +510,7 @@ __global__ void __launch_bounds__(Warps * kWarp, G == 1 ? kWarpsPerSM / Warps : 
 #pragma unroll
       for (int r = 0; r < kMaxCluster; ++r) {
         if (r >= cluster) break;
-        const float* p = cluster_shared(block_partial, cluster, r) + size_t(j) * rec;
+        const float* p = block_partial + (size_t(r) * G + j) * rec;
         pm[r] = p[0];
         pl[r] = p[1];
         po[r] = p[2 + d];
@@ -518,7 +538,6 @@ __global__ void __launch_bounds__(Warps * kWarp, G == 1 ? kWarpsPerSM / Warps : 
         p[2 + d] = acc;
       }
     }
-    cluster_barrier(cluster);
     if (units == 1) return;
   }
 
@@ -582,7 +601,9 @@ template <typename X, int W, int G, int Warps, bool Staged>
 void launch(const Args<X>& a, const Splits& s, cudaStream_t stream) {
   const auto kernel = cached_attention_kernel<X, W, G, Warps, Staged>;
   const float scale_log2 = float(kLog2e / std::sqrt(double(a.HS)));
-  size_t smem = size_t(Warps + (Warps == kManyWarps)) * G * partial_floats(a.HS) * sizeof(float);
+  // The warps' partials, and a clustered grid's cluster partials (kernel: its first block's).
+  const size_t partials = size_t(Warps) + (Warps == kManyWarps ? kMaxCluster : 0);
+  size_t smem = partials * G * partial_floats(a.HS) * sizeof(float);
   if constexpr (Staged)
     smem = keys_offset(Warps, G, a.HS) * sizeof(float) + 2 * size_t(a.staged_keys) * a.HS * sizeof(X);
   if constexpr (kStreams<X, W, G, Warps, Staged>)
