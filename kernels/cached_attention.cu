@@ -21,9 +21,9 @@
 //     at once and only the first block waits. (On one H100, batch-1 decode at 552 keys, runs
 //     alternating: with the first block reading the others' shared memory between two cluster
 //     barriers, GPT-2 1.5B 564-569 tok/s, GPT-2 124M 3.65k-3.79k, Llama 1B 958-970; as now 580-587,
-//     3.87k-3.89k and 960-976.) Larger grids split less and
-//     without clusters, which there measured slower (clusters of 3 made a batch of 32 Llama 1B
-//     decode rows 5% slower): each block is a cluster of its own;
+//     3.87k-3.89k and 960-976.) Larger grids split less and without clusters, which there
+//     measured slower (clusters of 3 made a batch of 32 Llama 1B decode rows 5% slower): each
+//     block is a cluster of its own;
 //   - when a query needs more than one cluster, the clusters' merged partials go to the scratch,
 //     and the last cluster to finish merges them there. It knows it is last from a counter per
 //     (query, head group) in the scratch, which it also sets back to zero for the next launch.
@@ -230,12 +230,12 @@ __global__ void __launch_bounds__(Warps * kWarp, G == 1 ? kWarpsPerSM / Warps : 
   const int units = query_clusters(len, gridDim.x / cluster, cluster, pass);
   if (unit >= units) return;  // the whole cluster: this query needs fewer
   // A cluster's blocks write their partials into its first block's shared memory, each thread that
-  // wrote arriving on that block's mbarrier; the cluster barrier's wait comes before the first
-  // write, long after the initialization.
+  // wrote (one an element of the G heads' outputs, or the whole block) arriving on that block's
+  // mbarrier; the cluster barrier's wait comes before the first write, long after the initialization.
+  const int writers = min(G * HS, Warps * kWarp);
   __shared__ uint64_t partials_in;
   if constexpr (kClustered) {
-    if (rank == 0 && threadIdx.x == 0)
-      cluster_mbarrier_init(&partials_in, unsigned(cluster - 1) * min(G * HS, Warps * kWarp));
+    if (rank == 0 && threadIdx.x == 0) cluster_mbarrier_init(&partials_in, unsigned((cluster - 1) * writers));
     cluster_arrive_relaxed();
   }
   const int splits = units * cluster;
@@ -498,7 +498,7 @@ __global__ void __launch_bounds__(Warps * kWarp, G == 1 ? kWarpsPerSM / Warps : 
   // arrived; the others leave as soon as theirs are written.
   if constexpr (kClustered) {
     if (rank != 0) {
-      if (threadIdx.x < G * HS) cluster_mbarrier_arrive(&partials_in, 0);
+      if (int(threadIdx.x) < writers) cluster_mbarrier_arrive(&partials_in, 0);
       return;
     }
     __syncthreads();  // its own partial, which its threads wrote

@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "async_copy.cuh"
+
 namespace meg::cuda {
 
 // Every thread of the cluster's CLUSTER blocks arrives; shared memory written before it is
@@ -49,8 +51,7 @@ __device__ inline void cluster_wait() {
 // between it and the first remote arrival).
 __device__ inline void cluster_mbarrier_init(uint64_t* bar, unsigned count) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(bar));
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(a), "r"(count) : "memory");
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 #endif
 }
@@ -59,9 +60,8 @@ __device__ inline void cluster_mbarrier_init(uint64_t* bar, unsigned count) {
 // thread's earlier writes to the cluster.
 __device__ inline void cluster_mbarrier_arrive(uint64_t* bar, int rank) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(bar));
   unsigned remote;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(a), "r"(rank));
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_addr(bar)), "r"(rank));
   asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(remote) : "memory");
 #endif
 }
@@ -70,11 +70,10 @@ __device__ inline void cluster_mbarrier_arrive(uint64_t* bar, int rank) {
 // arrivals released.
 __device__ inline void cluster_mbarrier_wait(uint64_t* bar, unsigned parity) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(bar));
   asm volatile(
       "{\n .reg .pred done;\n wait_%=:\n"
       " mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
-      " @!done bra wait_%=;\n}\n" ::"r"(a),
+      " @!done bra wait_%=;\n}\n" ::"r"(smem_addr(bar)),
       "r"(parity)
       : "memory");
 #endif

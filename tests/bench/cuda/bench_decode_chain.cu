@@ -82,6 +82,7 @@
 #include "ops/cuda/ops.hpp"
 #include "ops/cuda/stream.hpp"
 #include "event_timer.hpp"
+#include "../../../kernels/async_copy.cuh"
 #include "../../../kernels/overlapped_launch.cuh"
 
 namespace {
@@ -89,6 +90,7 @@ namespace {
 using bf16 = __nv_bfloat16;
 using meg::cuda::allow_next_kernel;
 using meg::cuda::launch_overlapped;
+using meg::cuda::smem_addr;
 using meg::cuda::wait_for_previous_kernel;
 
 constexpr int kWarmup = 5;
@@ -374,16 +376,15 @@ __host__ __device__ int piece_rows(int C, unsigned slot) { return int(slot / row
 // Block B's rows [row_split(OC, B, G), row_split(OC, B + 1, G)) of a product of OC rows.
 __device__ int row_split(int OC, int b, int G) { return int(int64_t(OC) * b / G); }
 
-__device__ inline uint32_t shared_address(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
 __device__ inline void mbar_init(uint64_t* bar, unsigned count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(shared_address(bar)), "r"(count) : "memory");
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
 }
 __device__ inline void mbar_expect_bytes(uint64_t* bar, unsigned bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(shared_address(bar)), "r"(bytes)
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes)
                : "memory");
 }
 __device__ inline void mbar_arrive(uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(shared_address(bar)) : "memory");
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
 }
 // How long a waiting thread may stay suspended (ns) before try_wait returns false: it is woken when
 // the phase completes, rather than spinning on the barrier and taking issue slots from the others.
@@ -397,14 +398,14 @@ __device__ inline void mbar_wait(uint64_t* bar, unsigned parity) {
     asm volatile(
         "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\n selp.u32 %0, 1, 0, p;\n}\n"
         : "=r"(done)
-        : "r"(shared_address(bar)), "r"(parity), "r"(kSuspendHint)
+        : "r"(smem_addr(bar)), "r"(parity), "r"(kSuspendHint)
         : "memory");
 }
 __device__ inline void bulk_copy(void* dst, const void* src, unsigned bytes, uint64_t* bar, uint64_t policy) {
   asm volatile(
       "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::
-          "r"(shared_address(dst)),
-      "l"(src), "r"(bytes), "r"(shared_address(bar)), "l"(policy)
+          "r"(smem_addr(dst)),
+      "l"(src), "r"(bytes), "r"(smem_addr(bar)), "l"(policy)
       : "memory");
 }
 
@@ -657,12 +658,12 @@ __global__ void __launch_bounds__((kBulkWarps + 1) * kWarp, 2)
   if (warp >= slots) return;
   // The lane's ldmatrix row: line n's chunk for matrix j (the step's 4 chunks).
   const int n = lane % 8, j = lane / 8, r = n / S, seg = n % S;
-  const uint32_t x_base = shared_address(xs);
+  const uint32_t x_base = smem_addr(xs);
   const int pieces = (r1 - r0 + P - 1) / P;
   for (int k = warp; k < pieces; k += slots) {
     const int s = k % slots, nr = min(P, r1 - r0 - k * P);
     mbar_wait(full + s, unsigned(k / slots) & 1);
-    const uint32_t w_base = shared_address(ring + size_t(s) * slot) + unsigned(r) * row_bytes;
+    const uint32_t w_base = smem_addr(ring + size_t(s) * slot) + unsigned(r) * row_bytes;
     float acc[4][4] = {};
     int c = (j + r) % K;  // the line's chunk at this step, rotated by its row
     auto step = [&](float(&d0)[4], float(&d1)[4]) {
