@@ -21,7 +21,7 @@
 // products alone were about 10% slower, a whole step 5% faster.)
 //
 // The fused QKV projection of a decode step also does kv_cache_append's work in its epilogue
-// (kv_append): a warp's two rows are then a head's columns i and i + HS/2, which RoPE turns
+// (kv_append): with RoPE a task's two rows are a head's columns i and i + HS/2, which it turns
 // together, and the rotated q, k and the v go where kv_cache_append would put them.
 //
 // The launch overlaps the kernel before it (kernels/overlapped_launch.cuh): a warp requests its
@@ -67,14 +67,7 @@ constexpr int kThreads = kWarps * kWarp;
 constexpr int kLoads = 8;  // 16-byte weight vectors a lane has in flight
 constexpr size_t kMaxStagedBytes = 96 * 1024;  // the staged rows' and norm's shared memory, at most
 
-// Weight rows of a task the epilogue needs: SwiGLU's gate and up rows, kv_append's two halves of
-// a head's pair of columns (which RoPE turns together), one otherwise. The others may take two
-// consecutive rows a task too (R = 2, launch_rows()): rows short enough that a chunk of one would
-// leave most of a lane's loads idle then fill more of them.
-template <SmallLinearEpilogue E>
-constexpr int kRows = E == SmallLinearEpilogue::swiglu || E == SmallLinearEpilogue::kv_append ? 2 : 1;
-
-// Tasks of a product of OC rows, R rows a task.
+// Tasks of a product of OC rows, R rows a task (launch_rows() chooses R).
 template <int R>
 __host__ __device__ int task_count(int OC) {
   return OC / R;
@@ -203,18 +196,27 @@ __device__ void write_output(const Args<X>& a, int n, int col, float product, fl
   else *o = from_float<X>(y);
 }
 
+// Where row n's head h goes in the KV cache (its column 0): null for a query head.
+template <typename X>
+__device__ X* cache_row(const SmallLinearKvAppend<X>& kv, int n, int h) {
+  if (h < kv.NH) return nullptr;
+  const bool key = h < kv.NH + kv.NKV;
+  const int g = key ? h - kv.NH : h - kv.NH - kv.NKV;
+  const size_t row = (size_t(kv.slots[n]) * kv.NKV + g) * kv.max_length + kv.positions[n];
+  return (key ? kv.k_cache : kv.v_cache) + row * kv.HS;
+}
+
 // Row n's pair of columns (i, i + HS/2) of head h, which task TASK holds (y0, y1: products plus
 // biases), as kv_cache_append turns and caches them: rounded to X as a product's output, q and k
 // rotated by the row's position, all written to the projection, k and v to the cache.
 template <typename X>
-__device__ void append_kv(const Args<X>& a, int n, int task, float y0, float y1) {
+__device__ void append_kv_pair(const Args<X>& a, int n, int task, float y0, float y1) {
   const SmallLinearKvAppend<X>& kv = a.kv;
   const int half = kv.HS / 2, h = task / half, i = task % half, col = h * kv.HS + i;
   X lo = from_float<X>(y0);
   X hi = from_float<X>(y1);
-  const int pos = kv.positions[n];
   if (kv.rope_table && h < kv.NH + kv.NKV) {
-    const float2 cs = reinterpret_cast<const float2*>(kv.rope_table)[size_t(pos) * half + i];
+    const float2 cs = reinterpret_cast<const float2*>(kv.rope_table)[size_t(kv.positions[n]) * half + i];
     const float2 y = rotate_pair(to_float(lo), to_float(hi), cs.x, cs.y);
     lo = from_float<X>(y.x);
     hi = from_float<X>(y.y);
@@ -222,25 +224,29 @@ __device__ void append_kv(const Args<X>& a, int n, int task, float y0, float y1)
   X* out = a.out + size_t(n) * a.OC + col;
   out[0] = lo;
   out[half] = hi;
-  if (h >= kv.NH) {
-    const bool key = h < kv.NH + kv.NKV;
-    const int g = key ? h - kv.NH : h - kv.NH - kv.NKV;
-    X* dst = (key ? kv.k_cache : kv.v_cache) +
-             ((size_t(kv.slots[n]) * kv.NKV + g) * kv.max_length + pos) * kv.HS + i;
-    dst[0] = lo;
-    dst[half] = hi;
+  if (X* dst = cache_row(kv, n, h)) {
+    dst[i] = lo;
+    dst[i + half] = hi;
   }
 }
 
+// Row n's column COL (Y: product plus bias) without RoPE, as kv_cache_append caches it.
+template <typename X>
+__device__ void append_kv_column(const Args<X>& a, int n, int col, float y) {
+  const X v = from_float<X>(y);
+  a.out[size_t(n) * a.OC + col] = v;
+  if (X* dst = cache_row(a.kv, n, col / a.kv.HS)) dst[col % a.kv.HS] = v;
+}
+
 // A task's weight rows: SwiGLU's task t is output column t, from rows t (gate) and t + OC / 2 (up);
-// kv_append's task t is the pair (i, i + HS/2) of head h = t / (HS/2), i = t % (HS/2); the
-// others' task t is columns t R .. t R + R - 1.
+// kv_append's task of two rows t is the pair (i, i + HS/2) of head h = t / (HS/2), i = t % (HS/2);
+// the others' task t is columns t R .. t R + R - 1.
 template <typename X, Epilogue E, int R>
 __device__ void task_rows(int (&rows)[R], int task, const Args<X>& a) {
   if constexpr (E == Epilogue::swiglu) {
     rows[0] = task;
     rows[1] = task + a.OC / 2;
-  } else if constexpr (E == Epilogue::kv_append) {
+  } else if constexpr (E == Epilogue::kv_append && R == 2) {
     const int half = a.kv.HS / 2;
     rows[0] = task / half * a.kv.HS + task % half;
     rows[1] = rows[0] + half;
@@ -311,13 +317,16 @@ __device__ void finish_task(const Args<X>& a, int task, float (&acc)[R][N], cons
       const float gate = acc[0][n] + t.bias[0], up = acc[1][n] + t.bias[1];
       a.out[size_t(n) * tasks + task] =
           from_float<X>(silu(to_float(from_float<X>(gate))) * to_float(from_float<X>(up)));
-    } else if constexpr (E == Epilogue::kv_append) {
-      append_kv(a, n, task, acc[0][n] + t.bias[0], acc[1][n] + t.bias[1]);
+    } else if constexpr (E == Epilogue::kv_append && R == 2) {
+      append_kv_pair(a, n, task, acc[0][n] + t.bias[0], acc[1][n] + t.bias[1]);
     } else {
       int rows[R];
       task_rows<X, E, R>(rows, task, a);
 #pragma unroll
-      for (int r = 0; r < R; ++r) write_output<X, E>(a, n, rows[r], acc[r][n], t.bias[r], t.residual[r][n]);
+      for (int r = 0; r < R; ++r) {
+        if constexpr (E == Epilogue::kv_append) append_kv_column(a, n, rows[r], acc[r][n] + t.bias[r]);
+        else write_output<X, E>(a, n, rows[r], acc[r][n], t.bias[r], t.residual[r][n]);
+      }
     }
   }
 }
@@ -337,7 +346,7 @@ __device__ void finish_task(const Args<X>& a, int task, float (&acc)[R][N], cons
 // on an H100, Llama 1B's unbiased products were 6% slower a decode step with it.
 template <typename X, int N, Epilogue E, bool Biased, int R>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSM) small_linear_kernel(const Args<X> a) {
-  static_assert(R == kRows<E> || kRows<E> == 1, "the epilogue's rows per task");
+  static_assert(E != Epilogue::swiglu || R == 2, "SwiGLU's tasks are a gate row and its up row");
   const KernelStamps stamps(small_linear_timeline, a.W, int(TimelineKind::linear_store) + int(E));
   constexpr int U = kLoads / R, W = kVecWidth<X>;
   using V = Vec<X, W>;
@@ -441,15 +450,22 @@ void launch_biased(const Args<X>& a, size_t smem, cudaStream_t stream) {
   else launch<X, N, E, false, R>(a, smem, stream);
 }
 
-// Rows per task: the epilogue's, or for one input row, two where a row fills at most half a
-// chunk (measured on an H100, runs alternating: a GPT-2 124M decode step, whose rows of 768 fill
-// 96 of a chunk's 256 vectors, went from 0.266 to 0.262 ms).
+// Rows per task: SwiGLU's gate and up rows, and kv_append's two halves of a head's pair of
+// columns where RoPE turns them together, always. The others (kv_append without RoPE too) take
+// two rows where there is one input row and a row fills at most half a chunk, so that a lane's
+// loads are not mostly idle (measured on an H100, runs alternating: a GPT-2 124M decode step,
+// whose rows of 768 fill 96 of a chunk's 256 vectors, went from 0.266 to 0.262 ms), and one
+// otherwise: GPT-2 1.5B's QKV product in 4800 tasks of one row rather than 2400 pairs left 576
+// of 2112 warps a third row rather than 288 a second pair, and its step went from 584-591 to
+// 594-600 tok/s.
 template <typename X, int N, Epilogue E>
 void launch_rows(const Args<X>& a, size_t smem, cudaStream_t stream) {
-  if constexpr (N == 1 && kRows<E> == 1) {
-    if (a.OC % 2 == 0 && a.C / kVecWidth<X> <= kWarp * kLoads / 2) return launch_biased<X, N, E, 2>(a, smem, stream);
+  const bool paired = E == Epilogue::swiglu || (E == Epilogue::kv_append && a.kv.rope_table);
+  const bool short_rows = N == 1 && a.OC % 2 == 0 && a.C / kVecWidth<X> <= kWarp * kLoads / 2;
+  if constexpr (E != Epilogue::swiglu) {
+    if (!paired && !short_rows) return launch_biased<X, N, E, 1>(a, smem, stream);
   }
-  launch_biased<X, N, E, kRows<E>>(a, smem, stream);
+  launch_biased<X, N, E, 2>(a, smem, stream);
 }
 
 template <typename X, int N>

@@ -197,8 +197,9 @@ void check_kv_append(int N, int C, int NH, int NKV, int HS, bool rope, std::mt19
 TEST_CASE("small_linear's kv_append epilogue equals the projection followed by kv_cache_append", "[gpu][kernels]") {
   std::mt19937 rng(41);
   for (int N = 1; N <= meg::cuda::kSmallLinearMaxRows; ++N) {
-    // GPT-2 (no RoPE, as many kv heads as heads) and Llama (RoPE, grouped-query) shapes; rows that
-    // fit one chunk of a task's loads, and rows that take two (GPT-2 1.5B's and Llama 1B's widths).
+    // GPT-2 (no RoPE, as many kv heads as heads) and Llama (RoPE, grouped-query) shapes: short rows
+    // (two a task, paired for RoPE or not), GPT-2 1.5B's width (one row a task without RoPE) and
+    // Llama 1B's (pairs whose rows take two chunks of a task's loads).
     check_kv_append<float>(N, 64, 4, 4, 16, false, rng);
     check_kv_append<__nv_bfloat16>(N, 64, 4, 4, 16, false, rng);
     check_kv_append<float>(N, 128, 8, 2, 16, true, rng);
