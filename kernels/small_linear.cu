@@ -460,10 +460,10 @@ void launch_biased(const Args<X>& a, size_t smem, cudaStream_t stream) {
 // 594-600 tok/s.
 template <typename X, int N, Epilogue E>
 void launch_rows(const Args<X>& a, size_t smem, cudaStream_t stream) {
-  const bool paired = E == Epilogue::swiglu || (E == Epilogue::kv_append && a.kv.rope_table);
-  const bool short_rows = N == 1 && a.OC % 2 == 0 && a.C / kVecWidth<X> <= kWarp * kLoads / 2;
   if constexpr (E != Epilogue::swiglu) {
-    if (!paired && !short_rows) return launch_biased<X, N, E, 1>(a, smem, stream);
+    const bool rotated_pairs = E == Epilogue::kv_append && a.kv.rope_table;
+    const bool short_rows = N == 1 && a.OC % 2 == 0 && a.C / kVecWidth<X> <= kWarp * kLoads / 2;
+    if (!rotated_pairs && !short_rows) return launch_biased<X, N, E, 1>(a, smem, stream);
   }
   launch_biased<X, N, E, 2>(a, smem, stream);
 }
