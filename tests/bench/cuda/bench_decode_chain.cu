@@ -3,7 +3,7 @@
 // cannot include) in bf16, each layer's four products (QKV, attention
 // projection, FC1 with SwiGLU's gate and up rows together, FC2) against weights of their own, one
 // row each, for all the model's layers: the weights a decode step streams, without its attention,
-// embedding and output layer. Per layer, the time and the fraction of 3.35 TB/s (H100 SXM's HBM3)
+// embedding and output layer. Per layer, the time and the fraction of the card's peak bandwidth
 // the weights' bytes make of it. The ways to run the chain:
 //   small_linear          the inference model's: a small_linear launch per product, each
 //                         overlapping the one before (kernels/overlapped_launch.cuh), the whole
@@ -82,6 +82,7 @@
 #include "ops/cuda/ops.hpp"
 #include "ops/cuda/stream.hpp"
 #include "event_timer.hpp"
+#include "peak_bandwidth.hpp"
 #include "../../../kernels/async_copy.cuh"
 #include "../../../kernels/overlapped_launch.cuh"
 
@@ -95,7 +96,16 @@ using meg::cuda::wait_for_previous_kernel;
 
 constexpr int kWarmup = 5;
 constexpr int kRuns = 30;
-constexpr double kBandwidth = 3.35e12;  // B/s
+
+// The current device's peak memory bandwidth in B/s, read once.
+double bandwidth() {
+  static const double peak = [] {
+    int device = 0;
+    MEG_CUDA_CHECK(cudaGetDevice(&device));
+    return meg::bench::peak_bandwidth(device);
+  }();
+  return peak;
+}
 
 constexpr int kWarp = 32;
 constexpr int kWarps = 8;            // the persistent kernel's, as small_linear's
@@ -724,7 +734,7 @@ double time_graph(cudaStream_t stream, Launch&& launch) {
 void print_row(const std::string& model, const char* variant, double ms, int layers, double layer_bytes) {
   const double us = ms * 1e3 / layers;
   std::printf("| %s | %s | %.2f | %.1f | %.2f | %.2f |\n", model.c_str(), variant, us, layer_bytes / 1e6,
-              layer_bytes / (us * 1e-6) / 1e12, layer_bytes / (us * 1e-6) / kBandwidth);
+              layer_bytes / (us * 1e-6) / 1e12, layer_bytes / (us * 1e-6) / bandwidth());
   std::fflush(stdout);
 }
 
@@ -1062,8 +1072,8 @@ void sweep() {
     MEG_CUDA_CHECK(cudaGetLastError());
   }));
   const double ceiling = double(kSweepReadBytes) / (read_ms * 1e-3);
-  std::printf("plain streaming read of %zu MB: %.2f TB/s (%.2f of 3.35)\n\n", kSweepReadBytes >> 20, ceiling / 1e12,
-              ceiling / kBandwidth);
+  std::printf("plain streaming read of %zu MB: %.2f TB/s (%.2f of %.2f)\n\n", kSweepReadBytes >> 20, ceiling / 1e12,
+              ceiling / bandwidth(), bandwidth() / 1e12);
   std::printf("| C | OC | MB | us/product | TB/s |\n|---|---|---|---|---|\n");
   double sx = 0, sy = 0, sxx = 0, sxy = 0;
   for (const Size& z : sizes) {
@@ -1108,8 +1118,9 @@ int main(int argc, char** argv) {
   if (models.empty()) models.assign(std::begin(kShapes), std::end(kShapes));
   cudaDeviceProp prop;
   MEG_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  std::printf("%s, bf16, one row; median of %d runs of each model's whole chain\n\n", prop.name, kRuns);
-  std::printf("| model | variant | us/layer | MB/layer | TB/s | of 3.35 TB/s |\n|---|---|---|---|---|---|\n");
+  std::printf("%s (%.2f TB/s), bf16, one row; median of %d runs of each model's whole chain\n\n", prop.name,
+              bandwidth() / 1e12, kRuns);
+  std::printf("| model | variant | us/layer | MB/layer | TB/s | of peak |\n|---|---|---|---|---|---|\n");
   for (const Shape& m : models) {
     try {
       bench(m);

@@ -5,7 +5,7 @@
 //   decode:  steps of one new token for each of 1 or 32 slots holding about --prompt tokens;
 //            tokens/s = new tokens per second.
 // The limits: a decode step must read every weight once and each slot's cached keys and values
-// once, so (weight bytes + KV bytes) / 3.35e12 B/s (H100 SXM's HBM3, shared/device-image.md) bounds
+// once, so (weight bytes + KV bytes) / the card's peak memory bandwidth (peak_bandwidth.hpp) bounds
 // its time; weight bytes leave out the embedding tables the step only looks rows up in (the
 // position table, and the token table when the output layer is untied). Prefill is bounded by its
 // FLOPs, the forward's third of the repository's 6 N + 12 L d T per token, at 800 TFLOP/s (the bf16
@@ -61,19 +61,20 @@
 #include "ops/cuda/check.hpp"
 #include "ops/cuda/kernel_timeline.hpp"
 #include "event_timer.hpp"
+#include "peak_bandwidth.hpp"
 #include "timeline_report.hpp"
 
 namespace {
 
 using meg::AppendRequest;
 
-constexpr double kBandwidth = 3.35e12;  // B/s
 constexpr double kMatmulRate = 800e12;  // FLOP/s
 constexpr int kBatches[] = {1, 32};
 constexpr int kSlots = 32;  // the largest batch
 constexpr int kPrefillRuns = 10, kPrefillWarmup = 2;
 
 struct Options {
+  double bandwidth = 0;  // B/s: peak_bandwidth()'s
   meg::Precision precision = meg::Precision::bf16;
   int prompt = 512, steps = 64, warmup = 8;
   int layers = 0;  // the preset's when 0
@@ -195,7 +196,7 @@ void bench(const std::string& name, const Options& o) {
         }
       }));
       model->take_choices(next.data());
-      print_row(label + ", chained", "decode", B, context, ms / o.steps, B, B / (step_bytes / kBandwidth),
+      print_row(label + ", chained", "decode", B, context, ms / o.steps, B, B / (step_bytes / o.bandwidth),
                 "bandwidth");
       continue;
     }
@@ -235,7 +236,7 @@ void bench(const std::string& name, const Options& o) {
                         : samplers[r].sample(logits.data() + r * size_t(V), prompts[r], o.params, 0.5);
       });
     }));
-    print_row(label, "decode", B, context, ms, B, B / (step_bytes / kBandwidth), "bandwidth");
+    print_row(label, "decode", B, context, ms, B, B / (step_bytes / o.bandwidth), "bandwidth");
   }
 }
 
@@ -293,9 +294,10 @@ int main(int argc, char** argv) {
   cudaDeviceProp prop;
   MEG_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   const auto on = [](bool b) { return b ? "on" : "off"; };
-  std::printf("%s, %s, CUDA graphs %s, small_linear %s; median of %d prefill calls and %d decode steps\n\n", prop.name,
-              meg::precision_name(o.precision), on(o.model.cuda_graphs), on(o.model.small_linear), kPrefillRuns,
-              o.steps);
+  o.bandwidth = meg::bench::peak_bandwidth(0);
+  std::printf("%s (%.2f TB/s), %s, CUDA graphs %s, small_linear %s; median of %d prefill calls and %d decode steps\n\n",
+              prop.name, o.bandwidth * 1e-12, meg::precision_name(o.precision), on(o.model.cuda_graphs),
+              on(o.model.small_linear), kPrefillRuns, o.steps);
   std::printf("| model | phase | batch | context | ms/call | tokens/s | limit tokens/s | limit | ratio |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|\n");
   for (const auto& m : models) {
