@@ -24,6 +24,13 @@
 // (kv_append): with RoPE a task's two rows are a head's columns i and i + HS/2, which it turns
 // together, and the rotated q, k and the v go where kv_cache_append would put them.
 //
+// The output layer of a greedy decode step also does argmax_rows' work in its epilogue (argmax):
+// each output lane keeps its row's best (value, column) as one 64-bit key whose unsigned order is
+// argmax_rows' (argmax_key()), a block merges its warps' keys in shared memory and its first thread
+// merges the block's into the launch's scratch with one atomicMax a row; the last block to finish
+// turns the keys into tokens and zeroes the scratch. That saves the argmax's launch, a block a row
+// reading the whole row back after the product's end.
+//
 // The launch overlaps the kernel before it (kernels/overlapped_launch.cuh): a warp requests its
 // first weights, which no kernel writes, before it waits for that kernel, whose output is this
 // one's input. A decode step's chain of short kernels then streams weights through what would be
@@ -73,6 +80,10 @@ __host__ __device__ int task_count(int OC) {
   return OC / R;
 }
 
+// The kernel's arguments but the argmax epilogue's, which are a second parameter of their own: with
+// them as members (Args from 120 bytes to 152) every kernel's code changed, reading its fields from
+// parameter space again inside its loops, and Llama 1B's SwiGLU products took 25% longer (Nsight
+// Compute, one H200), its decode step 8%.
 template <typename X>
 struct Args {
   X* out;
@@ -238,6 +249,50 @@ __device__ void append_kv_column(const Args<X>& a, int n, int col, float y) {
   if (X* dst = cache_row(a.kv, n, col / a.kv.HS)) dst[col % a.kv.HS] = v;
 }
 
+// Column COL's key for the argmax epilogue, from its value V as stored: keys order as argmax_rows
+// chooses, a larger value first and among equal values the lower column; 0, which never wins, for
+// NaN. The float's bits are made to order as unsigned integers (negative values' bits inverted,
+// the others' sign bit set), -0 counted as +0, which compare equal.
+__device__ unsigned long long argmax_key(float v, int col) {
+  if (isnan(v)) return 0;
+  if (v == 0.0f) v = 0.0f;
+  const unsigned bits = __float_as_uint(v);
+  const unsigned ordered = bits & 0x80000000u ? ~bits : bits | 0x80000000u;
+  return static_cast<unsigned long long>(ordered) << 32 | (0xffffffffu - unsigned(col));
+}
+__device__ int argmax_column(unsigned long long key) { return key ? int(0xffffffffu - unsigned(key)) : 0; }
+__device__ float argmax_value(unsigned long long key) {
+  if (!key) return NAN;
+  const unsigned ordered = unsigned(key >> 32);
+  return __uint_as_float(ordered & 0x80000000u ? ordered & 0x7fffffffu : ~ordered);
+}
+
+// The argmax epilogue's end, with BEST lane n's key of row n over its tasks (0: none): the block's
+// keys per row merged in BLOCK_BEST (zeroed before the input's staging barriers), then into the
+// scratch; the last block to arrive writes the tokens and leaves the scratch zero.
+template <int N>
+__device__ void finish_argmax(const SmallLinearArgmax& m, unsigned long long best, unsigned long long* block_best) {
+  const int lane = threadIdx.x % kWarp;
+  if (lane < N && best) atomicMax(block_best + lane, best);
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  SmallLinearArgmaxScratch& scratch = *m.scratch;
+#pragma unroll
+  for (int n = 0; n < N; ++n) {
+    if (block_best[n]) atomicMax(scratch.best + n, block_best[n]);
+  }
+  __threadfence();  // the keys before the count that says they are there
+  if (atomicAdd(&scratch.blocks_done, 1u) != gridDim.x - 1) return;
+  __threadfence();
+#pragma unroll
+  for (int n = 0; n < N; ++n) {
+    const unsigned long long key = atomicExch(scratch.best + n, 0ull);
+    m.tokens[n] = argmax_column(key);
+    if (m.values) m.values[n] = argmax_value(key);
+  }
+  scratch.blocks_done = 0;
+}
+
 // A task's weight rows: SwiGLU's task t is output column t, from rows t (gate) and t + OC / 2 (up);
 // kv_append's task of two rows t is the pair (i, i + HS/2) of head h = t / (HS/2), i = t % (HS/2);
 // the others' task t is columns t R .. t R + R - 1.
@@ -300,9 +355,10 @@ __device__ void load_inputs(TaskInputs<N, R>& t, const Args<X>& a, const int (&r
 }
 
 // Task TASK's outputs from its lanes' sums ACC and its inputs T: summed over the warp, and lane n
-// writes row n's.
+// writes row n's (and with the argmax epilogue keeps in BEST its best key of columns below CHOICES).
 template <typename X, int N, Epilogue E, int R>
-__device__ void finish_task(const Args<X>& a, int task, float (&acc)[R][N], const TaskInputs<N, R>& t) {
+__device__ void finish_task(const Args<X>& a, int task, float (&acc)[R][N], const TaskInputs<N, R>& t,
+                            unsigned long long& best, int choices) {
   const int lane = threadIdx.x % kWarp;
 #pragma unroll
   for (int r = 0; r < R; ++r) {
@@ -324,8 +380,15 @@ __device__ void finish_task(const Args<X>& a, int task, float (&acc)[R][N], cons
       task_rows<X, E, R>(rows, task, a);
 #pragma unroll
       for (int r = 0; r < R; ++r) {
-        if constexpr (E == Epilogue::kv_append) append_kv_column(a, n, rows[r], acc[r][n] + t.bias[r]);
-        else write_output<X, E>(a, n, rows[r], acc[r][n], t.bias[r], t.residual[r][n]);
+        if constexpr (E == Epilogue::kv_append) {
+          append_kv_column(a, n, rows[r], acc[r][n] + t.bias[r]);
+        } else if constexpr (E == Epilogue::argmax) {
+          const X y = from_float<X>(acc[r][n] + t.bias[r]);
+          a.out[size_t(n) * a.OC + rows[r]] = y;
+          if (rows[r] < choices) best = max(best, argmax_key(to_float(y), rows[r]));
+        } else {
+          write_output<X, E>(a, n, rows[r], acc[r][n], t.bias[r], t.residual[r][n]);
+        }
       }
     }
   }
@@ -345,7 +408,8 @@ __device__ void finish_task(const Args<X>& a, int task, float (&acc)[R][N], cons
 // no inputs to request with its chunks, and is compiled without the branch that would: measured
 // on an H100, Llama 1B's unbiased products were 6% slower a decode step with it.
 template <typename X, int N, Epilogue E, bool Biased, int R>
-__global__ void __launch_bounds__(kThreads, kBlocksPerSM) small_linear_kernel(const Args<X> a) {
+__global__ void __launch_bounds__(kThreads, kBlocksPerSM)
+    small_linear_kernel(const Args<X> a, const SmallLinearArgmax argmax) {
   static_assert(E != Epilogue::swiglu || R == 2, "SwiGLU's tasks are a gate row and its up row");
   const KernelStamps stamps(small_linear_timeline, a.W, int(TimelineKind::linear_store) + int(E));
   constexpr int U = kLoads / R, W = kVecWidth<X>;
@@ -377,6 +441,10 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSM) small_linear_kernel(co
   if (items > 0) load(wa, ta, 0);
   if (items > 1) load(wb, tb, 1);
   if (a.norm.weight) request_norm_params(norm_params, a);
+  __shared__ unsigned long long block_best[N];  // the argmax epilogue's
+  if constexpr (E == Epilogue::argmax) {
+    if (threadIdx.x < N) block_best[threadIdx.x] = 0;
+  }
   wait_for_previous_kernel();
   stamps.waited();
   allow_next_kernel();
@@ -385,6 +453,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSM) small_linear_kernel(co
   const V* x = reinterpret_cast<const V*>(xs);
 
   float acc[R][N] = {};
+  unsigned long long best = 0;  // the argmax epilogue's: lane n's key of row n
   auto use = [&](const V(&wv)[U][R], const TaskInputs<N, R>& t, int k) {
     const int i0 = k % chunks * kWarp * U + lane;
 #pragma unroll
@@ -403,7 +472,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSM) small_linear_kernel(co
       }
     }
     if (k % chunks == chunks - 1) {
-      finish_task<X, N, E, R>(a, task_of(k), acc, t);
+      finish_task<X, N, E, R>(a, task_of(k), acc, t, best, argmax.choices);
 #pragma unroll
       for (int r = 0; r < R; ++r) {
 #pragma unroll
@@ -419,10 +488,11 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSM) small_linear_kernel(co
       if (k + 3 < items) load(wb, tb, k + 3);
     }
   }
+  if constexpr (E == Epilogue::argmax) finish_argmax<N>(argmax, best, block_best);
 }
 
 template <typename X, int N, Epilogue E, bool Biased, int R>
-void launch(const Args<X>& a, size_t smem, cudaStream_t stream) {
+void launch(const Args<X>& a, const SmallLinearArgmax& m, size_t smem, cudaStream_t stream) {
   const auto kernel = small_linear_kernel<X, N, E, Biased, R>;
   static std::once_flag opted_in;  // to more than the default 48 KB of shared memory, once
   std::call_once(opted_in, [&] {
@@ -441,13 +511,15 @@ void launch(const Args<X>& a, size_t smem, cudaStream_t stream) {
   // FC1 products in 144 and 192 blocks rather than 264 took its step from 0.272 to 0.267 ms.
   const int tasks = task_count<R>(a.OC);
   const int blocks = std::min(ceil_div(tasks, kWarps), kBlocksPerSM * multiprocessors());
-  launch_overlapped(kernel, dim3(blocks), dim3(kThreads), smem, stream, a);
+  launch_overlapped(kernel, dim3(blocks), dim3(kThreads), smem, stream, a, m);
 }
 
+// The argmax epilogue is compiled unbiased only (small_linear() turns a bias away).
 template <typename X, int N, Epilogue E, int R>
-void launch_biased(const Args<X>& a, size_t smem, cudaStream_t stream) {
-  if (a.bias) launch<X, N, E, true, R>(a, smem, stream);
-  else launch<X, N, E, false, R>(a, smem, stream);
+void launch_biased(const Args<X>& a, const SmallLinearArgmax& m, size_t smem, cudaStream_t stream) {
+  if constexpr (E == Epilogue::argmax) launch<X, N, E, false, R>(a, m, smem, stream);
+  else if (a.bias) launch<X, N, E, true, R>(a, m, smem, stream);
+  else launch<X, N, E, false, R>(a, m, smem, stream);
 }
 
 // Rows per task: SwiGLU's gate and up rows, and kv_append's two halves of a head's pair of
@@ -459,23 +531,24 @@ void launch_biased(const Args<X>& a, size_t smem, cudaStream_t stream) {
 // of 2112 warps a third row rather than 288 a second pair, and its step went from 584-591 to
 // 594-600 tok/s.
 template <typename X, int N, Epilogue E>
-void launch_rows(const Args<X>& a, size_t smem, cudaStream_t stream) {
+void launch_rows(const Args<X>& a, const SmallLinearArgmax& m, size_t smem, cudaStream_t stream) {
   if constexpr (E != Epilogue::swiglu) {
     const bool rotated_pairs = E == Epilogue::kv_append && a.kv.rope_table;
     const bool short_rows = N == 1 && a.OC % 2 == 0 && a.C / kVecWidth<X> <= kWarp * kLoads / 2;
-    if (!rotated_pairs && !short_rows) return launch_biased<X, N, E, 1>(a, smem, stream);
+    if (!rotated_pairs && !short_rows) return launch_biased<X, N, E, 1>(a, m, smem, stream);
   }
-  launch_biased<X, N, E, 2>(a, smem, stream);
+  launch_biased<X, N, E, 2>(a, m, smem, stream);
 }
 
 template <typename X, int N>
-void launch_epilogue(const Args<X>& a, Epilogue e, size_t smem, cudaStream_t stream) {
+void launch_epilogue(const Args<X>& a, const SmallLinearArgmax& m, Epilogue e, size_t smem, cudaStream_t stream) {
   switch (e) {
-    case Epilogue::store: return launch_rows<X, N, Epilogue::store>(a, smem, stream);
-    case Epilogue::gelu: return launch_rows<X, N, Epilogue::gelu>(a, smem, stream);
-    case Epilogue::swiglu: return launch_rows<X, N, Epilogue::swiglu>(a, smem, stream);
-    case Epilogue::residual: return launch_rows<X, N, Epilogue::residual>(a, smem, stream);
-    case Epilogue::kv_append: return launch_rows<X, N, Epilogue::kv_append>(a, smem, stream);
+    case Epilogue::store: return launch_rows<X, N, Epilogue::store>(a, m, smem, stream);
+    case Epilogue::gelu: return launch_rows<X, N, Epilogue::gelu>(a, m, smem, stream);
+    case Epilogue::swiglu: return launch_rows<X, N, Epilogue::swiglu>(a, m, smem, stream);
+    case Epilogue::residual: return launch_rows<X, N, Epilogue::residual>(a, m, smem, stream);
+    case Epilogue::kv_append: return launch_rows<X, N, Epilogue::kv_append>(a, m, smem, stream);
+    case Epilogue::argmax: return launch_rows<X, N, Epilogue::argmax>(a, m, smem, stream);
   }
 }
 
@@ -484,32 +557,39 @@ void launch_epilogue(const Args<X>& a, Epilogue e, size_t smem, cudaStream_t str
 template <typename X>
 bool small_linear(X* out, const X* inp, const X* W, const X* bias, int N, int C, int OC,
                   const SmallLinearNorm<X>& norm, SmallLinearEpilogue epilogue, cudaStream_t stream,
-                  const SmallLinearKvAppend<X>* kv_append) {
+                  const SmallLinearKvAppend<X>* kv_append, const SmallLinearArgmax* argmax) {
   constexpr int kVec = kVecWidth<X>;
   const int norm_rows = norm.weight ? (norm.bias ? 2 : 1) : 0;
   const size_t smem = size_t(N + norm_rows) * C * sizeof(X);
   if (N < 1 || N > kSmallLinearMaxRows || C <= 0 || OC <= 0 || C % kVec != 0 || smem > kMaxStagedBytes) return false;
   if (epilogue == Epilogue::swiglu && OC % 2 != 0) return false;
+  if (epilogue == Epilogue::argmax && bias) return false;
   if ((epilogue == Epilogue::kv_append) != (kv_append != nullptr))
     throw std::invalid_argument("small_linear: the kv_append epilogue and its arguments go together");
   if (kv_append && (kv_append->HS % 2 != 0 || OC != (kv_append->NH + 2 * kv_append->NKV) * kv_append->HS))
     throw std::invalid_argument("small_linear: kv_append: OC must be (NH + 2 NKV) HS, HS even");
+  if ((epilogue == Epilogue::argmax) != (argmax != nullptr))
+    throw std::invalid_argument("small_linear: the argmax epilogue and its arguments go together");
+  if (argmax && (!argmax->tokens || !argmax->scratch || argmax->choices < 1 || argmax->choices > OC))
+    throw std::invalid_argument("small_linear: argmax: tokens and scratch, and choices in [1, OC]");
   for (const void* p : {static_cast<const void*>(out), static_cast<const void*>(inp), static_cast<const void*>(W),
                         static_cast<const void*>(norm.weight), static_cast<const void*>(norm.bias)})
     if (!aligned16(p)) return false;
   const Args<X> a{out, inp, W, bias, norm, kv_append ? *kv_append : SmallLinearKvAppend<X>{}, C, OC};
+  const SmallLinearArgmax m = argmax ? *argmax : SmallLinearArgmax{};
   switch (N) {
-    case 1: launch_epilogue<X, 1>(a, epilogue, smem, stream); break;
-    case 2: launch_epilogue<X, 2>(a, epilogue, smem, stream); break;
-    case 3: launch_epilogue<X, 3>(a, epilogue, smem, stream); break;
-    default: launch_epilogue<X, 4>(a, epilogue, smem, stream); break;
+    case 1: launch_epilogue<X, 1>(a, m, epilogue, smem, stream); break;
+    case 2: launch_epilogue<X, 2>(a, m, epilogue, smem, stream); break;
+    case 3: launch_epilogue<X, 3>(a, m, epilogue, smem, stream); break;
+    default: launch_epilogue<X, 4>(a, m, epilogue, smem, stream); break;
   }
   return true;
 }
 
 #define MEG_INSTANTIATE(X)                                                                                   \
   template bool small_linear<X>(X*, const X*, const X*, const X*, int, int, int, const SmallLinearNorm<X>&, \
-                                SmallLinearEpilogue, cudaStream_t, const SmallLinearKvAppend<X>*);
+                                SmallLinearEpilogue, cudaStream_t, const SmallLinearKvAppend<X>*,      \
+                                const SmallLinearArgmax*);
 MEG_INSTANTIATE(float)
 MEG_INSTANTIATE(bf16)
 MEG_INSTANTIATE(fp16)

@@ -171,6 +171,8 @@ class CudaInferenceModelImpl final : public CudaInferenceModel {
   cuda::DeviceArray<float> top_logits_;
   cuda::DeviceArray<cuda::RowDraw> draws_;
   cuda::DeviceArray<float> penalties_;
+  // The output layer's argmax epilogue's scratch (greedy passes of a few outputs, one GPU).
+  cuda::DeviceArray<cuda::SmallLinearArgmaxScratch> argmax_scratch_;
   // The tokens each slot holds [slots, max_length], logged by every pass's embedding lookup: what
   // the repetition penalty reads.
   cuda::DeviceArray<int32_t> history_;
@@ -235,6 +237,8 @@ CudaInferenceModelImpl<X>::CudaInferenceModelImpl(const CheckpointModel& checkpo
   top_logits_ = cuda::DeviceArray<float>(alloc, size_t(slots) * kMaxAppendTopK);
   draws_ = cuda::DeviceArray<cuda::RowDraw>(alloc, size_t(slots));
   penalties_ = cuda::DeviceArray<float>(alloc, size_t(slots));
+  argmax_scratch_ = cuda::DeviceArray<cuda::SmallLinearArgmaxScratch>(alloc, 1);
+  MEG_CUDA_CHECK(cudaMemsetAsync(argmax_scratch_.get(), 0, argmax_scratch_.bytes(), stream()));
   for (HostSide& side : sides_) {
     side.draws.grow(size_t(slots));
     side.penalties.grow(size_t(slots));
@@ -562,14 +566,18 @@ void CudaInferenceModelImpl<X>::forward(const Pass& pass, Readout readout) {
     cuda::embedding_forward<X>(rows_.get(), last, x, nullptr, 1, pass.outputs, d.C, 0, N, s);
     h = rows_.get();
   }
-  net_.logits(logits_.get(), h, pass.outputs);
+  // One GPU, greedy, no penalty: the argmax in the output layer's epilogue where it can take it.
+  const bool argmax = !tp_ && !readout.penalty && !readout.draw && readout.k == 1;
+  const cuda::SmallLinearArgmax epilogue{top_tokens_.get() + pass.first_output, top_logits_.get() + pass.first_output,
+                                         argmax_scratch_.get(), readout.choices};
+  const bool chosen = net_.logits(logits_.get(), h, pass.outputs, argmax ? &epilogue : nullptr);
   const bool chooses = readout.draw || readout.k > 0;
   if (tp_ && readout.k > 0 && !readout.draw)
     return choose_split(pass, readout, positions, slots, pass.outputs != N ? last : nullptr);
   if (tp_ || readout.penalty || !chooses)
     return read_out_f32(pass, readout, positions, slots, pass.outputs != N ? last : nullptr);
   // One GPU, no penalty: the choice straight from the output layer's rows.
-  choose(pass, readout, logits_.get(), d.Vp);
+  if (!chosen) choose(pass, readout, logits_.get(), d.Vp);
   if (readout.logits)
     cuda::logits_to_float(logits_f32_.get() + size_t(pass.first_output) * d.V, logits_.get(), pass.outputs, d.V, d.Vp,
                           s);
@@ -605,7 +613,7 @@ void CudaInferenceModelImpl<X>::choose(const Pass& pass, Readout readout, const 
   if (readout.draw)
     cuda::sample_rows(top_tokens_.get() + first, rows, draws_.get() + first, R, readout.choices, stride, s);
   else if (readout.k == 1)
-    cuda::argmax_rows(top_tokens_.get() + first, rows, R, readout.choices, stride, s);
+    cuda::argmax_rows(top_tokens_.get() + first, rows, R, readout.choices, stride, s, top_logits_.get() + first);
   else if (readout.k > 1)
     cuda::top_k_rows(top_tokens_.get() + size_t(first) * readout.k, top_logits_.get() + size_t(first) * readout.k,
                      rows, R, readout.choices, stride, readout.k, s);

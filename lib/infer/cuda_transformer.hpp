@@ -112,8 +112,10 @@ class CudaTransformer {
   void blocks(X* x, int N, const Attention& attention, const KvCache* cache = nullptr);
 
   // out [N, Vp] = final_norm(x) @ Wout^T, for N <= max_rows() rows x [N, C]: with tensor
-  // parallelism, the columns of this member's vocabulary rows.
-  void logits(X* out, const X* x, int N);
+  // parallelism, the columns of this member's vocabulary rows. With ARGMAX (the whole vocabulary
+  // only), each row's argmax too where small_linear's epilogue can take it (a few rows): returns
+  // whether it did, so that the caller runs cuda::argmax_rows otherwise.
+  bool logits(X* out, const X* x, int N, const cuda::SmallLinearArgmax* argmax = nullptr);
 
   // out [N, C] = final_norm(x): the hidden states the output layer reads (the RETRO embedder's).
   void final_norm(X* out, const X* x, int N) { norm(out, x, offsets_.lnf_w, offsets_.lnf_b, N); }
@@ -135,10 +137,11 @@ class CudaTransformer {
   // OUT = EPILOGUE(norm(X) @ W^T + B), X [N, C], for the layers that follow a norm (the fused
   // QKV, the MLP's first layer and its activation, the output layer). RESIDUAL, where given, is X
   // itself, with the part residual_linear() left in branch_ still to be added: the norm's launch
-  // adds it (X is written).
-  void norm_linear(X* out, const X* x, size_t norm_w, size_t norm_b, size_t w, size_t b, int N, int OC,
+  // adds it (X is written). ARGMAX goes with the argmax epilogue, which the separate launches
+  // run as store: returns whether small_linear's launch took the whole call.
+  bool norm_linear(X* out, const X* x, size_t norm_w, size_t norm_b, size_t w, size_t b, int N, int OC,
                    cuda::SmallLinearEpilogue epilogue, const cuda::SmallLinearKvAppend<X>* kv_append = nullptr,
-                   X* residual = nullptr);
+                   X* residual = nullptr, const cuda::SmallLinearArgmax* argmax = nullptr);
   // X [N, C] += INP [N, IN] @ W^T + B: the layers that end a branch (a row-parallel layer, its
   // parts summed over the group). Where the product and the add are separate launches and
   // DEFER_ADD, the part is left in branch_ for the next norm to add, and the call returns true.

@@ -167,17 +167,19 @@ void CudaTransformer<X>::blocks(X* x, int N, const Attention& attention, const K
 // the residual stream first), the cuBLASLt product and the activation's kernel (GELU in cuBLASLt's
 // epilogue where it has one).
 template <typename X>
-void CudaTransformer<X>::norm_linear(X* out, const X* x, size_t norm_w, size_t norm_b, size_t w, size_t b, int N,
+bool CudaTransformer<X>::norm_linear(X* out, const X* x, size_t norm_w, size_t norm_b, size_t w, size_t b, int N,
                                      int OC, cuda::SmallLinearEpilogue epilogue,
-                                     const cuda::SmallLinearKvAppend<X>* kv_append, X* residual) {
+                                     const cuda::SmallLinearKvAppend<X>* kv_append, X* residual,
+                                     const cuda::SmallLinearArgmax* argmax) {
   using E = cuda::SmallLinearEpilogue;
   const int C = dims_.C;
   const cuda::SmallLinearNorm<X> n{px(norm_w), px(norm_b), float(config_.norm_eps), config_.norm == NormKind::rmsnorm};
-  if (!residual && small_linear_ && cuda::small_linear(out, x, px(w), px(b), N, C, OC, n, epilogue, stream(), kv_append))
-    return;
+  if (!residual && small_linear_ &&
+      cuda::small_linear(out, x, px(w), px(b), N, C, OC, n, epilogue, stream(), kv_append, argmax))
+    return true;
   if (residual) add_norm(ln_.get(), residual, branch_.get(), norm_w, norm_b, N);
   else norm(ln_.get(), x, norm_w, norm_b, N);
-  if (epilogue == E::store || epilogue == E::kv_append) {
+  if (epilogue == E::store || epilogue == E::kv_append || epilogue == E::argmax) {
     gemm_.linear_forward(out, ln_.get(), px(w), px(b), N, C, OC);
     if (kv_append)
       cuda::kv_cache_append(out, kv_append->k_cache, kv_append->v_cache, kv_append->slots, kv_append->positions,
@@ -190,6 +192,7 @@ void CudaTransformer<X>::norm_linear(X* out, const X* x, size_t norm_w, size_t n
     gemm_.linear_forward(fc1_.get(), ln_.get(), px(w), px(b), N, C, OC);
     cuda::gelu_forward(out, fc1_.get(), size_t(N) * OC, stream());
   }
+  return false;
 }
 
 // With tensor parallelism the product is a part of the sum, and the residual add waits for the
@@ -217,10 +220,13 @@ bool CudaTransformer<X>::residual_linear(X* x, const X* inp, size_t w, size_t b,
 }
 
 template <typename X>
-void CudaTransformer<X>::logits(X* out, const X* x, int N) {
+bool CudaTransformer<X>::logits(X* out, const X* x, int N, const cuda::SmallLinearArgmax* argmax) {
   if (N > max_rows_) throw std::invalid_argument("CudaTransformer: more rows than allocated");
-  norm_linear(out, x, offsets_.lnf_w, offsets_.lnf_b, offsets_.out_w, kAbsentTensor, N, dims_.Vp,
-              cuda::SmallLinearEpilogue::store);
+  if (argmax && tp_) throw std::invalid_argument("CudaTransformer: an argmax of a vocabulary shard");
+  using E = cuda::SmallLinearEpilogue;
+  const bool one_launch = norm_linear(out, x, offsets_.lnf_w, offsets_.lnf_b, offsets_.out_w, kAbsentTensor, N,
+                                     dims_.Vp, argmax ? E::argmax : E::store, nullptr, nullptr, argmax);
+  return argmax && one_launch;
 }
 
 template class CudaTransformer<float>;

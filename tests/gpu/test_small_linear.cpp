@@ -6,6 +6,7 @@
 // the normalised input, y and the output to 8 bits, 1e-2. SwiGLU's output scales with both of
 // its inputs: |up| times the gate's scale plus |silu(gate)| times the up's.
 #include <cmath>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -208,4 +209,121 @@ TEST_CASE("small_linear's kv_append epilogue equals the projection followed by k
     check_kv_append<__nv_bfloat16>(N, 1600, 5, 5, 64, false, rng);
     check_kv_append<__nv_bfloat16>(N, 2048, 8, 2, 64, true, rng);
   }
+}
+
+// The argmax epilogue against what it fuses: the stored product, then argmax_rows over its
+// columns [0, choices). The outputs must match bit for bit, the tokens exactly and the values as
+// floats (argmax_rows gives a -0 maximum as -0, the epilogue as +0); twice, so that the scratch
+// is left as the next launch needs it. W's rows are random where SPECIAL is empty, else SPECIAL
+// (OC rows of C values, X-rounded when stored) against inputs all INPUT, without a norm.
+template <typename X>
+void check_argmax(int N, int C, int OC, int choices, const std::vector<float>& special, std::mt19937& rng,
+                  float input = 1.0f) {
+  INFO("N=" << N << " C=" << C << " OC=" << OC << " choices=" << choices << (special.empty() ? "" : " special")
+            << " " << meg::test::type_name<X>());
+  const bool random = special.empty();
+  DeviceBuffer<X> inp(random ? round_to<X>(random_floats(size_t(N) * C, 0.5f, 2.5f, rng))
+                             : std::vector<float>(size_t(N) * C, input));
+  DeviceBuffer<X> W(random ? round_to<X>(random_floats(size_t(OC) * C, -0.5f, 0.5f, rng)) : special);
+  DeviceBuffer<X> gamma(round_to<X>(random_floats(size_t(C), 0.5f, 1.5f, rng)));
+  DeviceBuffer<X> beta(round_to<X>(random_floats(size_t(C), -0.5f, 0.5f, rng)));
+  meg::cuda::SmallLinearNorm<X> norm;
+  if (random) norm = {gamma.get(), beta.get(), 1e-5f, false};
+  const X* no_bias = nullptr;
+
+  DeviceBuffer<X> want_out(size_t(N) * OC), got_out(size_t(N) * OC);
+  const size_t rows = static_cast<size_t>(N);
+  DeviceBuffer<int32_t> want_tokens(rows), got_tokens(rows);
+  DeviceBuffer<float> want_values(rows), got_values(rows);
+  const meg::cuda::SmallLinearKvAppend<X>* no_kv = nullptr;
+  REQUIRE(meg::cuda::small_linear(want_out.get(), inp.get(), W.get(), no_bias, N, C, OC, norm,
+                                  SmallLinearEpilogue::store, nullptr));
+  meg::cuda::argmax_rows(want_tokens.get(), want_out.get(), N, choices, OC, nullptr, want_values.get());
+  DeviceBuffer<meg::cuda::SmallLinearArgmaxScratch> scratch(1);
+  MEG_CUDA_CHECK(cudaMemset(scratch.get(), 0, sizeof(meg::cuda::SmallLinearArgmaxScratch)));
+  const meg::cuda::SmallLinearArgmax argmax{got_tokens.get(), got_values.get(), scratch.get(), choices};
+  const auto want_values_host = want_values.download_raw();
+  for (int run = 0; run < 2; ++run) {
+    INFO("run " << run);
+    got_out.poison();
+    got_tokens.poison();
+    got_values.poison();
+    REQUIRE(meg::cuda::small_linear(got_out.get(), inp.get(), W.get(), no_bias, N, C, OC, norm,
+                                    SmallLinearEpilogue::argmax, nullptr, no_kv, &argmax));
+    CHECK(meg::test::same_bits(got_out.download_raw(), want_out.download_raw()));
+    CHECK(got_tokens.download_raw() == want_tokens.download_raw());
+    const auto got_values_host = got_values.download_raw();
+    for (int n = 0; n < N; ++n) {
+      INFO("row " << n << ": " << got_values_host[size_t(n)] << " against " << want_values_host[size_t(n)]);
+      CHECK((got_values_host[size_t(n)] == want_values_host[size_t(n)] ||
+             (std::isnan(got_values_host[size_t(n)]) && std::isnan(want_values_host[size_t(n)]))));
+    }
+  }
+  const auto left = scratch.download_raw()[0];
+  for (int n = 0; n < meg::cuda::kSmallLinearMaxRows; ++n) CHECK(left.best[n] == 0);
+  CHECK(left.blocks_done == 0);
+}
+
+// OC rows of C weights: row r's first value VALUES(r), the rest 0, so that against inputs of ones
+// its output is VALUES(r) rounded to X.
+std::vector<float> first_column(int C, int OC, const std::function<float(int)>& values) {
+  std::vector<float> w(size_t(C) * OC, 0.0f);
+  for (int r = 0; r < OC; ++r) w[size_t(r) * C] = values(r);
+  return w;
+}
+
+TEST_CASE("small_linear's argmax epilogue equals the stored product followed by argmax_rows", "[gpu][kernels]") {
+  std::mt19937 rng(43);
+  // Random rows: small shapes, one row a task (odd OC) and two (short rows), a width of several
+  // chunks, and GPT-2's output layer (50304 rows, 50257 of them chosen from).
+  for (int N = 1; N <= meg::cuda::kSmallLinearMaxRows; ++N) {
+    check_argmax<float>(N, 64, 96, 96, {}, rng);
+    check_argmax<__nv_bfloat16>(N, 200, 101, 77, {}, rng);
+    check_argmax<__nv_bfloat16>(N, 2600, 4500, 4500, {}, rng);
+  }
+  check_argmax<__nv_bfloat16>(1, 768, 50304, 50257, {}, rng);
+  check_argmax<float>(2, 768, 50304, 50257, {}, rng);
+
+  // Rows of ties, NaN and infinities (inputs of ones): the lowest of equal maxima, NaN never, the
+  // first of several infinities, the first of all -inf, column 0 for a row of NaN; a maximum past
+  // the choices ignored.
+  const int C = 64, OC = 3000;
+  const auto noise = [&](int r) { return -1.0f - float(r % 97) / 8.0f; };
+  const std::vector<std::function<float(int)>> rows = {
+      [&](int r) { return r == 1700 || r == 2900 || r == 2100 ? 5.0f : noise(r); },
+      [&](int r) { return r % 7 == 3 ? NAN : r == 2500 ? 3.0f : noise(r); },
+      [&](int r) { return r == 2222 || r == 999 ? INFINITY : r % 5 == 0 ? NAN : noise(r); },
+      [&](int) { return -INFINITY; },
+      [&](int) { return NAN; },
+      [&](int r) { return r >= 2990 ? 9.0f : r == 4 ? 2.0f : noise(r); },
+  };
+  for (const auto& values : rows) {
+    const std::vector<float> w = first_column(C, OC, values);
+    check_argmax<float>(1, C, OC, 2990, w, rng);
+    check_argmax<__nv_bfloat16>(1, C, OC, 2990, w, rng);
+  }
+  // A zero maximum of both signs: in fp16, against inputs of 2^-14, column 5's product -2^-28
+  // rounds to -0 and column 9's is an exact +0. The lower column wins, as -0 == +0.
+  const std::vector<float> zeros =
+      first_column(C, OC, [&](int r) { return r == 5 ? -0x1p-14f : r == 9 ? 0.0f : noise(r); });
+  check_argmax<__half>(1, C, OC, OC, zeros, rng, 0x1p-14f);
+}
+
+TEST_CASE("small_linear's argmax epilogue turns away a bias and checks its arguments", "[gpu][kernels]") {
+  DeviceBuffer<float> inp(64), W(64 * 64), bias(64), out(64), values(1);
+  DeviceBuffer<int32_t> tokens(1);
+  DeviceBuffer<meg::cuda::SmallLinearArgmaxScratch> scratch(1);
+  const meg::cuda::SmallLinearNorm<float> none;
+  const auto argmax = SmallLinearEpilogue::argmax;
+  const meg::cuda::SmallLinearKvAppend<float>* no_kv = nullptr;
+  const meg::cuda::SmallLinearArgmax a{tokens.get(), values.get(), scratch.get(), 64};
+  CHECK_FALSE(meg::cuda::small_linear(out.get(), inp.get(), W.get(), bias.get(), 1, 64, 64, none, argmax, nullptr,
+                                      no_kv, &a));
+  const float* no_bias = nullptr;
+  CHECK_THROWS(meg::cuda::small_linear(out.get(), inp.get(), W.get(), no_bias, 1, 64, 64, none, argmax, nullptr));
+  const meg::cuda::SmallLinearArgmax too_many{tokens.get(), values.get(), scratch.get(), 65};
+  CHECK_THROWS(meg::cuda::small_linear(out.get(), inp.get(), W.get(), no_bias, 1, 64, 64, none, argmax, nullptr,
+                                       no_kv, &too_many));
+  CHECK_THROWS(meg::cuda::small_linear(out.get(), inp.get(), W.get(), no_bias, 1, 64, 64, none,
+                                       SmallLinearEpilogue::store, nullptr, no_kv, &a));
 }

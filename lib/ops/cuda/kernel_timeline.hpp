@@ -21,14 +21,15 @@ enum class TimelineKind {
   linear_gelu,
   linear_swiglu,
   linear_residual,
-  linear_kv_append
+  linear_kv_append,
+  linear_argmax
 };
 
 // KIND's name in reports ("?" for none of them).
 inline const char* timeline_kind_name(int kind) {
   static const char* const names[] = {"cached attention", "linear", "linear, GELU", "linear, SwiGLU",
-                                      "linear, residual", "linear, KV append"};
-  return kind >= 0 && kind <= int(TimelineKind::linear_kv_append) ? names[kind] : "?";
+                                      "linear, residual", "linear, KV append", "linear, argmax"};
+  return kind >= 0 && kind <= int(TimelineKind::linear_argmax) ? names[kind] : "?";
 }
 
 // One launch: its key (a pointer it alone has within a step), kind, and its blocks' stamps.

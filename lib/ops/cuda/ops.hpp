@@ -349,7 +349,9 @@ struct SmallLinearNorm {
 //   kv_append out = y, the fused QKV projection [N, (NH + 2 NKV) HS], then as kv_cache_append:
 //             q and k rotated in place by each row's position (with a RoPE table), k and v
 //             written to the cache (SmallLinearKvAppend), in the same values and rounding
-enum class SmallLinearEpilogue { store, gelu, swiglu, residual, kv_append };
+//   argmax    out = y, and each row's argmax over its columns [0, choices) into tokens
+//             (SmallLinearArgmax): argmax_rows' choice on the stored values, without its launch
+enum class SmallLinearEpilogue { store, gelu, swiglu, residual, kv_append, argmax };
 
 // kv_cache_append's arguments, for the kv_append epilogue: row n of the product is the token at
 // position positions[n] of slot slots[n].
@@ -366,15 +368,34 @@ struct SmallLinearKvAppend {
 // The most rows small_linear takes: past it the products are compute-bound and cuBLASLt's.
 constexpr int kSmallLinearMaxRows = 4;
 
+// The argmax epilogue's scratch in device memory: the launch's best key so far per row and its
+// count of blocks done. Zero before the first launch; each launch leaves it zero (its last block
+// resets it), so one scratch serves the launches of one stream in turn, not two at once.
+struct SmallLinearArgmaxScratch {
+  unsigned long long best[kSmallLinearMaxRows];
+  unsigned blocks_done;
+};
+
+// The argmax epilogue's arguments: tokens[n] = the lowest column of row n's largest value among
+// columns [0, choices) (NaN never chosen; a row of NaN gives 0), as argmax_rows chooses, and where
+// VALUES is given, values[n] = that value (NaN for a row of NaN; a -0 maximum comes back as +0).
+struct SmallLinearArgmax {
+  int32_t* tokens = nullptr;
+  float* values = nullptr;
+  SmallLinearArgmaxScratch* scratch = nullptr;
+  int choices = 0;
+};
+
 // out = epilogue(norm(inp[N, C]) @ W[OC, C]^T + bias[OC]) (bias may be null; KV_APPEND is the
-// kv_append epilogue's, null for the others). Returns false, having queued nothing, for what it
-// does not handle: N outside [1, kSmallLinearMaxRows], C not a multiple of 16 bytes of X, a
-// pointer not 16-byte aligned, or rows too wide to hold N of (and the norm's weight and bias) in
-// shared memory; the caller then runs the norm, the product and the epilogue separately.
+// kv_append epilogue's and ARGMAX the argmax epilogue's, null for the others). Returns false,
+// having queued nothing, for what it does not handle: N outside [1, kSmallLinearMaxRows], C not a
+// multiple of 16 bytes of X, a pointer not 16-byte aligned, rows too wide to hold N of (and the
+// norm's weight and bias) in shared memory, or the argmax epilogue with a bias (output layers have
+// none); the caller then runs the norm, the product and the epilogue separately.
 template <typename X>
 bool small_linear(X* out, const X* inp, const X* W, const X* bias, int N, int C, int OC,
                   const SmallLinearNorm<X>& norm, SmallLinearEpilogue epilogue, cudaStream_t stream,
-                  const SmallLinearKvAppend<X>* kv_append = nullptr);
+                  const SmallLinearKvAppend<X>* kv_append = nullptr, const SmallLinearArgmax* argmax = nullptr);
 
 // ---- kernels/peer_sums.cu ----------------------------------------------------------------------
 
