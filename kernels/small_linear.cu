@@ -71,7 +71,16 @@ using Epilogue = SmallLinearEpilogue;
 constexpr int kWarps = 8;
 constexpr int kBlocksPerSM = 2;  // the persistent grid's
 constexpr int kThreads = kWarps * kWarp;
-constexpr int kLoads = 8;  // 16-byte weight vectors a lane has in flight
+// 16-byte weight vectors a lane has in flight, per buffer: kLoads, or for one input row of one-row
+// tasks kLongRowLoads where that cuts the rows into fewer chunks. GPT-2 1.5B's second MLP product
+// (800-vector rows, one task a warp) then takes its rows in three chunks (10, 10 and 5 vectors a
+// lane) rather than four (8, 8, 8 and 1), the last almost idle: its batch-1 decode went from
+// 667-668 to 671-675 tok/s on one H200, runs alternating (on an H100, with kLoads 10 for every
+// product, 598-601 to 614-616). Not for every product: where 10 loads cut no fewer chunks they cut
+// uneven ones (Llama 1B's 1024-vector rows in 10, 10, 10 and 2 rather than four of 8: its step 8%
+// longer on an H100), and a chunk length chosen at run time cost 2% by itself.
+constexpr int kLoads = 8;
+constexpr int kLongRowLoads = 10;
 constexpr size_t kMaxStagedBytes = 96 * 1024;  // the staged rows' and norm's shared memory, at most
 
 // Tasks of a product of OC rows, R rows a task (launch_rows() chooses R).
@@ -407,12 +416,12 @@ __device__ void finish_task(const Args<X>& a, int task, float (&acc)[R][N], cons
 // BIASED: the product has a bias (a.bias not null). An unbiased product without a residual has
 // no inputs to request with its chunks, and is compiled without the branch that would: measured
 // on an H100, Llama 1B's unbiased products were 6% slower a decode step with it.
-template <typename X, int N, Epilogue E, bool Biased, int R>
+template <typename X, int N, Epilogue E, bool Biased, int R, int Loads>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSM)
     small_linear_kernel(const Args<X> a, const SmallLinearArgmax argmax) {
   static_assert(E != Epilogue::swiglu || R == 2, "SwiGLU's tasks are a gate row and its up row");
   const KernelStamps stamps(small_linear_timeline, a.W, int(TimelineKind::linear_store) + int(E));
-  constexpr int U = kLoads / R, W = kVecWidth<X>;
+  constexpr int U = Loads / R, W = kVecWidth<X>;
   using V = Vec<X, W>;
   extern __shared__ uint4 staged[];  // [N, C] of X, then the norm's [2, C], 16-byte aligned
   X* xs = reinterpret_cast<X*>(staged);
@@ -491,9 +500,9 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSM)
   if constexpr (E == Epilogue::argmax) finish_argmax<N>(argmax, best, block_best);
 }
 
-template <typename X, int N, Epilogue E, bool Biased, int R>
+template <typename X, int N, Epilogue E, bool Biased, int R, int Loads>
 void launch(const Args<X>& a, const SmallLinearArgmax& m, size_t smem, cudaStream_t stream) {
-  const auto kernel = small_linear_kernel<X, N, E, Biased, R>;
+  const auto kernel = small_linear_kernel<X, N, E, Biased, R, Loads>;
   static std::once_flag opted_in;  // to more than the default 48 KB of shared memory, once
   std::call_once(opted_in, [&] {
     MEG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxStagedBytes)));
@@ -515,11 +524,16 @@ void launch(const Args<X>& a, const SmallLinearArgmax& m, size_t smem, cudaStrea
 }
 
 // The argmax epilogue is compiled unbiased only (small_linear() turns a bias away).
-template <typename X, int N, Epilogue E, int R>
+template <typename X, int N, Epilogue E, int R, int Loads = kLoads>
 void launch_biased(const Args<X>& a, const SmallLinearArgmax& m, size_t smem, cudaStream_t stream) {
-  if constexpr (E == Epilogue::argmax) launch<X, N, E, false, R>(a, m, smem, stream);
-  else if (a.bias) launch<X, N, E, true, R>(a, m, smem, stream);
-  else launch<X, N, E, false, R>(a, m, smem, stream);
+  if constexpr (E == Epilogue::argmax) launch<X, N, E, false, R, Loads>(a, m, smem, stream);
+  else if (a.bias) launch<X, N, E, true, R, Loads>(a, m, smem, stream);
+  else launch<X, N, E, false, R, Loads>(a, m, smem, stream);
+}
+
+// Whether LOADS vectors a lane cut a row of NVEC vectors into fewer chunks than kLoads do.
+bool fewer_chunks(int nvec, int loads) {
+  return ceil_div(nvec, kWarp * loads) < ceil_div(nvec, kWarp * kLoads);
 }
 
 // Rows per task: SwiGLU's gate and up rows, and kv_append's two halves of a head's pair of
@@ -529,15 +543,24 @@ void launch_biased(const Args<X>& a, const SmallLinearArgmax& m, size_t smem, cu
 // whose rows of 768 fill 96 of a chunk's 256 vectors, went from 0.266 to 0.262 ms), and one
 // otherwise: GPT-2 1.5B's QKV product in 4800 tasks of one row rather than 2400 pairs left 576
 // of 2112 warps a third row rather than 288 a second pair, and its step went from 584-591 to
-// 594-600 tok/s.
+// 594-600 tok/s. Only the kernels that can be chosen are compiled: two-row tasks for one input row
+// (short rows) or kv_append (rotated pairs), one-row tasks of kLongRowLoads for one input row.
 template <typename X, int N, Epilogue E>
 void launch_rows(const Args<X>& a, const SmallLinearArgmax& m, size_t smem, cudaStream_t stream) {
-  if constexpr (E != Epilogue::swiglu) {
-    const bool rotated_pairs = E == Epilogue::kv_append && a.kv.rope_table;
-    const bool short_rows = N == 1 && a.OC % 2 == 0 && a.C / kVecWidth<X> <= kWarp * kLoads / 2;
-    if (!rotated_pairs && !short_rows) return launch_biased<X, N, E, 1>(a, m, smem, stream);
+  if constexpr (E == Epilogue::swiglu) {
+    launch_biased<X, N, E, 2>(a, m, smem, stream);
+  } else {
+    const int nvec = a.C / kVecWidth<X>;
+    if constexpr (N == 1 || E == Epilogue::kv_append) {
+      const bool rotated_pairs = E == Epilogue::kv_append && a.kv.rope_table;
+      const bool short_rows = N == 1 && a.OC % 2 == 0 && nvec <= kWarp * kLoads / 2;
+      if (rotated_pairs || short_rows) return launch_biased<X, N, E, 2>(a, m, smem, stream);
+    }
+    if constexpr (N == 1) {
+      if (fewer_chunks(nvec, kLongRowLoads)) return launch_biased<X, N, E, 1, kLongRowLoads>(a, m, smem, stream);
+    }
+    launch_biased<X, N, E, 1>(a, m, smem, stream);
   }
-  launch_biased<X, N, E, 2>(a, m, smem, stream);
 }
 
 template <typename X, int N>

@@ -121,8 +121,10 @@ TEST_CASE("small_linear fuses norm, product and epilogue as the unfused ops comp
   // chunks (the last one partial) and more tasks than the persistent grid has warps, so that a
   // warp's pipeline crosses from chunk to chunk and from task to task. With one input row, the
   // shapes of rows up to half a chunk (C <= 1024 in bf16, 512 in fp32) and an even OC take two
-  // rows a task; {200, 101}'s odd OC keeps one.
-  const int shapes[][2] = {{64, 96}, {200, 101}, {768, 2304}, {1024, 512}, {2600, 4500}};
+  // rows a task; {200, 101}'s odd OC keeps one. With one input row, {2304, 1000}'s rows (288 vectors
+  // in bf16, 576 in fp32) take the longer chunks of kLongRowLoads vectors a lane, one and two of
+  // them, the last partial.
+  const int shapes[][2] = {{64, 96}, {200, 101}, {768, 2304}, {1024, 512}, {2304, 1000}, {2600, 4500}};
   const SmallLinearEpilogue epilogues[] = {SmallLinearEpilogue::store, SmallLinearEpilogue::gelu,
                                            SmallLinearEpilogue::swiglu, SmallLinearEpilogue::residual};
   const NormKind norms[] = {NormKind::none, NormKind::layernorm, NormKind::layernorm_no_bias, NormKind::rmsnorm};
