@@ -23,7 +23,8 @@
 //                         weights while this one streams);
 //   persistent, ...       every product a phase of one cooperative launch running the same loop,
 //                         each phase requesting its first weights before a grid-wide barrier:
-//                         a generation barrier, or arrivals at a counter that only grows;
+//                         a generation barrier, or arrivals at a counter that only grows, a block
+//                         arriving after those requests or ("early arrival") before them;
 //   ring, ...             one cooperative launch, a block a multiprocessor, in which a producer
 //                         lane streams the block's rows of every product, in chain order, through
 //                         a ring of shared-memory slots (bulk copies) as far ahead as the ring
@@ -40,7 +41,10 @@
 // On an H100 (us a layer, GPT-2 124M / 1.5B / Llama 1B): small_linear 9.7 / 26.5 / 43.9;
 // kernels with griddepcontrol.wait 11.1 / 27.0 / 45.5, with counters 12.9 / 29.4 / 47.4; at one
 // block a multiprocessor 11.8 / 34.0 / 50.9 and 13.3 / 35.6 / 52.0; persistent with the generation
-// barrier 19.8 / 35.4 / 55.3, with the counter 16.3 / 33.2 / 52.2. Hence a decode step is a chain
+// barrier 19.8 / 35.4 / 55.3, with the counter 16.3 / 33.2 / 52.2. (Arriving after the requests,
+// the release waits for the arriving thread's weights in flight to land. Arriving before them, on
+// one H200: 14.3 / 26.6 / 39.5 against 15.7 / 30.1 / 42.6 after, and small_linear's 8.8 / 22.9 /
+// 35.7: the barrier still costs more than the boundary it replaces.) Hence a decode step is a chain
 // of kernels that wait in hardware (overlapped_launch.cuh): a handoff through memory costs more
 // than the boundary it replaces, and fewer blocks keep fewer bytes in flight.
 // The ring (one H100, the same run as small_linear's 9.8 / 26.9 / 43.9): 14.4 / 30.4 / 51.6. Its
@@ -159,6 +163,8 @@ struct Product {
 struct GridBarrier {
   unsigned* words;  // [arrived, generation]: arrived zero before the first launch, and each leaves it so
 
+  __device__ void arrive_early() const {}
+
   __device__ void wait(unsigned /*phase*/) const {
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -207,6 +213,7 @@ __device__ inline void wait_for_count(const unsigned* counter, unsigned target) 
 struct CounterBarrier {
   unsigned* counter;
 
+  __device__ void arrive_early() const {}
   __device__ void wait(unsigned phase) const {
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -217,12 +224,29 @@ struct CounterBarrier {
   }
 };
 
+// The counter barrier split in two: a block arrives as soon as the phase before is done (its
+// outputs written: stream_product ends at a block barrier), before it requests the next phase's
+// first weights, and waits for the count after. Arriving after those requests, as the barriers
+// above do, the release waits for the arriving thread's loads in flight to land, which are the
+// newest in the multiprocessor's queue.
+struct SplitCounterBarrier {
+  unsigned* counter;
+
+  __device__ void arrive_early() const {
+    if (threadIdx.x == 0) arrive(counter);
+  }
+  __device__ void wait(unsigned phase) const {
+    if (threadIdx.x == 0) wait_for_count(counter, phase * gridDim.x);
+    __syncthreads();
+  }
+};
+
 // One product, in chunks of kLoads vectors a lane, two buffers alternating as small_linear's: a
 // warp takes rows first, first + stride, ... . Its first two chunks are requested before WAIT (for
 // the phase or kernel before, whose output is this product's input), the input read through L2
 // after it into XS.
-template <typename Wait>
-__device__ void stream_product(const Product& pr, uint4* xs, Wait wait) {
+template <typename Wait, typename Arrive>
+__device__ void stream_product(const Product& pr, uint4* xs, Wait wait, Arrive arrive_first) {
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   constexpr int span = kWarp * kLoads;
   const int first = blockIdx.x * kWarps + warp, stride = gridDim.x * kWarps;
@@ -249,6 +273,7 @@ __device__ void stream_product(const Product& pr, uint4* xs, Wait wait) {
     }
   };
   uint4 a[kLoads], b[kLoads];
+  arrive_first();
   if (items > 0) load(a, 0);
   if (items > 1) load(b, 1);
   wait();
@@ -271,9 +296,9 @@ __global__ void __launch_bounds__(kWarps * kWarp, kBlocksPerSM)
     persistent_chain_kernel(const Product* products, int count, Barrier barrier) {
   extern __shared__ uint4 xs[];
   for (int p = 0; p < count; ++p)
-    stream_product(products[p], xs, [&] {
-      if (p > 0) barrier.wait(p);
-    });
+    stream_product(
+        products[p], xs, [&] { if (p > 0) barrier.wait(p); },
+        [&] { if (p > 0) barrier.arrive_early(); });
 }
 
 // One product of the chain a kernel, launched overlapped (programmatic dependent launch) after the
@@ -285,14 +310,17 @@ __global__ void __launch_bounds__(kWarps * kWarp, kBlocksPerSM)
     chain_product_kernel(Product pr, unsigned* counters, int index) {
   extern __shared__ uint4 xs[];
   allow_next_kernel();
-  stream_product(pr, xs, [&] {
-    if (!kCounters) {
-      wait_for_previous_kernel();
-    } else if (index > 0) {
-      if (threadIdx.x == 0) wait_for_count(counters + index - 1, gridDim.x);
-      __syncthreads();
-    }
-  });
+  stream_product(
+      pr, xs,
+      [&] {
+        if (!kCounters) {
+          wait_for_previous_kernel();
+        } else if (index > 0) {
+          if (threadIdx.x == 0) wait_for_count(counters + index - 1, gridDim.x);
+          __syncthreads();
+        }
+      },
+      [] {});
   if (kCounters && threadIdx.x == 0) arrive(counters + index);
 }
 
@@ -925,6 +953,7 @@ void bench(const Shape& m) {
   };
   persistent(GridBarrier{counters.get()}, "persistent, grid barrier", false);
   persistent(CounterBarrier{counters.get()}, "persistent, counter barrier", true);
+  persistent(SplitCounterBarrier{counters.get()}, "persistent, counter barrier, early arrival", true);
 
   // The ring: slots of a whole number of every product's rows and at least kLeastPiece bytes, as
   // many as fit beside the input row.
