@@ -4,12 +4,12 @@
 //
 // Each warp takes a task at a time: one weight row (for SwiGLU two, a gate row and its up row; at
 // batch 1, two consecutive rows where rows are short), its lanes striding along the rows in
-// 16-byte vectors, kLoads vectors per lane (a chunk) at a time. Each lane keeps one fp32 partial
-// sum per row and input row; a butterfly of shuffles adds them over the warp, and one lane per
-// output applies the epilogue and writes it. The grid is persistent, at most kBlocksPerSM blocks
-// of kWarps warps per multiprocessor (fewer where there are fewer tasks than warps: launch()),
-// and a warp walks its tasks chunk by chunk with two register buffers, the next chunk in flight
-// while it multiplies the last.
+// 16-byte vectors, Loads vectors per lane (a chunk: kLoads, or kLongRowLoads for some long rows) at
+// a time. Each lane keeps one fp32 partial sum per row and input row; a butterfly of shuffles adds
+// them over the warp, and one lane per output applies the epilogue and writes it. The grid is
+// persistent, at most kBlocksPerSM blocks of kWarps warps per multiprocessor (fewer where there are
+// fewer tasks than warps: launch()), and a warp walks its tasks chunk by chunk with two register
+// buffers, the next chunk in flight while it multiplies the last.
 // A block first stages the N input rows, through the norm when one comes first and rounded to X,
 // into shared memory: a few kilobytes from L2 per block, against the weights it streams. The
 // norm's weight and bias go to shared memory too, requested before the wait for the previous
@@ -404,8 +404,8 @@ __device__ void finish_task(const Args<X>& a, int task, float (&acc)[R][N], cons
 }
 
 // The grid is persistent (at most kBlocksPerSM blocks per multiprocessor), and each warp walks
-// its tasks first, first + stride, ... chunk by chunk: a chunk is kLoads vectors per lane (kWarp *
-// U vectors) of each of the task's rows. Two register buffers alternate, so the next chunk is
+// its tasks first, first + stride, ... chunk by chunk: a chunk is Loads vectors per lane (kWarp *
+// U vectors) of each of the task's rows (LOADS: kLoads, or kLongRowLoads, launch_rows() says where). Two register buffers alternate, so the next chunk is
 // always in flight while the lane multiplies the last one, across the tasks' boundaries too; both
 // are requested before the wait for the previous kernel, and keep the memory busy while the block
 // stages its input. The weights queued so delay the wait's return and the staging (on one H100, the
