@@ -3,10 +3,10 @@
 #   make test         build, then run the CPU tests (unit, tool and multi-process tests)
 #   make test-gpu     build, then run the CUDA tests (needs a GPU)
 #   make demo         the embedded demo: real text to a trained model (scripts/demo.sh)
-#   make bench        benchmarks (scripts/bench.sh, tests/bench/bench_init, scripts/bench-retro.sh, and
-#                     scripts/bench-gpu.sh and
-#                     scripts/bench-generate.sh on a CUDA machine, scripts/bench-generate-tp.sh on one
-#                     with several GPUs); they print tables against reference figures
+#   make bench        benchmarks (scripts/bench.sh, tests/bench/bench_init, bench_generate_cpu,
+#                     scripts/bench-retro.sh, and scripts/bench-gpu.sh and scripts/bench-generate.sh
+#                     on a CUDA machine, scripts/bench-generate-tp.sh on one with several GPUs);
+#                     they print tables against reference figures
 #   make install PREFIX=/usr/local
 BUILD    ?= build
 PREFIX   ?= /usr/local
@@ -42,6 +42,7 @@ bench: setup
 	@$(MAKE) --no-print-directory all
 	@bash scripts/bench.sh $(BUILD)/bin
 	@$(BUILD)/tests/bench_init
+	@$(BUILD)/tests/bench_generate_cpu
 	@bash scripts/bench-retro.sh $(BUILD)
 	@if [ -x $(BUILD)/tests/bench_train ] && nvidia-smi >/dev/null 2>&1; then bash scripts/bench-gpu.sh $(BUILD) && bash scripts/bench-generate.sh $(BUILD); fi
 	@if [ -x $(BUILD)/tests/bench_train ] && [ "$$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')" -ge 2 ]; then \
