@@ -9,7 +9,8 @@
 // it only looks rows up in, left out) and each slot's cached keys and values once, so those bytes
 // over this machine's memory bandwidth bound its time. The bandwidth is measured here, as the best
 // of 5 reads of a 1 GiB array spread over the threads the model uses (parallel_for's pool, sized by
-// MEG_NUM_THREADS or the cores), each thread summing its part. Ratio = measured / limit.
+// MEG_NUM_THREADS or the cores), each thread summing its part. Ratio = measured / limit: a little
+// above 1 where the processor's last-level cache keeps some weights from one step to the next.
 // Each figure is the median of the timed calls after untimed warm-up calls (std::chrono around
 // append(), which returns with the logits written).
 //
