@@ -405,8 +405,9 @@ __device__ void finish_task(const Args<X>& a, int task, float (&acc)[R][N], cons
 
 // The grid is persistent (at most kBlocksPerSM blocks per multiprocessor), and each warp walks
 // its tasks first, first + stride, ... chunk by chunk: a chunk is Loads vectors per lane (kWarp *
-// U vectors) of each of the task's rows (LOADS: kLoads, or kLongRowLoads, launch_rows() says where). Two register buffers alternate, so the next chunk is
-// always in flight while the lane multiplies the last one, across the tasks' boundaries too; both
+// U vectors) of each of the task's rows (LOADS: kLoads, or kLongRowLoads where launch_rows() says).
+// Two register buffers alternate, so the next chunk is always in flight while the lane multiplies
+// the last one, across the tasks' boundaries too; both
 // are requested before the wait for the previous kernel, and keep the memory busy while the block
 // stages its input. The weights queued so delay the wait's return and the staging (on one H100, the
 // second MLP product's wait returned 0.9 us after the first's end with one chunk requested, 2.1

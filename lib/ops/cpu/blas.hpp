@@ -20,16 +20,13 @@ inline void gemm(bool transA, bool transB, int M, int N, int K, double alpha, co
               M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-// y[M] = alpha * op(A) @ x + beta * y, A [rows, cols] row-major with leading dimension lda, M its
-// rows (or with transA its columns).
-inline void gemv(bool transA, int rows, int cols, float alpha, const float* A, int lda, const float* x, float beta,
-                 float* y) {
-  cblas_sgemv(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, rows, cols, alpha, A, lda, x, 1, beta, y, 1);
+// y[rows] = alpha * A[rows, cols] @ x + beta * y, A row-major with leading dimension lda.
+inline void gemv(int rows, int cols, float alpha, const float* A, int lda, const float* x, float beta, float* y) {
+  cblas_sgemv(CblasRowMajor, CblasNoTrans, rows, cols, alpha, A, lda, x, 1, beta, y, 1);
 }
 
-inline void gemv(bool transA, int rows, int cols, double alpha, const double* A, int lda, const double* x,
-                 double beta, double* y) {
-  cblas_dgemv(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, rows, cols, alpha, A, lda, x, 1, beta, y, 1);
+inline void gemv(int rows, int cols, double alpha, const double* A, int lda, const double* x, double beta, double* y) {
+  cblas_dgemv(CblasRowMajor, CblasNoTrans, rows, cols, alpha, A, lda, x, 1, beta, y, 1);
 }
 
 }  // namespace meg::cpu::detail

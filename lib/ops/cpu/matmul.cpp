@@ -24,7 +24,7 @@ constexpr int kGemvRows = 4;
 
 template <typename F>
 void linear_forward(F* out, const F* inp, const F* W, const nd<F>* bias, int N, int C, int OC) {
-  // Start each output row from the bias (or zero), then let the GEMM add inp @ W^T onto it.
+  // Start each output row from the bias (or zero), then let the product add inp @ W^T onto it.
   parallel_for(size_t(N), 8192 / size_t(OC) + 1, [&](size_t begin, size_t end) {
     for (size_t i = begin; i < end; ++i) {
       F* row = out + i * OC;
@@ -33,7 +33,7 @@ void linear_forward(F* out, const F* inp, const F* W, const nd<F>* bias, int N, 
   });
   // out[N,OC] += inp[N,C] @ W[OC,C]^T; a few rows (decode steps) as W @ inp, row by row.
   if (N <= kGemvRows) {
-    for (int i = 0; i < N; ++i) gemv(false, OC, C, F(1), W, C, inp + size_t(i) * C, F(1), out + size_t(i) * OC);
+    for (int i = 0; i < N; ++i) gemv(OC, C, F(1), W, C, inp + size_t(i) * C, F(1), out + size_t(i) * OC);
   } else {
     gemm(false, true, N, OC, C, F(1), inp, C, W, C, F(1), out, OC);
   }

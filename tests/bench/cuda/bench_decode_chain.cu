@@ -242,11 +242,11 @@ struct SplitCounterBarrier {
 };
 
 // One product, in chunks of kLoads vectors a lane, two buffers alternating as small_linear's: a
-// warp takes rows first, first + stride, ... . Its first two chunks are requested before WAIT (for
-// the phase or kernel before, whose output is this product's input), the input read through L2
-// after it into XS.
+// warp takes rows first, first + stride, ... . Its first two chunks are requested after
+// ARRIVE_EARLY (a split barrier's arrival, or nothing) and before WAIT (for the phase or kernel
+// before, whose output is this product's input), the input read through L2 after it into XS.
 template <typename Wait, typename Arrive>
-__device__ void stream_product(const Product& pr, uint4* xs, Wait wait, Arrive arrive_first) {
+__device__ void stream_product(const Product& pr, uint4* xs, Wait wait, Arrive arrive_early) {
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   constexpr int span = kWarp * kLoads;
   const int first = blockIdx.x * kWarps + warp, stride = gridDim.x * kWarps;
@@ -273,7 +273,7 @@ __device__ void stream_product(const Product& pr, uint4* xs, Wait wait, Arrive a
     }
   };
   uint4 a[kLoads], b[kLoads];
-  arrive_first();
+  arrive_early();
   if (items > 0) load(a, 0);
   if (items > 1) load(b, 1);
   wait();
