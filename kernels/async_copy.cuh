@@ -1,6 +1,7 @@
 // Asynchronous copies from global to shared memory (cp.async, compute capability 8.0 and later):
 // the copy is requested now and waited for later, so that a kernel can overlap the round trip to
-// memory with other work without holding the data in registers.
+// memory with other work without holding the data in registers. And requests into L2 alone
+// (prefetch_l2), which hold nothing at all: a later load finds the line there or on its way.
 #pragma once
 
 #include <cstdint>
@@ -27,5 +28,8 @@ template <int N>
 __device__ inline void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
+
+// Requests the line holding P from memory into L2; nothing waits for it, and it changes no value.
+__device__ inline void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p)); }
 
 }  // namespace meg::cuda

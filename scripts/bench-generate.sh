@@ -9,11 +9,12 @@
 # meg-generate runs them), then batch-1 decode at short contexts (8 and 200 prompt tokens, where
 # the attention runs one block a head), then batch-1 decode with the linear layers as cuBLASLt
 # products and separate norm, activation and add kernels (small_linear off), and without CUDA
-# graphs: what the fused layers and the graphs save; then a decode step's products alone (bench_decode_chain:
-# overlapped kernels waiting in hardware or on counters, against one persistent kernel with
-# grid-wide barriers and one streaming the weights through a ring of shared memory, kernels of their
-# own streaming through rings of shared memory, and the products with the model's epilogues, each
-# left out in turn); then the device's choice of the next tokens
+# graphs: what the fused layers and the graphs save; then a decode step's products alone
+# (bench_decode_chain: overlapped kernels waiting in hardware or on counters, against one
+# persistent kernel with grid-wide barriers and one streaming the weights through a ring of shared
+# memory, kernels of their own streaming through rings of shared memory, and the products with the
+# model's epilogues, each left out in turn); then the cached attention alone at 1, 8 and 32 rows
+# (bench_decode_attention); then the device's choice of the next tokens
 # alone (bench_logits), the host's (bench_sampler), and GPT-2 124M's decode steps with each choice,
 # as meg-generate makes them (bench_generate --sampling: greedy, top-p and temperature alone on the
 # device, top-k selected there and drawn on the host, each with and without a repetition penalty,
@@ -47,6 +48,8 @@ echo; echo "## Without CUDA graphs"
 "$bench" --no-graphs "$@" gpt2-124m | tee "$out/generate-no-graphs.md"
 echo; echo "## A batch-1 decode step's linear layers alone, as overlapped kernels and as one persistent kernel"
 "$build/tests/bench_decode_chain" | tee "$out/decode-chain.md"
+echo; echo "## A decode step's cached attention alone, at 1, 8 and 32 rows"
+"$build/tests/bench_decode_attention" | tee "$out/decode-attention.md"
 echo; echo "## What a decode step reads off its output rows on the device (argmax, top-k, softmax draws)"
 "$build/tests/bench_logits" | tee "$out/logits.md"
 echo; echo "## Choosing the next token on the host"
