@@ -110,16 +110,29 @@ MEG_KERNEL_TIMELINE_TABLE(cached_attention)
 namespace {
 
 // A grid of fewer (query, head group) blocks than most multiprocessors (split_below()) splits
-// their keys, into as many blocks of 4 warps (kFewWarps) as give kWarpsPerSM warps per
-// multiprocessor. When even 8 such splits per (query, head group) fall short (batch-1 decode), the
-// blocks have 8 warps (kManyWarps) and come in clusters, so that a cluster takes 1024 keys of HS 64
-// in one pass. Unsplit grids of one-head blocks a little past one wave have 2 (kTwoWarps).
+// their keys, into as many blocks of 4 warps (kFewWarps) as the multiprocessors hold at once
+// (few_warp_blocks_per_sm()). When even 8 such splits per (query, head group) fall short
+// (batch-1 decode), the blocks have 8 warps (kManyWarps) and come in clusters, so that a cluster
+// takes 1024 keys of HS 64 in one pass. Unsplit grids of one-head blocks a little past one wave
+// have 2 (kTwoWarps).
 constexpr int kWarpsPerSM = 16;
 constexpr int kTwoWarps = 2, kFewWarps = 4, kManyWarps = 8;
 // Blocks of one query head (GPT-2's) compile to 128 registers a thread, as kWarpsPerSM needs.
 // Without the limit the kernel took 129, which left room for 3 blocks of 4 warps rather than 4,
 // and the 800 blocks of a batch of 32 GPT-2 1.5B decode rows 3 waves rather than 2 (8% slower).
 // Blocks of 2 and 4 heads keep their q and o in registers and take what they need.
+//
+// The 4-warp blocks a multiprocessor holds at once, by query heads a block: as many as their
+// registers allow, the fewest over the element types for 16-byte lanes (one head: 128 registers a
+// thread, 4 blocks; two: 117 to 152, 3; four: 179 to 212, 2). A split grid of more blocks than
+// that runs a second, short wave, which takes about as long as the first: splits counted as if
+// every multiprocessor held 16 warps of any block gave 8 Llama 1B rows 576 blocks for the 264 that
+// fit, 8 GPT-2 124M rows 576 for 528. On one H200 at 552 keys, the attention alone (µs a launch)
+// and decode steps (ms), before and after: Llama 1B 8 rows 19.2 -> 11.2 µs, 1.380 -> 1.236 ms; 4
+// rows 13.0 -> 9.5 µs, 1.582 -> 1.554 ms; GPT-2 124M 8 rows 12.1 -> 8.1 µs, 0.562 -> 0.527 ms; GPT-2
+// 1.5B 4 rows 12.1 -> 7.8 µs, 3.330 -> 3.107 ms. Unsplit and clustered grids are as before.
+int few_warp_blocks_per_sm(int G) { return G == 1 ? 4 : G == 2 ? 3 : 2; }
+
 constexpr int kUnroll = 4;        // keys per lane group loaded before the first is used
 constexpr int kMaxCluster = 8;    // blocks of a cluster (the portable most)
 constexpr int kMaxClusters = 64;  // the merge through memory reads up to this many partials per (query, head)
@@ -687,10 +700,11 @@ Splits grid_splits(int Q, int NH, int NKV) {
   // Here blocks < split_below(): fewer than the multiprocessors.
   const bool clusters = clusters_supported();
   const int warps = kWarpsPerSM * multiprocessors(), few = int(blocks);
-  int splits = ceil_div(warps, few * kFewWarps);
+  int splits = few_warp_blocks_per_sm(heads_per_block(NH / NKV)) * multiprocessors() / few;  // one wave
   // 8-warp blocks only where a cluster of 8 for each pair is resident at once: one block of 4
   // query heads a multiprocessor (about 210 registers a thread), two of one head (128). A batch
-  // of 4 Llama 1B rows, 256 such blocks in two waves, took 6% longer than in 4-warp blocks.
+  // of 4 Llama 1B rows, 256 such blocks in two waves, took 6% longer than in 4-warp blocks (then
+  // 544 of them, before few_warp_blocks_per_sm() kept them to one wave of 256).
   const int resident = multiprocessors() * (heads_per_block(NH / NKV) == 1 ? 2 : 1);
   if (clusters && splits > kMaxCluster && blocks * kMaxCluster <= resident) {
     s.warps = kManyWarps;

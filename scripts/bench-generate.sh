@@ -13,7 +13,7 @@
 # (bench_decode_chain: overlapped kernels waiting in hardware or on counters, against one
 # persistent kernel with grid-wide barriers and one streaming the weights through a ring of shared
 # memory, kernels of their own streaming through rings of shared memory, and the products with the
-# model's epilogues, each left out in turn); then the cached attention alone at 1, 8 and 32 rows
+# model's epilogues, each left out in turn); then the cached attention alone at 1 to 32 rows
 # (bench_decode_attention); then the device's choice of the next tokens
 # alone (bench_logits), the host's (bench_sampler), and GPT-2 124M's decode steps with each choice,
 # as meg-generate makes them (bench_generate --sampling: greedy, top-p and temperature alone on the
@@ -48,7 +48,7 @@ echo; echo "## Without CUDA graphs"
 "$bench" --no-graphs "$@" gpt2-124m | tee "$out/generate-no-graphs.md"
 echo; echo "## A batch-1 decode step's linear layers alone, as overlapped kernels and as one persistent kernel"
 "$build/tests/bench_decode_chain" | tee "$out/decode-chain.md"
-echo; echo "## A decode step's cached attention alone, at 1, 8 and 32 rows"
+echo; echo "## A decode step's cached attention alone, at 1 to 32 rows"
 "$build/tests/bench_decode_attention" | tee "$out/decode-attention.md"
 echo; echo "## What a decode step reads off its output rows on the device (argmax, top-k, softmax draws)"
 "$build/tests/bench_logits" | tee "$out/logits.md"
