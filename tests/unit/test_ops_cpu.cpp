@@ -8,11 +8,13 @@
 #include <cstdint>
 #include <functional>
 #include <random>
+#include <stdexcept>
 #include <vector>
 
 #include "catch.hpp"
 #include "core/error.hpp"
 #include "core/parallel.hpp"
+#include "ops/cpu/few_rows.hpp"
 #include "ops/cpu/ops.hpp"
 
 using namespace meg::cpu;
@@ -129,6 +131,49 @@ TEST_CASE("linear forward matches a naive product, backward matches finite diffe
     for (auto& x : dW) x /= 2;
     CHECK(max_abs_diff(only_dW, dW) < 1e-12);
   }
+}
+
+// A decode step of 2 to 8 fp32 rows reads each weight row once for all of them (few_rows.hpp):
+// close to the exact product, and bit for bit the same row whatever rows share the step, whatever
+// the thread count, and on the AVX2 and portable paths. C = 37 and 40 leave a partial vector of 5
+// and none; OC = 131 more rows than the threads' runs divide evenly.
+TEST_CASE("few-row products match a naive product and give each row the same bits in any company",
+          "[ops]") {
+  std::mt19937 rng(7);
+  constexpr int OC = 131;
+  for (const int C : {37, 40}) {
+    CAPTURE(C);
+    const std::vector<float> W = to_float(random_vec(size_t(OC) * C, rng));
+    const std::vector<float> rows = to_float(random_vec(size_t(meg::cpu::detail::kFewRows) * C, rng));
+    // Rows [first, first + N) of ROWS, as one step.
+    auto step = [&](int first, int N, bool portable) {
+      std::vector<float> out(size_t(N) * OC, 0.5f);  // the product adds to what is there
+      meg::cpu::detail::few_rows_product(out.data(), rows.data() + size_t(first) * C, W.data(), N, C, OC, portable);
+      return out;
+    };
+    const std::vector<float> all = step(0, meg::cpu::detail::kFewRows, false);
+    for (int n = 0; n < meg::cpu::detail::kFewRows; ++n)
+      for (int o = 0; o < OC; ++o) {
+        double s = 0.5;
+        for (int c = 0; c < C; ++c) s += double(rows[size_t(n) * C + c]) * W[size_t(o) * C + c];
+        CHECK(std::abs(all[size_t(n) * OC + o] - s) < 1e-5);
+      }
+    // Row 3 alone in steps of 2 to 8 rows: the same bits wherever it sits among them.
+    for (int N = 2; N <= meg::cpu::detail::kFewRows; ++N) {
+      const int first = std::max(0, 3 - N + 1);  // row 3 last or further in
+      const std::vector<float> out = step(first, N, false);
+      for (int o = 0; o < OC; ++o) CHECK(out[size_t(3 - first) * OC + o] == all[3 * size_t(OC) + o]);
+    }
+    CHECK(step(0, meg::cpu::detail::kFewRows, true) == all);
+    meg::set_num_threads(1);
+    CHECK(step(0, meg::cpu::detail::kFewRows, false) == all);
+    meg::set_num_threads(3);
+    CHECK(step(0, meg::cpu::detail::kFewRows, false) == all);
+    meg::set_num_threads(0);
+  }
+  std::vector<float> out(OC), inp(4), W(size_t(OC) * 4);
+  CHECK_THROWS_AS(meg::cpu::detail::few_rows_product(out.data(), inp.data(), W.data(), 1, 4, OC),
+                  std::invalid_argument);
 }
 
 // ---- norms ---------------------------------------------------------------------------------------

@@ -1,12 +1,14 @@
-// Linear layer: out = inp @ W^T + bias, and its backward. All three products go to BLAS (which
-// has threads of its own; a forward of a few rows as matrix-vector products); the bias loops
-// around them are split over threads here, by rows for the fill and by output channels for the
-// bias gradient, so every sum keeps its order.
+// Linear layer: out = inp @ W^T + bias, and its backward. The products go to BLAS (which has
+// threads of its own), but for a forward of a few fp32 rows (decode steps: few_rows.hpp); the bias
+// loops around them are split over threads here, by rows for the fill and by output channels for
+// the bias gradient, so every sum keeps its order.
 #include <cstddef>
+#include <type_traits>
 #include <vector>
 
 #include "core/parallel.hpp"
 #include "ops/cpu/blas.hpp"
+#include "ops/cpu/few_rows.hpp"
 #include "ops/cpu/ops.hpp"
 
 namespace meg::cpu {
@@ -14,13 +16,14 @@ namespace meg::cpu {
 using detail::gemm;
 using detail::gemv;
 
-// Products of up to this many input rows (decode steps) run as a matrix-vector product a row:
-// BLAS's GEMM packs the whole weight matrix before it multiplies, which for a few rows costs more
-// than reading the weights once a row. GPT-2 124M decode on 2 cores (bench_generate_cpu), ms a
-// step at 1, 2, 4, 6 and 8 rows: GEMM 41.7, 56.3, 85.0, 90.9, 98.0; a GEMV a row 17.2-19.8,
-// 28.4, 48.7, 71.3, 93.5: up to four rows 1.7 to 2.4 times as fast, at eight even. A row's result
-// is then also the same whichever other rows (up to four) share its step.
-constexpr int kGemvRows = 4;
+// A forward of one input row is BLAS's GEMV, and of 2 to kFewRows fp32 rows (a decode step of
+// several sequences) few_rows_product, which reads each weight row once for all of them: BLAS's
+// GEMM packs the whole weight matrix before it multiplies, and a GEMV a row reads the weights once
+// a row. GPT-2 124M decode on 2 cores (bench_generate_cpu), ms a step at 1, 2, 4 and 8 rows: GEMM
+// 41.7, 56.3, 85.0, 94.3-98.6; a GEMV a row 17.0-20.0, 28.4-34.1, 48.7-58.6, 93.5; few_rows_product
+// at 2, 4 and 8 rows 25.2-26.3, 31.4-33.6, 46.7-50.3. At one row it took about 4% longer than the
+// GEMV (medians of seven runs alternating, 17.95 against 17.21 ms). So a row's result is the same
+// whichever rows share its step from 2 rows to kFewRows, but alone it is BLAS's.
 
 template <typename F>
 void linear_forward(F* out, const F* inp, const F* W, const nd<F>* bias, int N, int C, int OC) {
@@ -31,12 +34,12 @@ void linear_forward(F* out, const F* inp, const F* W, const nd<F>* bias, int N, 
       for (int o = 0; o < OC; ++o) row[o] = bias ? bias[o] : F(0);
     }
   });
-  // out[N,OC] += inp[N,C] @ W[OC,C]^T; a few rows (decode steps) as W @ inp, row by row.
-  if (N <= kGemvRows) {
-    for (int i = 0; i < N; ++i) gemv(OC, C, F(1), W, C, inp + size_t(i) * C, F(1), out + size_t(i) * OC);
-  } else {
-    gemm(false, true, N, OC, C, F(1), inp, C, W, C, F(1), out, OC);
+  // out[N,OC] += inp[N,C] @ W[OC,C]^T.
+  if (N == 1) return gemv(OC, C, F(1), W, C, inp, F(1), out);
+  if constexpr (std::is_same_v<F, float>) {
+    if (N <= detail::kFewRows) return detail::few_rows_product(out, inp, W, N, C, OC);
   }
+  gemm(false, true, N, OC, C, F(1), inp, C, W, C, F(1), out, OC);
 }
 
 template <typename F>
