@@ -46,25 +46,33 @@ std::vector<float> full_logits(const ModelConfig& c, const std::vector<float>& p
 
 TEST_CASE("cpu ops: rope from a position and cached attention give the rows of the whole sequence's",
           "[infer][kvcache]") {
-  const int T = 12, NH = 4, NKV = 2, HS = 8, first = 7, n = T - first;
-  std::vector<float> q(size_t(T) * NH * HS), k(size_t(T) * NKV * HS), v(k.size());
-  std::mt19937 rng(3);
-  std::normal_distribution<float> normal;
-  for (auto* a : {&q, &k, &v})
-    for (float& x : *a) x = normal(rng);
+  const int T = 12, NH = 4, NKV = 2, first = 7, n = T - first;
+  for (const int HS : {8, 12}) {  // 12: a partial vector of lanes in the decode path's dot products
+    CAPTURE(HS);
+    std::vector<float> q(size_t(T) * NH * HS), k(size_t(T) * NKV * HS), v(k.size());
+    std::mt19937 rng(3);
+    std::normal_distribution<float> normal;
+    for (auto* a : {&q, &k, &v})
+      for (float& x : *a) x = normal(rng);
 
-  // Rows first.. of rope over the whole sequence are rope_forward_from over those rows alone.
-  std::vector<float> whole(k.size()), tail(k.begin() + first * NKV * HS, k.end());
-  cpu::rope_forward(whole.data(), k.data(), 1, T, NKV, HS, 10000.0f);
-  cpu::rope_forward_from(tail.data(), tail.data(), n, NKV, HS, first, 10000.0f);
-  CHECK(std::equal(tail.begin(), tail.end(), whole.begin() + first * NKV * HS));
+    // Rows first.. of rope over the whole sequence are rope_forward_from over those rows alone.
+    std::vector<float> whole(k.size()), tail(k.begin() + first * NKV * HS, k.end());
+    cpu::rope_forward(whole.data(), k.data(), 1, T, NKV, HS, 10000.0f);
+    cpu::rope_forward_from(tail.data(), tail.data(), n, NKV, HS, first, 10000.0f);
+    CHECK(std::equal(tail.begin(), tail.end(), whole.begin() + first * NKV * HS));
 
-  // The last N queries against all T keys (the cache) are the last rows of the full attention.
-  std::vector<float> out(q.size()), att(size_t(NH) * T * T), cached(size_t(n) * NH * HS), scores(size_t(n) * T);
-  cpu::attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), 1, T, NH, NKV, HS);
-  cpu::attention_cached_forward(cached.data(), q.data() + first * NH * HS, k.data(), v.data(), n, first, NH, NKV, HS,
-                                scores.data());
-  CHECK(row_error(cached.data(), out.data() + first * NH * HS, int(cached.size())) < 1e-6);
+    // The last N queries against all T keys (the cache) are the last rows of the full attention; so
+    // is the last query alone (a decode step, which has a path of its own).
+    std::vector<float> out(q.size()), att(size_t(NH) * T * T), cached(size_t(n) * NH * HS), scores(size_t(n) * T);
+    cpu::attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), 1, T, NH, NKV, HS);
+    cpu::attention_cached_forward(cached.data(), q.data() + first * NH * HS, k.data(), v.data(), n, first, NH, NKV, HS,
+                                  scores.data());
+    CHECK(row_error(cached.data(), out.data() + first * NH * HS, int(cached.size())) < 1e-6);
+    std::vector<float> last(size_t(NH) * HS), head_scores(size_t(NH) * T);
+    cpu::attention_cached_forward(last.data(), q.data() + (T - 1) * NH * HS, k.data(), v.data(), 1, T - 1, NH, NKV, HS,
+                                  head_scores.data());
+    CHECK(row_error(last.data(), out.data() + (T - 1) * NH * HS, int(last.size())) < 1e-6);
+  }
 }
 
 TEST_CASE("inference model: KV-cache decoding equals full recomputation, slots interleaved", "[infer][kvcache]") {

@@ -6,24 +6,21 @@
 // weight rows and multiplies each, while it is in registers, by every input row, which stay in
 // the cache.
 //
-// The arithmetic is eight lanes wide (GCC's vector extension): one AVX register where the machine
-// has AVX2 (the function is compiled twice and chosen at run time), two SSE registers elsewhere.
-// Both do the same lane-by-lane multiplies and adds (ISO C++ contracts nothing into fused
-// multiply-adds), and each output adds its lanes and then its row's last C % 8 products in one
-// fixed order, so the bits do not depend on the machine, on N or on the threads.
+// The arithmetic is eight lanes wide (lanes.hpp): one AVX register where the machine has AVX2 (the
+// function is compiled twice and chosen at run time), two SSE registers elsewhere. Both do the
+// same lane-by-lane multiplies and adds (ISO C++ contracts nothing into fused multiply-adds), and
+// each output adds its lanes and then its row's last C % 8 products in one fixed order, so the
+// bits do not depend on the machine, on N or on the threads.
 #include "ops/cpu/few_rows.hpp"
 
 #include <cstddef>
-#include <cstring>
 #include <stdexcept>
 
 #include "core/parallel.hpp"
+#include "ops/cpu/lanes.hpp"
 
 namespace meg::cpu::detail {
 namespace {
-
-typedef float Lanes __attribute__((vector_size(32)));
-constexpr int kLanes = 8;
 
 // Weight rows [o0, o1) against N input rows: each weight row's vectors are loaded once and
 // multiplied into N sums. (Two weight rows at a time, for more independent sums at 2 and 3 input
@@ -38,17 +35,16 @@ __attribute__((always_inline)) inline void product_rows(float* out, const float*
     Lanes acc[N] = {};
     for (int c = 0; c < whole; c += kLanes) {
       Lanes wv;
-      std::memcpy(&wv, w + c, sizeof(wv));
+      load_lanes(wv, w + c);
 #pragma GCC unroll 8
       for (int n = 0; n < N; ++n) {
         Lanes xv;
-        std::memcpy(&xv, inp + size_t(n) * C + c, sizeof(xv));
+        load_lanes(xv, inp + size_t(n) * C + c);
         acc[n] += wv * xv;
       }
     }
     for (int n = 0; n < N; ++n) {
-      float s = 0.0f;
-      for (int l = 0; l < kLanes; ++l) s += acc[n][l];
+      float s = sum_lanes(acc[n]);
       for (int c = whole; c < C; ++c) s += w[c] * inp[size_t(n) * C + c];
       out[size_t(n) * OC + o] += s;
     }
@@ -72,23 +68,15 @@ void product_portable(float* out, const float* inp, const float* W, int N, int C
   product(out, inp, W, N, C, OC, o0, o1);
 }
 
-#if defined(__x86_64__) || defined(__i386__)
-__attribute__((target("avx2"))) void product_avx2(float* out, const float* inp, const float* W, int N, int C, int OC,
-                                                  int o0, int o1) {
+MEG_TARGET_AVX2 void product_avx2(float* out, const float* inp, const float* W, int N, int C, int OC, int o0, int o1) {
   product(out, inp, W, N, C, OC, o0, o1);
 }
-#endif
 
 }  // namespace
 
 void few_rows_product(float* out, const float* inp, const float* W, int N, int C, int OC, bool portable) {
   if (N < 2 || N > kFewRows) throw std::invalid_argument("few_rows_product: 2 to 8 input rows");
-#if defined(__x86_64__) || defined(__i386__)
-  static const bool avx2 = __builtin_cpu_supports("avx2");
-  auto* const run = avx2 && !portable ? product_avx2 : product_portable;
-#else
-  auto* const run = product_portable;
-#endif
+  auto* const run = has_avx2() && !portable ? product_avx2 : product_portable;
   // Two runs of weight rows a thread (each output is summed alike whatever run it falls in).
   const size_t grain = (size_t(OC) + 2 * num_threads() - 1) / (2 * num_threads());
   parallel_for(size_t(OC), grain, [&](size_t begin, size_t end) {

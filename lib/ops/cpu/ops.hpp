@@ -167,7 +167,8 @@ void attention_backward(nd<F>* dq, nd<F>* dk, nd<F>* dv, const F* dout, const F*
 // cache: q [T,NH,HS]; k and v [FIRST+T, NKV,HS] hold the keys and values of positions 0 ..
 // FIRST+T-1 (the new tokens' included); query t attends to positions <= FIRST + t, as row FIRST+t
 // of attention_forward over the whole sequence does. out [T,NH,HS]. SCORES is scratch of
-// T * (FIRST+T) values. No dropout: this is inference.
+// max(T, NH) * (FIRST+T) values (a decode step, T = 1, scores its heads at once). No dropout: this
+// is inference.
 template <typename F>
 void attention_cached_forward(F* out, const F* q, const F* k, const F* v, int T, int first, int NH, int NKV, int HS,
                               F* scores);
