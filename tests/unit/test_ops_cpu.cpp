@@ -133,11 +133,11 @@ TEST_CASE("linear forward matches a naive product, backward matches finite diffe
   }
 }
 
-// A decode step of 2 to 8 fp32 rows reads each weight row once for all of them (few_rows.hpp):
-// close to the exact product, and bit for bit the same row whatever rows share the step, whatever
-// the thread count, and on the AVX2 and portable paths. C = 37 and 40 leave a partial vector of 5
+// A decode step of up to 8 fp32 rows reads each weight row once for all of them (few_rows.hpp):
+// close to the exact product, and bit for bit the same row alone or whatever rows share the step,
+// whatever the thread count, and on the AVX2 and portable paths. C = 37 and 40 leave a partial vector of 5
 // and none; OC = 131 more rows than the threads' runs divide evenly.
-TEST_CASE("few-row products match a naive product and give each row the same bits in any company",
+TEST_CASE("few-row products match a naive product and give each row the same bits alone or in company",
           "[ops]") {
   std::mt19937 rng(7);
   constexpr int OC = 131;
@@ -158,22 +158,24 @@ TEST_CASE("few-row products match a naive product and give each row the same bit
         for (int c = 0; c < C; ++c) s += double(rows[size_t(n) * C + c]) * W[size_t(o) * C + c];
         CHECK(std::abs(all[size_t(n) * OC + o] - s) < 1e-5);
       }
-    // Row 3 alone in steps of 2 to 8 rows: the same bits wherever it sits among them.
-    for (int N = 2; N <= meg::cpu::detail::kFewRows; ++N) {
+    // Row 3 alone and in steps of 2 to 8 rows: the same bits wherever it sits among them.
+    for (int N = 1; N <= meg::cpu::detail::kFewRows; ++N) {
       const int first = std::max(0, 3 - N + 1);  // row 3 last or further in
       const std::vector<float> out = step(first, N, false);
       for (int o = 0; o < OC; ++o) CHECK(out[size_t(3 - first) * OC + o] == all[3 * size_t(OC) + o]);
     }
     CHECK(step(0, meg::cpu::detail::kFewRows, true) == all);
+    CHECK(step(3, 1, true) == std::vector<float>(all.begin() + 3 * OC, all.begin() + 4 * OC));
     meg::set_num_threads(1);
     CHECK(step(0, meg::cpu::detail::kFewRows, false) == all);
     meg::set_num_threads(3);
     CHECK(step(0, meg::cpu::detail::kFewRows, false) == all);
     meg::set_num_threads(0);
   }
-  std::vector<float> out(OC), inp(4), W(size_t(OC) * 4);
-  CHECK_THROWS_AS(meg::cpu::detail::few_rows_product(out.data(), inp.data(), W.data(), 1, 4, OC),
-                  std::invalid_argument);
+  std::vector<float> out(size_t(OC) * 9), inp(4 * 9), W(size_t(OC) * 4);
+  for (const int N : {0, 9})
+    CHECK_THROWS_AS(meg::cpu::detail::few_rows_product(out.data(), inp.data(), W.data(), N, 4, OC),
+                    std::invalid_argument);
 }
 
 // ---- norms ---------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-// Row-major GEMM and GEMV for the CPU ops, one name for float (cblas_s*) and double (cblas_d*).
+// Row-major GEMM for the CPU ops, one name for float (cblas_s*) and double (cblas_d*).
 // Private to lib/ops/cpu: only these .cpp files see <cblas.h>.
 #pragma once
 
@@ -18,15 +18,6 @@ inline void gemm(bool transA, bool transB, int M, int N, int K, double alpha, co
                  int lda, const double* B, int ldb, double beta, double* C, int ldc) {
   cblas_dgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans,
               M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-}
-
-// y[rows] = alpha * A[rows, cols] @ x + beta * y, A row-major with leading dimension lda.
-inline void gemv(int rows, int cols, float alpha, const float* A, int lda, const float* x, float beta, float* y) {
-  cblas_sgemv(CblasRowMajor, CblasNoTrans, rows, cols, alpha, A, lda, x, 1, beta, y, 1);
-}
-
-inline void gemv(int rows, int cols, double alpha, const double* A, int lda, const double* x, double beta, double* y) {
-  cblas_dgemv(CblasRowMajor, CblasNoTrans, rows, cols, alpha, A, lda, x, 1, beta, y, 1);
 }
 
 }  // namespace meg::cpu::detail

@@ -22,38 +22,54 @@
 namespace meg::cpu::detail {
 namespace {
 
-// Weight rows [o0, o1) against N input rows: each weight row's vectors are loaded once and
-// multiplied into N sums. (Two weight rows at a time, for more independent sums at 2 and 3 input
-// rows, was slower: GPT-2 124M decode on 2 cores, 25.2-25.7 ms a step at 2 rows against 26.2-28.0,
-// 27.7-28.7 at 3 against 30.7-31.6.)
+// Weight rows [o, o + R) against N input rows: each weight row's vectors are loaded once and
+// multiplied into N sums. Each output's sum runs over its own lanes in the same order whatever R:
+// R only interleaves independent sums.
+template <int N, int R>
+__attribute__((always_inline)) inline void product_block(float* out, const float* inp, const float* W, int C, int OC,
+                                                         int o) {
+  const int whole = C / kLanes * kLanes;
+  const float* w = W + size_t(o) * C;
+  Lanes acc[R][N] = {};
+  for (int c = 0; c < whole; c += kLanes) {
+    Lanes wv[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) load_lanes(wv[r], w + size_t(r) * C + c);
+#pragma GCC unroll 8
+    for (int n = 0; n < N; ++n) {
+      Lanes xv;
+      load_lanes(xv, inp + size_t(n) * C + c);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) acc[r][n] += wv[r] * xv;
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int n = 0; n < N; ++n) {
+      float s = sum_lanes(acc[r][n]);
+      for (int c = whole; c < C; ++c) s += w[size_t(r) * C + c] * inp[size_t(n) * C + c];
+      out[size_t(n) * OC + o + r] += s;
+    }
+  }
+}
+
+// Weight rows [o0, o1) against N input rows. One input row takes four weight rows at a time:
+// alone, a row's chain of dependent adds held the loop back (GPT-2 124M batch-1 decode on 2
+// cores, medians of five runs alternating: 18.3 ms a step, 20.1 a weight row at a time, and 18.2
+// with BLAS's matrix-vector product). Two at a time for 2 and 3 input rows was slower (25.2-25.7
+// ms a step at 2 rows against 26.2-28.0, 27.7-28.7 at 3 against 30.7-31.6).
 template <int N>
 __attribute__((always_inline)) inline void product_rows(float* out, const float* inp, const float* W, int C, int OC,
                                                         int o0, int o1) {
-  const int whole = C / kLanes * kLanes;
-  for (int o = o0; o < o1; ++o) {
-    const float* w = W + size_t(o) * C;
-    Lanes acc[N] = {};
-    for (int c = 0; c < whole; c += kLanes) {
-      Lanes wv;
-      load_lanes(wv, w + c);
-#pragma GCC unroll 8
-      for (int n = 0; n < N; ++n) {
-        Lanes xv;
-        load_lanes(xv, inp + size_t(n) * C + c);
-        acc[n] += wv * xv;
-      }
-    }
-    for (int n = 0; n < N; ++n) {
-      float s = sum_lanes(acc[n]);
-      for (int c = whole; c < C; ++c) s += w[c] * inp[size_t(n) * C + c];
-      out[size_t(n) * OC + o] += s;
-    }
-  }
+  constexpr int R = N == 1 ? 4 : 1;
+  int o = o0;
+  for (; o + R <= o1; o += R) product_block<N, R>(out, inp, W, C, OC, o);
+  for (; o < o1; ++o) product_block<N, 1>(out, inp, W, C, OC, o);
 }
 
 __attribute__((always_inline)) inline void product(float* out, const float* inp, const float* W, int N, int C, int OC,
                                                    int o0, int o1) {
   switch (N) {
+    case 1: return product_rows<1>(out, inp, W, C, OC, o0, o1);
     case 2: return product_rows<2>(out, inp, W, C, OC, o0, o1);
     case 3: return product_rows<3>(out, inp, W, C, OC, o0, o1);
     case 4: return product_rows<4>(out, inp, W, C, OC, o0, o1);
@@ -75,7 +91,7 @@ MEG_TARGET_AVX2 void product_avx2(float* out, const float* inp, const float* W, 
 }  // namespace
 
 void few_rows_product(float* out, const float* inp, const float* W, int N, int C, int OC, bool portable) {
-  if (N < 2 || N > kFewRows) throw std::invalid_argument("few_rows_product: 2 to 8 input rows");
+  if (N < 1 || N > kFewRows) throw std::invalid_argument("few_rows_product: 1 to 8 input rows");
   auto* const run = has_avx2() && !portable ? product_avx2 : product_portable;
   // Two runs of weight rows a thread (each output is summed alike whatever run it falls in).
   const size_t grain = (size_t(OC) + 2 * num_threads() - 1) / (2 * num_threads());

@@ -1,6 +1,5 @@
 // Products of a few input rows against a weight matrix that is read once: the linear layers of a
-// CPU decode step of several sequences (ops/cpu/matmul.cpp's linear_forward for 2 to kFewRows
-// rows; one row is BLAS's matrix-vector product).
+// CPU decode step (ops/cpu/matmul.cpp's linear_forward for up to kFewRows rows).
 #pragma once
 
 namespace meg::cpu::detail {
@@ -9,10 +8,10 @@ namespace meg::cpu::detail {
 // input vector fill 10 of an AVX2 machine's 16 vector registers; 16 rows would spill.
 constexpr int kFewRows = 8;
 
-// out[n, o] += sum over c of inp[n, c] * W[o, c], for n < N (2 to kFewRows) and o < OC: each
+// out[n, o] += sum over c of inp[n, c] * W[o, c], for n < N (1 to kFewRows) and o < OC: each
 // weight row is read once for all N input rows. Every output is summed in the same order whatever
-// N, the machine's vector width and the thread count, so a row's result is the same whichever
-// rows (2 to kFewRows in all) share its step, and wherever it runs.
+// N, the machine's vector width and the thread count, so a row's result is the same alone or
+// whichever rows (up to kFewRows in all) share its step, and wherever it runs.
 // PORTABLE: take the path of machines without AVX2 whatever this one has (tests compare the two).
 void few_rows_product(float* out, const float* inp, const float* W, int N, int C, int OC, bool portable = false);
 

@@ -14,16 +14,15 @@
 namespace meg::cpu {
 
 using detail::gemm;
-using detail::gemv;
 
-// A forward of one input row is BLAS's GEMV, and of 2 to kFewRows fp32 rows (a decode step of
-// several sequences) few_rows_product, which reads each weight row once for all of them: BLAS's
-// GEMM packs the whole weight matrix before it multiplies, and a GEMV a row reads the weights once
-// a row. GPT-2 124M decode on 2 cores (bench_generate_cpu), ms a step at 1, 2, 4 and 8 rows: GEMM
-// 41.7, 56.3, 85.0, 94.3-98.6; a GEMV a row 17.0-20.0, 28.4-34.1, 48.7-58.6, 93.5; few_rows_product
-// at 2, 4 and 8 rows 25.2-26.3, 31.4-33.6, 46.7-50.3. At one row it took about 4% longer than the
-// GEMV (medians of seven runs alternating, 17.95 against 17.21 ms). So a row's result is the same
-// whichever rows share its step from 2 rows to kFewRows, but alone it is BLAS's.
+// A forward of up to kFewRows fp32 rows (a decode step) is few_rows_product, which reads each
+// weight row once for all of them: BLAS's GEMM packs the whole weight matrix before it
+// multiplies, and a GEMV a row reads the weights once a row. GPT-2 124M decode on 2 cores
+// (bench_generate_cpu), ms a step at 1, 2, 4 and 8 rows: GEMM 41.7, 56.3, 85.0, 94.3-98.6; a GEMV
+// a row 17.0-20.0, 28.4-34.1, 48.7-58.6, 93.5; few_rows_product 18.3 (the median of five runs
+// alternating, against the GEMV's 18.2), 25.2-26.3, 31.4-33.6, 46.7-50.3. A row's result is
+// then the same alone or in any company of up to kFewRows rows, so a sequence's tokens do not
+// depend on how many others decode beside it.
 
 template <typename F>
 void linear_forward(F* out, const F* inp, const F* W, const nd<F>* bias, int N, int C, int OC) {
@@ -35,7 +34,6 @@ void linear_forward(F* out, const F* inp, const F* W, const nd<F>* bias, int N, 
     }
   });
   // out[N,OC] += inp[N,C] @ W[OC,C]^T.
-  if (N == 1) return gemv(OC, C, F(1), W, C, inp, F(1), out);
   if constexpr (std::is_same_v<F, float>) {
     if (N <= detail::kFewRows) return detail::few_rows_product(out, inp, W, N, C, OC);
   }
