@@ -1,9 +1,9 @@
 // The cached attention of decode steps (kernels/cached_attention.cu) alone, on a CUDA machine: the
 // attention shapes of GPT-2 124M, GPT-2 1.5B and Llama 1B (64-element heads; Llama's 32 query heads
-// share 8 key/value heads) in bf16, at 1, 4, 8, 16 and 32 query rows of one new token each against 552
-// cached keys (bench_generate's median decode step: a 512-token prompt, 80 tokens generated), as
-// many launches as the model has layers, each against its own layer's cache, replayed from a CUDA
-// graph (the launches overlap one another as a step's kernels do).
+// share 8 key/value heads) in bf16, at 1, 4, 8, 16 and 32 query rows of one new token each against
+// 552 cached keys (bench_generate's median decode step: a 512-token prompt, 80 tokens generated),
+// as many launches as the model has layers, each against its own layer's cache, replayed from a
+// CUDA graph (the launches overlap one another as a step's kernels do).
 //
 // A launch reads each row's keys and values once: Q * NKV * keys * HS * 2 elements, against which
 // the table gives its rate and the fraction of the card's peak bandwidth. Where a chain's caches
@@ -11,7 +11,7 @@
 // the rate says more about the kernel's latency than about the memory: in a decode step the
 // weights streamed between two layers' attention evict them.
 //
-// Each figure is the median of kRuns replays after kWarmup.
+// Each figure is the median of --runs replays after kWarmup.
 //
 // Usage: bench_decode_attention [--runs N]   (default 30)
 #include <cuda_bf16.h>
