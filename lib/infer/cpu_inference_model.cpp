@@ -175,7 +175,8 @@ void CpuInferenceModel::append(std::span<const AppendRequest> requests, float* l
   for (const AppendRequest& r : requests) {
     const size_t n = r.tokens.size();
     N += static_cast<int>(n);
-    scores = std::max(scores, std::max(n, size_t(NH_)) * (size_t(lengths_[size_t(r.slot)]) + n));  // ops.hpp
+    // attention_cached_forward's scratch: max(T, NH) rows of the keys (ops.hpp)
+    scores = std::max(scores, std::max(n, size_t(NH_)) * (size_t(lengths_[size_t(r.slot)]) + n));
   }
   reserve(N, scores);
   const size_t NC = size_t(N) * C_;

@@ -135,8 +135,8 @@ TEST_CASE("linear forward matches a naive product, backward matches finite diffe
 
 // A decode step of up to 8 fp32 rows reads each weight row once for all of them (few_rows.hpp):
 // close to the exact product, and bit for bit the same row alone or whatever rows share the step,
-// whatever the thread count, and on the AVX2 and portable paths. C = 37 and 40 leave a partial vector of 5
-// and none; OC = 131 more rows than the threads' runs divide evenly.
+// whatever the thread count, and on the AVX2 and portable paths. C = 37 and 40 leave a partial
+// vector of 5 and none; OC = 131 more rows than the threads' runs divide evenly.
 TEST_CASE("few-row products match a naive product and give each row the same bits alone or in company",
           "[ops]") {
   std::mt19937 rng(7);

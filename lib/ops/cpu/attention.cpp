@@ -181,7 +181,7 @@ namespace {
 // machine has it, as few_rows.cpp is (211 us; the same lane-by-lane arithmetic, lanes.hpp). Two
 // one-row BLAS products a head (the path of more rows) cost their calls and packing more than
 // the keys: GPT-2 124M decode on 2 cores, ms a step, one sequence at 1012 keys 28.6-31.5 ->
-// 26.7-30.8, four 74.1-77.5 -> 52.2-60.6, four at 138 keys 34.9-36.0 -> 32.0-32.6. The softmax is
+// 26.7-30.8, four 74.1-77.5 -> 51.6-62.3, four at 138 keys 34.9-36.0 -> 32.0-32.6. The softmax is
 // causal_softmax's (max subtracted, exponentials and sum in double).
 __attribute__((always_inline)) inline void attend_heads(float* out, const float* q, const float* k, const float* v,
                                                         int S, int NH, int NKV, int HS, float* scores, size_t h0,

@@ -1,4 +1,4 @@
-// Row-major GEMM for the CPU ops, one name for float (cblas_s*) and double (cblas_d*).
+// Row-major GEMM for the CPU ops, one name for float (cblas_sgemm) and double (cblas_dgemm).
 // Private to lib/ops/cpu: only these .cpp files see <cblas.h>.
 #pragma once
 
