@@ -109,7 +109,7 @@ MEG_KERNEL_TIMELINE_TABLE(cached_attention)
 
 namespace {
 
-// A grid of fewer (query, head group) blocks than most multiprocessors (split_below()) splits
+// A grid of (query, head group) blocks of which two splits fit one wave (splits_keys()) splits
 // their keys, into as many blocks of 4 warps (kFewWarps) as the multiprocessors hold at once
 // (few_warp_blocks_per_sm()). When even 8 such splits per (query, head group) fall short
 // (batch-1 decode), the blocks have 8 warps (kManyWarps) and come in clusters, so that a cluster
@@ -207,7 +207,7 @@ template <typename X>
 struct Args {
   X* out;
   // The scratch: the counters of clusters done, one per (query, head group) block of the grid's
-  // first split: fewer than split_below() whenever the keys are split, so the counters stay at
+  // first split: at most counters_held() whenever the keys are split, so the partials stay at
   // the same place whatever Q is; then the [Q, NH, grid clusters] partial results.
   unsigned* counters;
   float* partials;
@@ -675,37 +675,49 @@ int lane_elements(int HS) {
   return 0;
 }
 
-// Grids of fewer (query, head group) blocks than this split their keys; it is also the number of
-// counters the scratch holds. Seven blocks for every eight multiprocessors: a split's partials
-// merged through memory (the fence, the counter, the last block's reads) cost more than a second
-// wave of blocks or a few idle multiprocessors. Measured on an H100, decode steps at 552 keys
-// unsplit against the one-wave splits used before (kWarpsPerSM warps a multiprocessor): 32 rows of
-// GPT-2 124M (384 blocks) 0.831 -> 0.763 ms, of Llama 1B (256 blocks of 4 query heads) 2.047 ->
-// 1.838; 16 rows of GPT-2 1.5B (400) 4.02 -> 3.78, of Llama 1B (128) 1.835 -> 1.75; 12 of GPT-2 124M
-// (144) 0.655 -> 0.640 and GPT-2 1.5B (300) 3.85 -> 3.57. Below: 4 rows of GPT-2 1.5B (100 blocks)
-// 3.60 -> 3.75 and 8 of GPT-2 124M (96) 0.607 -> 0.628 unsplit, so they still split.
-long split_below() { return long(multiprocessors()) * 7 / 8; }
+// The 4-warp blocks of G query heads that one wave holds.
+long few_warp_wave(int G) { return long(few_warp_blocks_per_sm(G)) * multiprocessors(); }
+
+// Whether a grid of BLOCKS (query, head group) blocks of G heads splits its keys: where two splits
+// of every block fit one wave of 4-warp blocks. Larger grids run unsplit, a block a (query, head
+// group), since a split's partials merged through memory (the fence, the counter, the last block's
+// reads) cost more than a second wave of blocks or idle multiprocessors. Measured on an H100,
+// decode steps at 552 keys unsplit against splits then counted as if any block fit 16 warps a
+// multiprocessor (two waves): 32 rows of GPT-2 124M (384 blocks) 0.831 -> 0.763 ms, of Llama 1B
+// (256 blocks of 4 query heads) 2.047 -> 1.838; 16 rows of GPT-2 1.5B (400) 4.02 -> 3.78; 12 of
+// GPT-2 1.5B (300) 3.85 -> 3.57. With splits counted by the blocks that fit (one wave), grids
+// between 7/8 of the multiprocessors and half a wave, once left unsplit, are faster split. On one
+// H200, the attention alone (bench_decode_attention, µs a launch) and decode steps (ms, two runs
+// alternating), unsplit -> split: Llama 1B 16 rows (128 blocks -> 2 splits) 15.3 -> 14.0 µs,
+// 1.352 / 1.335 -> 1.309 / 1.298 ms; GPT-2 124M 12 rows (144 -> 3 splits) 13.9 -> 10.1 µs, 0.582 /
+// 0.567 -> 0.562 / 0.544 ms, 16 rows (192 -> 2) 15.0 -> 13.4-13.6 µs, 0.582 / 0.581 -> 0.572 / 0.572
+// ms; GPT-2 1.5B 8 rows (200 -> 2) 15.4 -> 13.5 µs, 2.828 / 2.819 -> 2.810 / 2.808 ms.
+bool splits_keys(long blocks, int G) { return 2 * blocks <= few_warp_wave(G); }
+
+// The counters at the head of the scratch: one per (query, head group) block of a split grid,
+// which holds at most half a wave of the smallest (one-head) blocks.
+long counters_held() { return few_warp_wave(1) / 2; }
 
 Splits grid_splits(int Q, int NH, int NKV) {
-  const long blocks = long(Q) * NKV * (NH / NKV / heads_per_block(NH / NKV));
+  const int G = heads_per_block(NH / NKV);
+  const long blocks = long(Q) * NKV * (NH / NKV / G);
   Splits s;
   // Unsplit blocks of one head past a wave of 4-warp blocks have 2 warps while that keeps them in
   // one wave: the second, partial wave of 4-warp blocks read the cache more slowly than the first.
   // On one H100, GPT-2 1.5B decode at 552 keys, 24 rows (600 blocks) 4.48-4.50 -> 4.33-4.34 ms a
   // step, 32 rows (800 blocks) 4.71-4.76 -> 4.68-4.70.
   const long wave = long(multiprocessors()) * kWarpsPerSM;  // warps
-  if (heads_per_block(NH / NKV) == 1 && blocks * kFewWarps > wave && blocks * kTwoWarps <= wave)
+  if (G == 1 && blocks * kFewWarps > wave && blocks * kTwoWarps <= wave)
     s.warps = kTwoWarps;
-  if (blocks >= split_below()) return s;
-  // Here blocks < split_below(): fewer than the multiprocessors.
+  if (!splits_keys(blocks, G)) return s;
   const bool clusters = clusters_supported();
   const int warps = kWarpsPerSM * multiprocessors(), few = int(blocks);
-  int splits = few_warp_blocks_per_sm(heads_per_block(NH / NKV)) * multiprocessors() / few;  // one wave
+  int splits = int(few_warp_wave(G) / few);  // one wave
   // 8-warp blocks only where a cluster of 8 for each pair is resident at once: one block of 4
   // query heads a multiprocessor (about 210 registers a thread), two of one head (128). A batch
   // of 4 Llama 1B rows, 256 such blocks in two waves, took 6% longer than in 4-warp blocks (then
   // 544 of them, before few_warp_blocks_per_sm() kept them to one wave of 256).
-  const int resident = multiprocessors() * (heads_per_block(NH / NKV) == 1 ? 2 : 1);
+  const int resident = multiprocessors() * (G == 1 ? 2 : 1);
   if (clusters && splits > kMaxCluster && blocks * kMaxCluster <= resident) {
     s.warps = kManyWarps;
     splits = ceil_div(warps, few * kManyWarps);
@@ -741,7 +753,7 @@ int cached_attention_splits(int Q, int NH, int NKV) {
 
 size_t cached_attention_scratch(int Q, int NH, int NKV, int HS) {
   const int units = grid_splits(Q, NH, NKV).units;
-  return units > 1 ? size_t(split_below()) + size_t(Q) * NH * units * partial_floats(HS) : 0;
+  return units > 1 ? size_t(counters_held()) + size_t(Q) * NH * units * partial_floats(HS) : 0;
 }
 
 template <typename X>
@@ -772,7 +784,7 @@ void cached_attention(X* out, const X* qkv, const X* k_cache, const X* v_cache, 
   // pass, would only return: the grid leaves them out (its scratch fits in the one sized for all).
   if (splits.warps == kManyWarps && !splits.staged)
     splits.units = std::min(splits.units, ceil_div(max_length, splits.cluster * pass_keys(HS / w, kManyWarps)));
-  float* partials = scratch ? scratch + split_below() : nullptr;
+  float* partials = scratch ? scratch + counters_held() : nullptr;
   const int staged = splits.staged ? staged_keys(NH, NKV, HS) : 0;
   const Args<X> a{out, reinterpret_cast<unsigned*>(scratch), partials, qkv, k_cache, v_cache, rows, slots, positions,
                   Q,   NH, NKV, HS, max_length, new_keys, splits.cluster, staged};

@@ -1,6 +1,6 @@
 // The cached attention of decode steps (kernels/cached_attention.cu) alone, on a CUDA machine: the
 // attention shapes of GPT-2 124M, GPT-2 1.5B and Llama 1B (64-element heads; Llama's 32 query heads
-// share 8 key/value heads) in bf16, at 1, 4, 8, 16 and 32 query rows of one new token each against
+// share 8 key/value heads) in bf16, at 1, 4, 8, 12, 16 and 32 query rows of one new token each against
 // 552 cached keys (bench_generate's median decode step: a 512-token prompt, 80 tokens generated),
 // as many launches as the model has layers, each against its own layer's cache, replayed from a
 // CUDA graph (the launches overlap one another as a step's kernels do).
@@ -71,7 +71,7 @@ int main(int argc, char** argv) {
   MEG_CUDA_CHECK(cudaStreamCreate(&stream));
   std::mt19937 rng(7);
   for (const Shape& m : kShapes) {
-    for (const int Q : {1, 4, 8, 16, 32}) {
+    for (const int Q : {1, 4, 8, 12, 16, 32}) {
       const int width = (m.NH + 2 * m.NKV) * kHS;
       const size_t cache = size_t(Q) * m.NKV * kMaxLength * kHS;  // one layer's K (or V): a slot a row
       Buffer<bf16> qkv(size_t(Q) * width), out(size_t(Q) * m.NH * kHS);
