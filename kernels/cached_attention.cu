@@ -21,9 +21,9 @@
 //     at once and only the first block waits. (On one H100, batch-1 decode at 552 keys, runs
 //     alternating: with the first block reading the others' shared memory between two cluster
 //     barriers, GPT-2 1.5B 564-569 tok/s, GPT-2 124M 3.65k-3.79k, Llama 1B 958-970; as now 580-587,
-//     3.87k-3.89k and 960-976.) Larger grids split less and without clusters, which there
-//     measured slower (clusters of 3 made a batch of 32 Llama 1B decode rows 5% slower): each
-//     block is a cluster of its own;
+//     3.87k-3.89k and 960-976.) Grids of 4-warp blocks split two or three ways are a cluster a
+//     (query, head group) too (kFewWarpCluster); split more ways, each block is a cluster of its
+//     own;
 //   - when a query needs more than one cluster, the clusters' merged partials go to the scratch,
 //     and the last cluster to finish merges them there. It knows it is last from a counter per
 //     (query, head group) in the scratch, which it also sets back to zero for the next launch.
@@ -113,8 +113,8 @@ namespace {
 // their keys, into as many blocks of 4 warps (kFewWarps) as the multiprocessors hold at once
 // (few_warp_blocks_per_sm()). When even 8 such splits per (query, head group) fall short
 // (batch-1 decode), the blocks have 8 warps (kManyWarps) and come in clusters, so that a cluster
-// takes 1024 keys of HS 64 in one pass. Unsplit grids of one-head blocks a little past one wave
-// have 2 (kTwoWarps).
+// takes 1024 keys of HS 64 in one pass; 4-warp blocks come in clusters where they split two or
+// three ways. Unsplit grids of one-head blocks a little past one wave have 2 (kTwoWarps).
 constexpr int kWarpsPerSM = 16;
 constexpr int kTwoWarps = 2, kFewWarps = 4, kManyWarps = 8;
 // Blocks of one query head (GPT-2's) compile to 128 registers a thread, as kWarpsPerSM needs.
@@ -135,6 +135,17 @@ int few_warp_blocks_per_sm(int G) { return G == 1 ? 4 : G == 2 ? 3 : 2; }
 
 constexpr int kUnroll = 4;        // keys per lane group loaded before the first is used
 constexpr int kMaxCluster = 8;    // blocks of a cluster (the portable most)
+// A 4-warp grid split at most this many ways merges its splits within a cluster, not through
+// memory. On one H200 at 552 keys, the attention alone (µs a launch) and decode steps (ms, two runs
+// alternating), through memory -> in a cluster: Llama 1B 12 rows (2 splits) 13.1 -> 12.0 µs,
+// 1.302 / 1.303 -> 1.274 / 1.259 ms, 16 rows (2) 14.1 -> 13.1 µs, 1.310 / 1.309 -> 1.292 / 1.289
+// ms; GPT-2 124M 12 rows (3) 10.1-10.3 -> 8.6-8.7 µs, 0.550 / 0.546 -> 0.526 / 0.539 ms, 16 rows
+// (2) 13.4-13.6 -> 12.2 µs, 0.578 / 0.578 -> 0.564 / 0.563 ms; GPT-2 1.5B 8 rows (2) 13.5-13.6 ->
+// 12.0-12.1 µs, 2.835 / 2.832 -> 2.783 / 2.787 ms. Clusters of 4 to 8 such blocks were slower:
+// Llama 1B 4 rows (8 splits) 9.5 -> 12.3 µs, 1.556 / 1.552 -> 1.590 / 1.582 ms, 8 rows (4) 11.2 ->
+// 14.9 µs, 1.228 / 1.227 -> 1.306 / 1.300 ms; GPT-2 124M 4 rows (11 splits, as 2 clusters of 5)
+// 6.7 -> 9.6 µs; GPT-2 1.5B 4 rows (5) 7.8 -> 9.65 µs, 3.088 / 3.089 -> 3.252 / 3.229 ms.
+constexpr int kFewWarpCluster = 3;
 constexpr int kMaxClusters = 64;  // the merge through memory reads up to this many partials per (query, head)
 // A staged block (one per (query, head group), its keys in shared memory) holds at most this many
 // keys times query heads, and this many keys times HS elements of K and of V (160 KB in fp32).
@@ -167,10 +178,16 @@ __host__ __device__ int pass_keys(int chunks, int warps) {
 // A split's partial result for one (query, head): m, l, then o[HS] (base-2 units, unnormalised).
 __host__ __device__ size_t partial_floats(int HS) { return size_t(HS) + 2; }
 
+// The partials a block's shared memory holds: its warps', and in a cluster's blocks the cluster's
+// blocks' (for its first block to merge).
+__host__ __device__ constexpr int partial_slots(int warps, bool clustered) {
+  return warps + (clustered ? kMaxCluster : 0);
+}
+
 // The floats of a block's shared memory before a staged block's keys or a streaming block's ring:
-// the warps' partials, rounded up to 16 bytes.
-__host__ __device__ size_t keys_offset(int warps, int G, int HS) {
-  return (size_t(warps) * G * partial_floats(HS) + 3) / 4 * 4;
+// its SLOTS partials, rounded up to 16 bytes.
+__host__ __device__ size_t keys_offset(int slots, int G, int HS) {
+  return (size_t(slots) * G * partial_floats(HS) + 3) / 4 * 4;
 }
 
 // The 16-byte vectors of a streaming block's ring of K, and again of V: kRingPasses passes of
@@ -197,7 +214,7 @@ __device__ void merge(float& m, float& l, float (&o)[W], float m2, float l2, con
 }
 
 // Whether blocks of G query heads and WARPS warps stream their keys through a ring of shared memory
-// (kernel comment "Streaming blocks"): the unclustered, unstaged grids of grouped-query heads,
+// (kernel comment "Streaming blocks"): the unstaged 4-warp grids of grouped-query heads,
 // where a lane's vector is 16 bytes (what one asynchronous copy moves).
 template <typename X, int W, int G, int Warps, bool Staged>
 constexpr bool kStreams = !Staged && Warps == kFewWarps && G > 1 && W * sizeof(X) == 16;
@@ -219,7 +236,7 @@ struct Args {
   int staged_keys;  // a staged block's keys in shared memory, at most (0 for the other grids)
 };
 
-template <typename X, int W, int G, int Warps, bool Staged>
+template <typename X, int W, int G, int Warps, bool Staged, bool Clustered>
 __global__ void __launch_bounds__(Warps * kWarp, G == 1 ? kWarpsPerSM / Warps : 1)
     cached_attention_kernel(const Args<X> a, float scale_log2) {
   using V = Vec<X, W>;
@@ -233,9 +250,11 @@ __global__ void __launch_bounds__(Warps * kWarp, G == 1 ? kWarpsPerSM / Warps : 
   const int pass = pass_keys(chunks, Warps);  // the keys a block requests at once
 
   // The block is split `split` of the query's `splits`, block `rank` of cluster `unit` of its
-  // `units` (a cluster's blocks are consecutive along x). Only blocks of 8 warps come in clusters
-  // of more than one (grid_splits()): the others' code is that of a block of its own.
-  constexpr bool kClustered = Warps == kManyWarps && !Staged;
+  // `units` (a cluster's blocks are consecutive along x). Blocks of 8 warps (not staged) and
+  // 4-warp blocks split two or three ways come in clusters of more than one (grid_splits()): the
+  // others' code is that of a block of its own.
+  static_assert(!(Staged && Clustered), "a staged block is a cluster of its own");
+  constexpr bool kClustered = Clustered;
   const int cluster = kClustered ? a.cluster : 1;
   const int q = blockIdx.z, split = blockIdx.x;
   const int rank = split % cluster, unit = split / cluster;
@@ -264,7 +283,7 @@ __global__ void __launch_bounds__(Warps * kWarp, G == 1 ? kWarpsPerSM / Warps : 
   const X* vp = a.v_cache + head_rows * HS + c * W;
   // A staged block's keys [0, staged) in shared memory, after the warps' partials.
   extern __shared__ float smem[];
-  X* const ks = reinterpret_cast<X*>(smem + keys_offset(Warps, G, HS));
+  X* const ks = reinterpret_cast<X*>(smem + keys_offset(partial_slots(Warps, Clustered), G, HS));
   X* const vs = ks + size_t(a.staged_keys) * HS;
   const int staged = Staged ? min(len, a.staged_keys) : 0;
   // A streaming block's warps each hold kRingPasses passes of kUnroll vectors a lane, of K then V,
@@ -294,14 +313,14 @@ __global__ void __launch_bounds__(Warps * kWarp, G == 1 ? kWarpsPerSM / Warps : 
       }
     }
   };
-  // Blocks that load their keys straight into registers (neither staged, streamed nor clustered:
+  // Blocks that load their keys straight into registers (neither staged, streamed nor of 8 warps:
   // batched decode's blocks of one head, GPT-2's) have one pass of keys in flight a warp, too
   // little to keep the memory busy at the warps a multiprocessor holds; registers for a second
   // would cost them warps (they take 128 now). So each pass's loads are followed by a request for
   // the next pass's rows into L2, which costs no registers, and the next loads find them there or
   // on their way. On one H200, decode steps at 552 keys, 32 rows: GPT-2 124M 0.663-0.667 ms ->
   // 0.638-0.639, GPT-2 1.5B 4.035 -> 3.944-3.950 (two passes ahead: 0.645-0.648 and 3.945-3.950).
-  constexpr bool kPrefetches = !Staged && !kStreamed && !kClustered;
+  constexpr bool kPrefetches = !Staged && !kStreamed && Warps != kManyWarps;
   auto prefetch_keys = [&](int base, int to) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
@@ -630,17 +649,17 @@ struct Splits {
   bool staged = false;
 };
 
-template <typename X, int W, int G, int Warps, bool Staged>
+template <typename X, int W, int G, int Warps, bool Staged, bool Clustered>
 void launch(const Args<X>& a, const Splits& s, cudaStream_t stream) {
-  const auto kernel = cached_attention_kernel<X, W, G, Warps, Staged>;
+  const auto kernel = cached_attention_kernel<X, W, G, Warps, Staged, Clustered>;
   const float scale_log2 = float(kLog2e / std::sqrt(double(a.HS)));
   // The warps' partials, and a clustered grid's cluster partials (kernel: its first block's).
-  const size_t partials = size_t(Warps) + (Warps == kManyWarps ? kMaxCluster : 0);
+  const size_t partials = partial_slots(Warps, Clustered);
   size_t smem = partials * G * partial_floats(a.HS) * sizeof(float);
   if constexpr (Staged)
-    smem = keys_offset(Warps, G, a.HS) * sizeof(float) + 2 * size_t(a.staged_keys) * a.HS * sizeof(X);
+    smem = keys_offset(partials, G, a.HS) * sizeof(float) + 2 * size_t(a.staged_keys) * a.HS * sizeof(X);
   if constexpr (kStreams<X, W, G, Warps, Staged>)
-    smem = keys_offset(Warps, G, a.HS) * sizeof(float) + 2 * size_t(ring_vectors(Warps)) * sizeof(Vec<X, W>);
+    smem = keys_offset(partials, G, a.HS) * sizeof(float) + 2 * size_t(ring_vectors(Warps)) * sizeof(Vec<X, W>);
   if constexpr (Staged || kStreams<X, W, G, Warps, Staged>) {
     static std::once_flag opted_in;  // to more than the default 48 KB of shared memory, once
     std::call_once(opted_in, [&] { grant_most_shared_memory(kernel); });
@@ -651,11 +670,12 @@ void launch(const Args<X>& a, const Splits& s, cudaStream_t stream) {
 
 template <typename X, int W, int G>
 void launch_warps(const Args<X>& a, const Splits& s, cudaStream_t stream) {
-  if (s.staged) return launch<X, W, G, kManyWarps, true>(a, s, stream);
-  if (s.warps == kManyWarps) return launch<X, W, G, kManyWarps, false>(a, s, stream);
+  if (s.staged) return launch<X, W, G, kManyWarps, true, false>(a, s, stream);
+  if (s.warps == kManyWarps) return launch<X, W, G, kManyWarps, false, true>(a, s, stream);
   if constexpr (G == 1)
-    if (s.warps == kTwoWarps) return launch<X, W, G, kTwoWarps, false>(a, s, stream);
-  launch<X, W, G, kFewWarps, false>(a, s, stream);
+    if (s.warps == kTwoWarps) return launch<X, W, G, kTwoWarps, false, false>(a, s, stream);
+  if (s.cluster > 1) return launch<X, W, G, kFewWarps, false, true>(a, s, stream);
+  launch<X, W, G, kFewWarps, false, false>(a, s, stream);
 }
 
 template <typename X, int W>
@@ -724,6 +744,10 @@ Splits grid_splits(int Q, int NH, int NKV) {
   }
   s.cluster = s.warps == kManyWarps ? std::min(kMaxCluster, splits) : 1;
   s.units = std::min(kMaxClusters, ceil_div(splits, s.cluster));
+  if (s.warps == kFewWarps && splits <= kFewWarpCluster) {
+    s.cluster = splits;
+    s.units = 1;
+  }
   return s;
 }
 
