@@ -9,6 +9,11 @@ export LC_ALL=C.UTF-8
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/meg-test.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
+# Open MPI keeps each mpirun's session directory under TMPDIR, in one directory per host and
+# user: two tests running mpirun side by side (ctest -j) would share it, and the first to finish
+# removes it while the other is still creating its own there ("mkdir ... No such file or
+# directory", orte_init failed). So each test gives its mpirun processes a TMPDIR of its own.
+export TMPDIR="$WORK"
 cd "$WORK"
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
