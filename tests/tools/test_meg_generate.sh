@@ -116,13 +116,16 @@ same_file results.jsonl stdout.jsonl
 printf '%s\n' "The cat sat" | $GEN --load llama --json > one.jsonl
 head -1 results.jsonl | cmp -s - one.jsonl || fail "--json: $(cat one.jsonl)"
 
-# (4) Sampling: a seed repeats itself, with any --batch; another seed gives other answers. Empty
-# prompts leave the sentence to chance.
-for _ in $(seq 8); do echo '{"prompt": ""}'; done > empty.jsonl
+# (4) Sampling: a seed repeats itself, with any --batch (16: decode steps of more rows than the
+# linear layers' groups of 8); another seed gives other answers. Empty prompts leave the sentence
+# to chance.
+for _ in $(seq 16); do echo '{"prompt": ""}'; done > empty.jsonl
 SAMPLE="$GEN --load gpt --prompts empty.jsonl --temperature 1.0 --top-k 50 --top-p 0.95 --max-tokens 12"
 $SAMPLE --seed 7 > s7a.jsonl
 $SAMPLE --seed 7 --batch 3 > s7b.jsonl
 same_file s7a.jsonl s7b.jsonl
+$SAMPLE --seed 7 --batch 16 > s7c.jsonl
+same_file s7a.jsonl s7c.jsonl
 $SAMPLE --seed 8 > s8.jsonl
 ! cmp -s s7a.jsonl s8.jsonl || fail "seeds 7 and 8 sampled the same"
 [ "$(grep -o '"completion":"[^"]*"' s7a.jsonl | sort -u | wc -l)" -gt 1 ] || fail "every prompt sampled the same"

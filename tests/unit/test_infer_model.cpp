@@ -130,6 +130,40 @@ TEST_CASE("inference model: KV-cache decoding equals full recomputation, slots i
   }
 }
 
+// A decode step's linear layers give each row the same bits whatever rows share it (up to 32:
+// ops/cpu/matmul.cpp), and each row attends to its own slot alone, so a slot's logits are the same
+// bits alone or beside 23 others (three groups of the products' 8 rows), and a sequence's tokens
+// do not depend on --batch.
+TEST_CASE("inference model: a decode step gives a slot the same logits alone or among 24", "[infer][kvcache]") {
+  for (const ModelFamily family : {ModelFamily::gpt2, ModelFamily::llama}) {
+    INFO(family_name(family));
+    const ModelConfig c = small_config(family);
+    const std::vector<float> params = init_params(c, 9);
+    const int V = int(c.vocab_size), kSlots = 24;
+    CpuInferenceModel many(c, params, kSlots, 0), one(c, params, 1, 0);
+    std::vector<std::vector<int32_t>> seqs;
+    for (int s = 0; s < kSlots; ++s) seqs.push_back(random_tokens(6, V, 20 + s));
+    // Each slot's prompt (its first 5 tokens) alone, then one step of every slot's 6th token.
+    std::vector<float> logits(size_t(kSlots) * V), alone(V);
+    std::vector<AppendRequest> step;
+    for (int s = 0; s < kSlots; ++s) {
+      const AppendRequest prompt{s, std::span<const int32_t>(seqs[s]).first(5)};
+      many.append({&prompt, 1}, logits.data());
+      step.push_back({s, std::span<const int32_t>(seqs[s]).subspan(5, 1)});
+    }
+    many.append(step, logits.data());
+    for (const int s : {0, 7, 8, 15, 23}) {
+      INFO("slot " << s);
+      one.reset(0);
+      const AppendRequest prompt{0, std::span<const int32_t>(seqs[s]).first(5)};
+      const AppendRequest next{0, std::span<const int32_t>(seqs[s]).subspan(5, 1)};
+      one.append({&prompt, 1}, alone.data());
+      one.append({&next, 1}, alone.data());
+      CHECK(std::equal(alone.begin(), alone.end(), logits.begin() + ptrdiff_t(s) * V));
+    }
+  }
+}
+
 TEST_CASE("inference model: queued choices are the calls' tokens, a chained call running the previous choices",
           "[infer][kvcache]") {
   const ModelConfig c = small_config(ModelFamily::llama);
