@@ -3,7 +3,7 @@
 // model/config.hpp).
 //   prefill: one prompt of --prompt tokens appended to an empty slot; tokens/s = prompt tokens per
 //            second;
-//   decode:  steps of one new token for each of B slots (--batch, default 1 and 8) holding about
+//   decode:  steps of one new token for each of B slots (--batch, default 1, 8 and 32) holding about
 //            --prompt tokens; tokens/s = new tokens per second.
 // The limit of a decode step: it reads every weight once (4 bytes each; the position table, which
 // it only looks rows up in, left out) and each slot's cached keys and values once, so those bytes
@@ -35,7 +35,7 @@ constexpr size_t kBandwidthBytes = size_t(1) << 30;
 
 struct Options {
   int prompt = 128, steps = 16;
-  std::vector<int> batches = {1, 8};
+  std::vector<int> batches = {1, 8, 32};
   std::vector<std::string> models;
 };
 
