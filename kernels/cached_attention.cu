@@ -135,8 +135,8 @@ int few_warp_blocks_per_sm(int G) { return G == 1 ? 4 : G == 2 ? 3 : 2; }
 
 constexpr int kUnroll = 4;        // keys per lane group loaded before the first is used
 constexpr int kMaxCluster = 8;    // blocks of a cluster (the portable most)
-// A 4-warp grid split at most this many ways merges its splits within a cluster, not through
-// memory. On one H200 at 552 keys, the attention alone (µs a launch) and decode steps (ms, two runs
+// A 4-warp grid split at most this many ways merges its splits within a cluster (on devices that
+// have them, Hopper and later), not through memory. On one H200 at 552 keys, the attention alone (µs a launch) and decode steps (ms, two runs
 // alternating), through memory -> in a cluster: Llama 1B 12 rows (2 splits) 13.1 -> 12.0 µs,
 // 1.302 / 1.303 -> 1.274 / 1.259 ms, 16 rows (2) 14.1 -> 13.1 µs, 1.310 / 1.309 -> 1.292 / 1.289
 // ms; GPT-2 124M 12 rows (3) 10.1-10.3 -> 8.6-8.7 µs, 0.550 / 0.546 -> 0.526 / 0.539 ms, 16 rows
@@ -744,7 +744,7 @@ Splits grid_splits(int Q, int NH, int NKV) {
   }
   s.cluster = s.warps == kManyWarps ? std::min(kMaxCluster, splits) : 1;
   s.units = std::min(kMaxClusters, ceil_div(splits, s.cluster));
-  if (s.warps == kFewWarps && splits <= kFewWarpCluster) {
+  if (clusters && s.warps == kFewWarps && splits <= kFewWarpCluster) {
     s.cluster = splits;
     s.units = 1;
   }
