@@ -136,15 +136,16 @@ int few_warp_blocks_per_sm(int G) { return G == 1 ? 4 : G == 2 ? 3 : 2; }
 constexpr int kUnroll = 4;        // keys per lane group loaded before the first is used
 constexpr int kMaxCluster = 8;    // blocks of a cluster (the portable most)
 // A 4-warp grid split at most this many ways merges its splits within a cluster (on devices that
-// have them, Hopper and later), not through memory. On one H200 at 552 keys, the attention alone (µs a launch) and decode steps (ms, two runs
-// alternating), through memory -> in a cluster: Llama 1B 12 rows (2 splits) 13.1 -> 12.0 µs,
-// 1.302 / 1.303 -> 1.274 / 1.259 ms, 16 rows (2) 14.1 -> 13.1 µs, 1.310 / 1.309 -> 1.292 / 1.289
-// ms; GPT-2 124M 12 rows (3) 10.1-10.3 -> 8.6-8.7 µs, 0.550 / 0.546 -> 0.526 / 0.539 ms, 16 rows
-// (2) 13.4-13.6 -> 12.2 µs, 0.578 / 0.578 -> 0.564 / 0.563 ms; GPT-2 1.5B 8 rows (2) 13.5-13.6 ->
-// 12.0-12.1 µs, 2.835 / 2.832 -> 2.783 / 2.787 ms. Clusters of 4 to 8 such blocks were slower:
-// Llama 1B 4 rows (8 splits) 9.5 -> 12.3 µs, 1.556 / 1.552 -> 1.590 / 1.582 ms, 8 rows (4) 11.2 ->
-// 14.9 µs, 1.228 / 1.227 -> 1.306 / 1.300 ms; GPT-2 124M 4 rows (11 splits, as 2 clusters of 5)
-// 6.7 -> 9.6 µs; GPT-2 1.5B 4 rows (5) 7.8 -> 9.65 µs, 3.088 / 3.089 -> 3.252 / 3.229 ms.
+// have them, Hopper and later), not through memory. On one H200 at 552 keys, the attention alone
+// (µs a launch) and decode steps (ms, two runs alternating), through memory -> in a cluster:
+// Llama 1B 12 rows (2 splits) 13.1 -> 12.0 µs, 1.302 / 1.303 -> 1.274 / 1.259 ms, 16 rows (2)
+// 14.1 -> 13.1 µs, 1.310 / 1.309 -> 1.292 / 1.289 ms; GPT-2 124M 12 rows (3) 10.1-10.3 -> 8.6-8.7
+// µs, 0.550 / 0.546 -> 0.526 / 0.539 ms, 16 rows (2) 13.4-13.6 -> 12.2 µs, 0.578 / 0.578 -> 0.564 /
+// 0.563 ms; GPT-2 1.5B 8 rows (2) 13.5-13.6 -> 12.0-12.1 µs, 2.835 / 2.832 -> 2.783 / 2.787 ms.
+// Clusters of 4 to 8 such blocks were slower: Llama 1B 4 rows (8 splits) 9.5 -> 12.3 µs, 1.556 /
+// 1.552 -> 1.590 / 1.582 ms, 8 rows (4) 11.2 -> 14.9 µs, 1.228 / 1.227 -> 1.306 / 1.300 ms; GPT-2
+// 124M 4 rows (11 splits, as 2 clusters of 5) 6.7 -> 9.6 µs; GPT-2 1.5B 4 rows (5) 7.8 -> 9.65 µs,
+// 3.088 / 3.089 -> 3.252 / 3.229 ms.
 constexpr int kFewWarpCluster = 3;
 constexpr int kMaxClusters = 64;  // the merge through memory reads up to this many partials per (query, head)
 // A staged block (one per (query, head group), its keys in shared memory) holds at most this many
@@ -742,12 +743,9 @@ Splits grid_splits(int Q, int NH, int NKV) {
     s.warps = kManyWarps;
     splits = ceil_div(warps, few * kManyWarps);
   }
-  s.cluster = s.warps == kManyWarps ? std::min(kMaxCluster, splits) : 1;
+  if (s.warps == kManyWarps) s.cluster = std::min(kMaxCluster, splits);
+  else if (clusters && splits <= kFewWarpCluster) s.cluster = splits;  // one cluster a (query, head group)
   s.units = std::min(kMaxClusters, ceil_div(splits, s.cluster));
-  if (clusters && s.warps == kFewWarps && splits <= kFewWarpCluster) {
-    s.cluster = splits;
-    s.units = 1;
-  }
   return s;
 }
 

@@ -93,6 +93,7 @@ __attribute__((always_inline)) inline void product(float* out, const float* inp,
 __attribute__((always_inline)) inline void product_groups(float* out, const float* inp, const float* W, int N, int C,
                                                           int OC, int o0, int o1) {
   if (N <= kFewRows) return product(out, inp, W, N, C, OC, o0, o1);
+  // A multiple of four weight rows, which a last group of one input row takes at a time.
   const int block = std::max(4, int(kCachedWeightBytes / (size_t(C) * sizeof(float))) / 4 * 4);
   for (int b0 = o0; b0 < o1; b0 += block) {
     const int b1 = std::min(o1, b0 + block);

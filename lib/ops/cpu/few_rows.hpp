@@ -1,5 +1,5 @@
 // Products of a few input rows against a weight matrix that is read once: the linear layers of a
-// CPU decode step (ops/cpu/matmul.cpp's linear_forward for up to 32 rows).
+// CPU decode step (ops/cpu/matmul.cpp's linear_forward for up to its kRowsBeforeGemm rows).
 #pragma once
 
 namespace meg::cpu::detail {
