@@ -21,9 +21,9 @@
 //     at once and only the first block waits. (On one H100, batch-1 decode at 552 keys, runs
 //     alternating: with the first block reading the others' shared memory between two cluster
 //     barriers, GPT-2 1.5B 564-569 tok/s, GPT-2 124M 3.65k-3.79k, Llama 1B 958-970; as now 580-587,
-//     3.87k-3.89k and 960-976.) Grids of 4-warp blocks split two or three ways are a cluster a
-//     (query, head group) too (kFewWarpCluster); split more ways, each block is a cluster of its
-//     own;
+//     3.87k-3.89k and 960-976.) Grids of 4-warp blocks split two to five ways are a cluster a
+//     (query, head group) too, of at most three blocks (kFewWarpCluster: four or five splits are
+//     cut to three); split more ways, each block is a cluster of its own;
 //   - when a query needs more than one cluster, the clusters' merged partials go to the scratch,
 //     and the last cluster to finish merges them there. It knows it is last from a counter per
 //     (query, head group) in the scratch, which it also sets back to zero for the next launch.
@@ -146,7 +146,20 @@ constexpr int kMaxCluster = 8;    // blocks of a cluster (the portable most)
 // 1.552 -> 1.590 / 1.582 ms, 8 rows (4) 11.2 -> 14.9 µs, 1.228 / 1.227 -> 1.306 / 1.300 ms; GPT-2
 // 124M 4 rows (11 splits, as 2 clusters of 5) 6.7 -> 9.6 µs; GPT-2 1.5B 4 rows (5) 7.8 -> 9.65 µs,
 // 3.088 / 3.089 -> 3.252 / 3.229 ms.
+// A grid that one wave would split four or five ways (kMostSplitsCut) splits three, in one cluster:
+// fewer, longer splits, but no merge through memory. On one H200 as above, 4 or 5 splits through
+// memory -> 3 in a cluster: GPT-2 124M 8 rows (5) 8.1 -> 7.6-7.7 µs, 0.522 / 0.514 -> 0.504 / 0.506
+// ms, 10 rows (4) 0.538 / 0.538 -> 0.516 / 0.517 ms; GPT-2 1.5B 5 rows (4) 2.743 / 2.750 -> 2.629 /
+// 2.631 ms; Llama 1B 8 rows (4) 11.2 -> 9.2 µs, 1.248 / 1.233 -> 1.195 / 1.194 ms, 6 rows (5) 1.219
+// / 1.208 -> 1.193 / 1.185 ms (GPT-2 1.5B 4 rows (5) 7.8 -> 7.3 µs, but its steps, then of
+// small_linear products, 3.108 / 3.099 -> 3.123 / 3.136 ms). Grids of more splits lost either way:
+// cut to three, in one cluster (Llama 1B 4 rows, 8 splits: 9.5 -> 8.1 µs but 1.559 / 1.549 ->
+// 1.565 / 1.569 ms; GPT-2 1.5B 2 rows, 10: 1.974 / 1.993 -> 2.014 / 2.010 ms), or in clusters of
+// two or three merged through memory (Llama 1B 4 rows 9.5 -> 10.4 and 10.1 µs, 1.560 / 1.551 ->
+// 1.591 / 1.570 and 1.593 / 1.575 ms; GPT-2 1.5B 2 rows 1.976 / 1.994 -> 2.008 / 1.985 and 2.058 /
+// 2.028 ms; GPT-2 124M 4 rows, 11, 6.7 -> 6.9 µs, steps within 1%).
 constexpr int kFewWarpCluster = 3;
+constexpr int kMostSplitsCut = 5;
 constexpr int kMaxClusters = 64;  // the merge through memory reads up to this many partials per (query, head)
 // A staged block (one per (query, head group), its keys in shared memory) holds at most this many
 // keys times query heads, and this many keys times HS elements of K and of V (160 KB in fp32).
@@ -252,8 +265,8 @@ __global__ void __launch_bounds__(Warps * kWarp, G == 1 ? kWarpsPerSM / Warps : 
 
   // The block is split `split` of the query's `splits`, block `rank` of cluster `unit` of its
   // `units` (a cluster's blocks are consecutive along x). Blocks of 8 warps (not staged) and
-  // 4-warp blocks split two or three ways come in clusters of more than one (grid_splits()): the
-  // others' code is that of a block of its own.
+  // 4-warp blocks split two to five ways (in two or three) come in clusters of more than one
+  // (grid_splits()): the others' code is that of a block of its own.
   static_assert(!(Staged && Clustered), "a staged block is a cluster of its own");
   constexpr bool kClustered = Clustered;
   const int cluster = kClustered ? a.cluster : 1;
@@ -744,7 +757,7 @@ Splits grid_splits(int Q, int NH, int NKV) {
     splits = ceil_div(warps, few * kManyWarps);
   }
   if (s.warps == kManyWarps) s.cluster = std::min(kMaxCluster, splits);
-  else if (clusters && splits <= kFewWarpCluster) s.cluster = splits;  // one cluster a (query, head group)
+  else if (clusters && splits <= kMostSplitsCut) s.cluster = splits = std::min(splits, kFewWarpCluster);
   s.units = std::min(kMaxClusters, ceil_div(splits, s.cluster));
   return s;
 }

@@ -1,6 +1,7 @@
 // The linear layers of a decode step (ops/cuda/ops.hpp's small_linear), for X = fp32, bf16 or fp16
-// with fp32 arithmetic: N <= 4 rows against a weight matrix W [OC, C] that is read once, so the
-// time is the time to stream W, and what matters is keeping enough of its bytes in flight.
+// with fp32 arithmetic: N <= kSmallLinearMaxRows (3) rows against a weight matrix W [OC, C] that is
+// read once, so the time is the time to stream W, and what matters is keeping enough of its bytes
+// in flight.
 //
 // Each warp takes a task at a time: one weight row (for SwiGLU two, a gate row and its up row; at
 // batch 1, two consecutive rows where rows are short), its lanes striding along the rows in
@@ -604,8 +605,7 @@ bool small_linear(X* out, const X* inp, const X* W, const X* bias, int N, int C,
   switch (N) {
     case 1: launch_epilogue<X, 1>(a, m, epilogue, smem, stream); break;
     case 2: launch_epilogue<X, 2>(a, m, epilogue, smem, stream); break;
-    case 3: launch_epilogue<X, 3>(a, m, epilogue, smem, stream); break;
-    default: launch_epilogue<X, 4>(a, m, epilogue, smem, stream); break;
+    default: launch_epilogue<X, 3>(a, m, epilogue, smem, stream); break;
   }
   return true;
 }

@@ -139,16 +139,17 @@ TEST_CASE("small_linear fuses norm, product and epilogue as the unfused ops comp
 }
 
 TEST_CASE("small_linear declines what it does not handle, queueing nothing", "[gpu][kernels]") {
-  DeviceBuffer<float> inp(5 * 64), W(64 * 64), out(5 * 64);
+  constexpr int kTooMany = meg::cuda::kSmallLinearMaxRows + 1;
+  DeviceBuffer<float> inp(kTooMany * 64), W(64 * 64), out(kTooMany * 64);
   const meg::cuda::SmallLinearNorm<float> none;
   const auto store = SmallLinearEpilogue::store;
-  CHECK_FALSE(meg::cuda::small_linear(out.get(), inp.get(), W.get(), static_cast<const float*>(nullptr), 5, 64, 64,
-                                      none, store, nullptr));  // too many rows
+  CHECK_FALSE(meg::cuda::small_linear(out.get(), inp.get(), W.get(), static_cast<const float*>(nullptr), kTooMany, 64,
+                                      64, none, store, nullptr));  // too many rows
   CHECK_FALSE(meg::cuda::small_linear(out.get(), inp.get(), W.get(), static_cast<const float*>(nullptr), 1, 62, 64,
                                       none, store, nullptr));  // rows not of whole 16-byte vectors
   CHECK_FALSE(meg::cuda::small_linear(out.get(), inp.get() + 1, W.get(), static_cast<const float*>(nullptr), 1, 64,
                                       64, none, store, nullptr));  // misaligned
-  CHECK_FALSE(meg::cuda::small_linear(out.get(), inp.get(), W.get(), static_cast<const float*>(nullptr), 4, 1 << 15,
+  CHECK_FALSE(meg::cuda::small_linear(out.get(), inp.get(), W.get(), static_cast<const float*>(nullptr), 2, 1 << 15,
                                       64, none, store, nullptr));  // rows too wide to stage
   CHECK_FALSE(meg::cuda::small_linear(out.get(), inp.get(), W.get(), static_cast<const float*>(nullptr), 1, 64, 63,
                                       none, SmallLinearEpilogue::swiglu, nullptr));  // no gate/up pairs
