@@ -1,5 +1,7 @@
 #include "infer/checkpoint_model.hpp"
 
+#include <filesystem>
+
 #include "ckpt/checkpoint.hpp"
 #include "convert/native_reader.hpp"
 #include "core/error.hpp"
@@ -42,6 +44,14 @@ std::unique_ptr<Tokenizer> load_model_tokenizer(const CheckpointModel& model, co
   const std::string path = given ? tokenizer : model.tokenizer;
   if (path.empty())
     input_error("{}: the checkpoint records no tokenizer; name one with --tokenizer", model.path);
+  // Checkpoints record absolute paths; older ones the path as meg-pretrain was given it, which only
+  // reads from the directory it ran in.
+  if (!given)
+    for (const std::string& file : {model.tokenizer, model.merges})
+      if (!file.empty() && !std::filesystem::exists(file))
+        input_error("{}: the tokenizer file it records, {}, is not there (a relative path is read from the current "
+                    "directory); name the tokenizer with --tokenizer",
+                    model.path, file);
   auto tok = load_tokenizer(path, given ? merges : model.merges);
   if (tok->vocab_size() > model.config.vocab_size)
     input_error("{}: the tokenizer's {} tokens do not fit the model's vocabulary of {}", path, tok->vocab_size(),

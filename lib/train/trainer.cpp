@@ -61,6 +61,12 @@ nlohmann::ordered_json parallel_json(const ParallelLayout& layout, int virtual_s
   return j;
 }
 
+// PATH made absolute (empty stays empty): the checkpoints record the tokenizer, which meg-eval
+// and meg-generate then load from wherever they run.
+std::string absolute_path(const std::string& path) {
+  return path.empty() ? path : std::filesystem::absolute(path).lexically_normal().string();
+}
+
 }  // namespace
 
 nlohmann::ordered_json TrainOptions::to_json() const {
@@ -68,8 +74,8 @@ nlohmann::ordered_json TrainOptions::to_json() const {
   j["model"] = model;
   j["model-config"] = model_config;
   j["data"] = data;
-  j["tokenizer"] = tokenizer;
-  j["merges"] = merges;
+  j["tokenizer"] = absolute_path(tokenizer);
+  j["merges"] = absolute_path(merges);
   j["iters"] = iters;
   j["micro-batch"] = micro_batch;
   j["global-batch"] = global_batch;

@@ -59,6 +59,22 @@ done
 out=$($GEN --load gpt --prompt "Emoji 😀")
 [ "$out" = " and 日本語 façade split bytes." ] || fail "gpt: 'Emoji 😀' gave '$out'"
 
+# The checkpoint records its tokenizer (given to meg-pretrain as vocab.json and merges.txt, here) by
+# absolute path, so it loads from any directory. One that records relative paths, as older
+# checkpoints do, loads where they lead, and elsewhere is refused with the file and the way out.
+mkdir -p elsewhere
+[ "$(cd elsewhere && $GEN --load ../gpt --prompt "Emoji 😀")" = "$out" ] || fail "gpt loaded from another directory"
+cp -r gpt old
+python3 - old/iter_*/checkpoint.json <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+j["record"]["options"].update(tokenizer="vocab.json", merges="merges.txt")
+json.dump(j, open(sys.argv[1], "w"))
+PY
+[ "$($GEN --load old --prompt "Emoji 😀")" = "$out" ] || fail "a checkpoint recording relative tokenizer paths"
+expect_fail 1 "^meg-generate: .*old/iter_0000400: the tokenizer file it records, vocab.json, is not there .*--tokenizer$" -- \
+  bash -c "cd elsewhere && exec $GEN --load ../old --prompt hi"
+
 # (2) stdin: one answer per line, each streamed in turn; --echo; the same with 4 slots.
 printf '%s\n' "The cat sat" "Emoji" "A wise man" > prompts.txt
 $GEN --load gpt < prompts.txt > answers.txt
