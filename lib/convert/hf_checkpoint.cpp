@@ -28,6 +28,19 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
+// The tokenizer of Hugging Face directory DIR where meg reads its kind (transformers' SentencePiece
+// tokenizer.model, or GPT-2's vocab.json with merges.txt), by absolute path, as meg-pretrain records
+// its --tokenizer and --merges: meg-eval and meg-generate then take it by default. Null when it has
+// neither (a tokenizer.json alone, as Llama 3's).
+nlohmann::ordered_json hf_tokenizer_options(const std::string& dir) {
+  const std::filesystem::path d = std::filesystem::absolute(dir).lexically_normal();
+  if (std::filesystem::is_regular_file(d / "tokenizer.model"))
+    return {{"tokenizer", (d / "tokenizer.model").string()}, {"merges", ""}};
+  if (std::filesystem::is_regular_file(d / "vocab.json") && std::filesystem::is_regular_file(d / "merges.txt"))
+    return {{"tokenizer", (d / "vocab.json").string()}, {"merges", (d / "merges.txt").string()}};
+  return nullptr;
+}
+
 // --verify of an export: the directory DIR read back by the importer holds SOURCE's tensors of
 // CONFIG's model, each as DTYPE rounds it. A meg tensor's Hugging Face tensors tile its rows from
 // the first (hf_names.hpp), so its stored part is a prefix; the rest is vocabulary padding, which
@@ -114,6 +127,7 @@ HfConvertResult import_hf_checkpoint(const FromHfOptions& options) {
     record["optimizer_step"] = 0;
     set_record_layout(record, options.layout);
     record["imported_from"] = {{"format", "hf"}, {"dir", std::filesystem::absolute(options.dir).string()}};
+    if (auto tokenizer = hf_tokenizer_options(options.dir); !tokenizer.is_null()) record["options"] = tokenizer;
     result.path = w.commit(record);
   });
   result.seconds = seconds_since(start);

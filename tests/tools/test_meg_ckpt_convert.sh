@@ -196,6 +196,17 @@ convert --load s/iter_0000003 --to hf --save hfs --max-shard-size 300000 --token
 convert --from hf hfs --save back --verify
 convert --load back --to hf --save hfs2
 same_file hf/model.safetensors hfs2/model.safetensors
+# An import records the directory's tokenizer, which meg-generate then takes by default: a
+# SentencePiece tokenizer.model, or GPT-2's vocab.json with merges.txt (here GPT-2's own, too large
+# for this model, which says that it was taken); with neither, there is none to take.
+meg-generate -q --device cpu --load back --prompt "The" --max-tokens 3 > /dev/null || fail "generating from back"
+rm -rf hfg backg nothing && cp -r hf hfg && cp $MEG_TEST_DATA/gpt2/vocab.json $MEG_TEST_DATA/gpt2/merges.txt hfg/
+convert --from hf hfg --save backg
+expect_fail 1 "^meg-generate: .*/hfg/vocab.json: the tokenizer's 50257 tokens do not fit the model's vocabulary of 2100$" \
+  -- meg-generate -q --device cpu --load backg --prompt "The"
+convert --from hf hf --save nothing
+expect_fail 1 "nothing.*: the checkpoint records no tokenizer; name one with --tokenizer" \
+  -- meg-generate -q --device cpu --load nothing --prompt "The"
 # Bad Hugging Face input and options: one line naming the file, exit 1, nothing written.
 rm -rf bad && cp -r hf bad && truncate -s -8 bad/model.safetensors
 expect_fail 1 "bad/model.safetensors: .*truncated" -- convert --from hf bad --save out
