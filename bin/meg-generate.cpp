@@ -16,7 +16,7 @@ int main(int argc, char** argv) {
 
   app.add_option("--load", o.load, "The checkpoint: an iter_* directory, or a directory of them (its latest)")
       ->required();
-  app.add_option("--tokenizer", o.tokenizer, "Tokenizer model (default: the one the checkpoint was trained with)");
+  app.add_option("--tokenizer", o.tokenizer, "Tokenizer model (default: the one the checkpoint records)");
   app.add_option("--merges", o.merges, "merges.txt of a GPT-2 vocab.json tokenizer");
   app.add_option("--prompt", o.prompt, "Answer this one prompt (streamed; default: one prompt per line of stdin)");
   app.add_option("--prompts", o.prompts,
