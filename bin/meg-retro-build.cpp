@@ -61,8 +61,8 @@ int main(int argc, char** argv) {
     std::istringstream list(stages);
     for (std::string s; std::getline(list, s, ',');) o.stages.push_back(s);
     x.type = meg::parse_index_type(index_type);
-    o.device = device.empty() ? meg::default_device() : device;
-    o.precision = meg::parse_precision(!precision.empty() ? precision : o.device == "cuda" ? "bf16" : "fp32");
+    o.precision = meg::resolve_device_precision(device, precision).precision;
+    o.device = device;
     o.batch = batch.value_or(o.device == "cuda" ? 256 : 16);
     meg::run_retro_build(o);
     return 0;
