@@ -3,12 +3,14 @@
 // state, so that training resumes on another number of ranks; or moved to and from a Hugging Face
 // model directory (--to hf, --from hf).
 #include <map>
+#include <optional>
 #include <vector>
 
 #include "convert/hf_checkpoint.hpp"
 #include "convert/hf_config.hpp"
 #include "convert/reshard.hpp"
 #include "core/cli.hpp"
+#include "core/cli_groups.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 
@@ -30,10 +32,11 @@ int main(int argc, char** argv) {
   meg::SafetensorsDtype dtype = meg::SafetensorsDtype::kF32;
   std::vector<std::string> from;
   uint64_t max_shard_bytes = meg::HfExportOptions{}.max_shard_bytes;
-  int tp = 1, pp = 1, dp = 1, cp = 1, ep = 1, virtual_stages = 1;
+  int tp = 1, pp = 1, cp = 1, ep = 1, virtual_stages = 1;
+  std::optional<int> dp;
   bool distributed_optimizer = false, verify = false;
 
-  app.add_option("--load", load, "The checkpoint to read: an iter_* directory, or a directory of them (its latest)");
+  meg::cli::add_load_option(app, load);
   app.add_option("--save", save,
                  "The directory to write into: the checkpoint of the same iteration (iteration 0 with --from hf), "
                  "or with --to hf the Hugging Face directory (absent or empty)");
@@ -49,25 +52,21 @@ int main(int argc, char** argv) {
                                       "bf16 or fp16 (half the size, rounded to nearest even)")
                            ->transform(CLI::CheckedTransformer(dtypes).description(""))
                            ->type_name("fp32|bf16|fp16");
-  auto* tokenizer_option =
-      app.add_option("--tokenizer", tokenizer, "--to hf: the tokenizer to copy, a SentencePiece .model or a GPT-2 vocab.json");
-  auto* merges_option = app.add_option("--merges", merges, "--to hf: the GPT-2 tokenizer's merges.txt");
+  const auto tokenizer_options = meg::cli::add_tokenizer_options(app, tokenizer, merges, "copied into it", "--to hf");
   auto* shard_option = app.add_option("--max-shard-size", max_shard_bytes,
                                       "--to hf: bytes per safetensors file before the model is split into shards "
                                       "with an index (as save_pretrained)")
                            ->capture_default_str()
                            ->check(CLI::PositiveNumber);
-  const std::vector<CLI::Option*> layout_options = {
-      app.add_option("--tp", tp, "Tensor-parallel size to write")->capture_default_str(),
-      app.add_option("--pp", pp, "Pipeline-parallel size to write")->capture_default_str(),
-      app.add_option("--dp", dp, "Data-parallel size to write (matters with --use-distributed-optimizer)")
-          ->capture_default_str(),
-      app.add_option("--virtual-stages", virtual_stages, "Model chunks per pipeline rank (interleaved schedule)")
-          ->capture_default_str(),
-      app.add_flag("--use-distributed-optimizer", distributed_optimizer,
-                   "Write the moments as the distributed optimizer's data-parallel shards"),
-      app.add_option("--cp", cp, "Context-parallel size (only 1: not supported by training)")->capture_default_str(),
-      app.add_option("--ep", ep, "Expert-parallel size (only 1: not supported by training)")->capture_default_str()};
+  const auto layout_options = meg::cli::add_parallel_layout_options(
+      app, {.tp = &tp,
+            .pp = &pp,
+            .dp = &dp,
+            .dp_default = "1; it matters with --use-distributed-optimizer",
+            .cp = &cp,
+            .ep = &ep,
+            .virtual_stages = &virtual_stages,
+            .distributed_optimizer = &distributed_optimizer});
   app.add_flag("--verify", verify, "Read the output back and compare every tensor with the input before committing");
   meg::cli::add_common_options(app, "meg-ckpt-convert --load runs/64gpu --save runs/8gpu --tp 2 --pp 2 --dp 2 --use-distributed-optimizer\n"
                                     "  meg-ckpt-convert --load runs/a --to hf --dtype bf16 --save gpt2-hf\n"
@@ -78,7 +77,7 @@ int main(int argc, char** argv) {
     if (!from.empty() && from[0] != "hf") meg::input_error("--from {}: unknown format (only hf DIR)", from[0]);
     if (!to.empty() && !from.empty()) meg::input_error("--to and --from together: one side is always native");
     if (to.empty())
-      for (const CLI::Option* o : {dtype_option, tokenizer_option, merges_option, shard_option})
+      for (const CLI::Option* o : {dtype_option, tokenizer_options.tokenizer, tokenizer_options.merges, shard_option})
         if (o->count() > 0) meg::input_error("{} applies to --to hf only", o->get_name());
 
     if (!to.empty()) {
@@ -93,7 +92,7 @@ int main(int argc, char** argv) {
 
     if (cp != 1) meg::input_error("--cp {}: context parallelism is not supported; only --cp 1", cp);
     if (ep != 1) meg::input_error("--ep {}: expert parallelism is not supported; only --ep 1", ep);
-    const auto layout = meg::NativeLayout::of(tp, pp, dp, virtual_stages, distributed_optimizer);
+    const auto layout = meg::NativeLayout::of(tp, pp, dp.value_or(1), virtual_stages, distributed_optimizer);
     if (!from.empty()) {
       if (!load.empty()) meg::input_error("--load and --from together: --from hf DIR is the input");
       const auto result = meg::import_hf_checkpoint({from[1], save, layout, verify});

@@ -2,6 +2,7 @@
 // perplexity over documents (rolling windows), LAMBADA's last word, or multiple choice; the
 // results as a table or as JSON, and optionally every request's log-likelihood.
 #include "core/cli.hpp"
+#include "core/cli_groups.hpp"
 #include "core/device.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
@@ -16,11 +17,10 @@ int main(int argc, char** argv) {
       "scores them.",
       "meg-eval"};
   meg::EvalOptions o;
-  std::string load, task_type, device, precision = "fp32", tokenizer, merges, per_example;
+  std::string load, task_type, device, precision, tokenizer, merges, per_example;
   bool json = false;
 
-  app.add_option("--load", load, "The checkpoint: an iter_* directory, or a directory of them (its latest)")
-      ->required();
+  meg::cli::add_load_option(app, load)->required();
   app.add_option("--task", o.task,
                  "The task's JSONL file (- for stdin), or with --task-type perplexity an indexed dataset's PREFIX "
                  "(PREFIX.bin, PREFIX.idx)")
@@ -35,12 +35,8 @@ int main(int argc, char** argv) {
   app.add_option("--fewshot-seed", o.fewshot_seed, "Seed of the examples' draw (lm-eval's)")->capture_default_str();
   app.add_option("--limit", o.limit, "Score only the first N documents (0: all)")->capture_default_str();
   app.add_option("--batch", o.batch, "Rows (requests) per forward pass")->capture_default_str();
-  app.add_option("--device", device, "cpu or cuda (default: cuda when a GPU is present)");
-  app.add_option("--precision", precision, "cuda: fp32, bf16 or fp16 (the CPU computes in fp32)")
-      ->capture_default_str();
-  app.add_option("--tokenizer", tokenizer,
-                 "The tokenizer (SentencePiece .model or GPT-2 vocab.json) instead of the one the checkpoint records");
-  app.add_option("--merges", merges, "The GPT-2 tokenizer's merges.txt, with --tokenizer vocab.json");
+  meg::cli::add_device_options(app, device, precision);
+  meg::cli::add_tokenizer_options(app, tokenizer, merges, "default: the one the checkpoint records");
   meg::cli::add_common_options(app,
                                "meg-eval --load runs/gpt --task lambada_openai.jsonl --task-type lambada --json\n"
                                "  meg-eval --load runs/gpt --task hellaswag.jsonl --task-type multiple-choice "
@@ -49,8 +45,7 @@ int main(int argc, char** argv) {
 
   return meg::cli::run_tool(app, argc, argv, [&] {
     o.type = meg::parse_task_type(task_type);
-    if (device.empty()) device = meg::default_device();
-    const meg::Precision p = meg::parse_precision(precision);
+    const meg::Precision p = meg::resolve_device_precision(device, precision).precision;
     meg::Evaluation e = meg::prepare_evaluation(o);  // bad task files fail before the model loads
 
     const meg::CheckpointModel checkpoint = meg::load_checkpoint_model(load);

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/cli.hpp"
+#include "core/cli_groups.hpp"
 #include "infer/generate_tool.hpp"
 #include "parallel/comm.hpp"
 
@@ -14,10 +15,8 @@ int main(int argc, char** argv) {
   meg::GenerateOptions o;
   auto& s = o.settings;
 
-  app.add_option("--load", o.load, "The checkpoint: an iter_* directory, or a directory of them (its latest)")
-      ->required();
-  app.add_option("--tokenizer", o.tokenizer, "Tokenizer model (default: the one the checkpoint records)");
-  app.add_option("--merges", o.merges, "merges.txt of a GPT-2 vocab.json tokenizer");
+  meg::cli::add_load_option(app, o.load)->required();
+  meg::cli::add_tokenizer_options(app, o.tokenizer, o.merges, "default: the one the checkpoint records");
   app.add_option("--prompt", o.prompt, "Answer this one prompt (streamed; default: one prompt per line of stdin)");
   app.add_option("--prompts", o.prompts,
                  "JSONL file of prompts ('-': stdin), each line {\"prompt\": ...} with optional settings of its own; "
@@ -46,11 +45,8 @@ int main(int argc, char** argv) {
   app.add_option("--max-length", o.max_length,
                  "Tokens a sequence holds, prompt included (default: the model's sequence length; GPT-2 models "
                  "cannot go beyond it)");
-  app.add_option("--device", o.device, "cpu or cuda (default: cuda when a GPU is present)");
-  app.add_option("--precision", o.precision, "cuda: bf16 (default), fp16 or fp32; the CPU computes in fp32");
-  app.add_option("--tp", o.tp,
-                 "Tensor-parallel size: split the model over this many processes (mpirun -np N, one GPU each)")
-      ->capture_default_str();
+  meg::cli::add_device_options(app, o.device, o.precision);
+  meg::cli::add_parallel_layout_options(app, {.tp = &o.tp});
   meg::cli::add_common_options(app, "meg-generate --load ckpt --prompt 'Once upon a time' --max-tokens 50\n"
                                     "  meg-generate --load ckpt --prompts questions.jsonl --temperature 0.8 "
                                     "--top-p 0.95 -o answers.jsonl\n"

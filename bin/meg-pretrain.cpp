@@ -3,6 +3,7 @@
 #include <string>
 
 #include "core/cli.hpp"
+#include "core/cli_groups.hpp"
 #include "core/error.hpp"
 #include "optim/lr_schedule.hpp"
 #include "parallel/comm.hpp"
@@ -29,8 +30,7 @@ int main(int argc, char** argv) {
                  "Override: dropout probability of the attention probabilities (default 0)");
 
   app.add_option("--data", o.data, "The blend file (meg-blend)");
-  app.add_option("--tokenizer", o.tokenizer, "Tokenizer model (gives the vocabulary size)");
-  app.add_option("--merges", o.merges, "merges.txt of a GPT-2 vocab.json tokenizer");
+  meg::cli::add_tokenizer_options(app, o.tokenizer, o.merges, "it gives the vocabulary size");
 
   app.add_option("--iters", o.iters, "Optimizer steps to train to");
   app.add_option("--micro-batch", o.micro_batch, "Samples per forward/backward")->capture_default_str();
@@ -55,32 +55,25 @@ int main(int argc, char** argv) {
   app.add_option("--save", o.save, "Checkpoint directory");
   app.add_option("--save-interval", o.save_interval, "Save every N steps (0: at the end only)")->capture_default_str();
   app.add_option("--keep", o.keep, "Keep the newest N checkpoints (0: all)")->capture_default_str();
-  app.add_option("--load", o.load, "Resume from the latest checkpoint in DIR");
+  meg::cli::add_load_option(app, o.load, "training resumes from it (from iteration 0 when DIR holds none)");
   app.add_option("--exit-after-minutes", o.exit_after_minutes, "Save and exit after M minutes");
   app.add_option("--exit-interval", o.exit_interval, "Save and exit when the iteration is a multiple of N");
-  app.add_option("--device", o.device, "cpu or cuda (default: cuda when a GPU is present)");
-  app.add_option("--precision", o.precision,
-                 "bf16 (default on cuda: bf16 compute, fp32 master weights), fp16 (with dynamic loss scaling) "
-                 "or fp32");
+  meg::cli::add_device_options(app, o.device, o.precision);
   app.add_option("--recompute", o.recompute,
                  "Activation recomputation on cuda: none, selective (norms and MLP activation) or full (whole "
                  "blocks)")
       ->capture_default_str();
-  app.add_option("--tp", o.tp, "Tensor-parallel size")->capture_default_str();
-  app.add_option("--pp", o.pp, "Pipeline-parallel size, 1F1B schedule")->capture_default_str();
-  app.add_option("--dp", o.dp, "Data-parallel size (default: the number of ranks over tp * pp * cp * ep)");
-  app.add_option("--cp", o.cp, "Context-parallel size")->capture_default_str();
-  app.add_option("--ep", o.ep, "Expert-parallel size")->capture_default_str();
-  app.add_flag("--use-distributed-optimizer", o.distributed_optimizer,
-               "Shard the optimizer state (AdamW moments; fp32 master weights on GPUs in bf16/fp16) and the update "
-               "over the data-parallel ranks");
-  app.add_flag("--sequence-parallel", o.sequence_parallel,
-               "Split the residual stream by rows over the tensor-parallel ranks (with --tp)");
+  meg::cli::add_parallel_layout_options(app, {.tp = &o.tp,
+                                             .pp = &o.pp,
+                                             .dp = &o.dp,
+                                             .dp_default = "the number of ranks over tp * pp * cp * ep",
+                                             .cp = &o.cp,
+                                             .ep = &o.ep,
+                                             .virtual_stages = &o.virtual_stages,
+                                             .distributed_optimizer = &o.distributed_optimizer,
+                                             .sequence_parallel = &o.sequence_parallel});
   app.add_flag("--time-communication", o.time_communication,
                "Measure the device communication time per iteration (log line and metrics)");
-  app.add_option("--virtual-stages", o.virtual_stages,
-                 "Model chunks per pipeline rank: the interleaved schedule (with --pp)")
-      ->capture_default_str();
   meg::cli::add_common_options(
       app, "meg-pretrain --model tiny --data run.blend --tokenizer spm.model --iters 100 --micro-batch 4 "
            "--global-batch 8 --lr 1e-3 --warmup-iters 10 --save ckpt --save-interval 50");

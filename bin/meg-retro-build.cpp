@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/cli.hpp"
+#include "core/cli_groups.hpp"
 #include "core/device.hpp"
 #include "retro/pipeline.hpp"
 
@@ -19,7 +20,7 @@ int main(int argc, char** argv) {
   std::optional<size_t> batch;
 
   app.add_option("--data", o.data, "A blend file (meg-blend), or indexed dataset prefixes")->required();
-  app.add_option("--load", o.load, "The embedder: a meg checkpoint directory (or a directory of them: its latest)");
+  meg::cli::add_load_option(app, o.load, "the embedder");
   app.add_option("--out", o.out, "The database folder (one subfolder per stage)")->required();
   app.add_option("--stages", stages, "Stages to bring up to date, comma-separated: db, embed, index, query")
       ->capture_default_str();
@@ -44,10 +45,7 @@ int main(int argc, char** argv) {
   app.add_option("--hnsw-m", x.hnsw_m, "hnsw: links a node (2M on level 0)")->capture_default_str();
   app.add_option("--ef-construction", x.ef_construction, "hnsw: candidates while linking")->capture_default_str();
   app.add_option("--ef-search", x.ef_search, "hnsw: candidates while searching (at least K)")->capture_default_str();
-  app.add_option("--device", device, "embed, query: cpu or cuda, for the embedder and the flat index (default: cuda "
-                                     "when a GPU is present)");
-  app.add_option("--precision", precision,
-                 "cuda: the embedder's bf16 (default), fp16 or fp32; the CPU computes in fp32");
+  meg::cli::add_device_options(app, device, precision, "embed, query");
   app.add_option("--batch", batch, "embed, and query with a blend: chunks a forward (default 256 on the GPU, 16 on "
                                    "the CPU)");
   app.add_option("--block-rows", o.block_rows, "embed, query: rows written (and synced) at a time: what a resumed run "
@@ -61,8 +59,8 @@ int main(int argc, char** argv) {
     std::istringstream list(stages);
     for (std::string s; std::getline(list, s, ',');) o.stages.push_back(s);
     x.type = meg::parse_index_type(index_type);
-    o.device = device.empty() ? meg::default_device() : device;
-    o.precision = meg::parse_precision(!precision.empty() ? precision : o.device == "cuda" ? "bf16" : "fp32");
+    o.precision = meg::resolve_device_precision(device, precision).precision;
+    o.device = device;
     o.batch = batch.value_or(o.device == "cuda" ? 256 : 16);
     meg::run_retro_build(o);
     return 0;

@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "core/cli.hpp"
+#include "core/cli_groups.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/progress.hpp"
@@ -24,8 +25,7 @@ int main(int argc, char** argv) {
   meg::SentencePieceTrainOptions train_options;
 
   app.add_option("files", inputs, "Input files (default: stdin); zstd-compressed input is detected");
-  app.add_option("-t,--tokenizer", tokenizer_path, "SentencePiece .model, or GPT-2 vocab.json with --merges");
-  app.add_option("--merges", merges, "GPT-2 merges.txt (byte-level BPE)");
+  meg::cli::add_tokenizer_options(app, tokenizer_path, merges);
   app.add_option("--format", format, "Input (and --decode output) format")->check(CLI::IsMember({"jsonl", "text"}));
   app.add_option("--json-key", options.format.json_key, "JSONL key holding the text")->capture_default_str();
   app.add_option("--doc-separator", separator,

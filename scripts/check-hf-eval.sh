@@ -21,16 +21,18 @@ evaluate_model() {
   local tasks=("lambada lambada" "hellaswag multiple-choice" "arc multiple-choice" "piqa multiple-choice"
                "openbookqa multiple-choice" "choices multiple-choice" "text perplexity" "wikitext perplexity")
   for device in $devices; do
+    # In fp32 on every device, as the reference computes.
+    local score=("$bin/meg-eval" -q --device "$device" --precision fp32 --load "$name/ckpt")
     for t in "${tasks[@]}"; do
       set -- $t
-      "$bin/meg-eval" -q --device "$device" --load "$name/ckpt" --task "$data/eval/$1.jsonl" --task-type "$2" \
+      "${score[@]}" --task "$data/eval/$1.jsonl" --task-type "$2" \
         --batch 4 --json --per-example "$name/runs/$1-$device.per.jsonl" > "$name/runs/$1-$device.json"
     done
     # Few-shot prompts longer than the model's 64 tokens: contexts cut from the left.
-    "$bin/meg-eval" -q --device "$device" --load "$name/ckpt" --task "$data/eval/arc.jsonl" --task-type multiple-choice \
+    "${score[@]}" --task "$data/eval/arc.jsonl" --task-type multiple-choice \
       --num-fewshot 3 --json --per-example "$name/runs/arc3-$device.per.jsonl" > "$name/runs/arc3-$device.json"
     # The training data itself, an indexed dataset.
-    "$bin/meg-eval" -q --device "$device" --load "$name/ckpt" --task "${dataset}" --task-type perplexity --limit 30 \
+    "${score[@]}" --task "${dataset}" --task-type perplexity --limit 30 \
       --json --per-example "$name/runs/indexed-$device.per.jsonl" > "$name/runs/indexed-$device.json"
   done
 }

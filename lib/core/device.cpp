@@ -49,6 +49,13 @@ Device parse_device(const std::string& name) {
   input_error("--device '{}': expected cpu or cuda", name);
 }
 
+DevicePrecision resolve_device_precision(std::string& device, std::string& precision) {
+  if (device.empty()) device = default_device();
+  const Device d = parse_device(device);
+  if (precision.empty()) precision = d == Device::cuda ? "bf16" : "fp32";
+  return {d, parse_precision(precision)};
+}
+
 Device checked_device(const std::string& name, Precision precision) {
   const Device device = parse_device(name);
   if (device == Device::cpu && precision != Precision::fp32)

@@ -31,6 +31,17 @@ std::vector<DeviceInfo> require_cuda_devices();
 enum class Device { cpu, cuda };
 Device parse_device(const std::string& name);
 
+// --device and --precision as every tool resolves them. DEVICE "" becomes default_device();
+// PRECISION "" becomes the device's default: bf16 on cuda (the tensor cores' format, with fp32
+// accumulation; training keeps fp32 master weights), fp32 on the CPU (the only one it computes
+// in). Both strings are filled in, as the resolved settings the tools print and record; InputError
+// on an unknown name, the device's first. Whether the device can run it is checked_device's.
+struct DevicePrecision {
+  Device device;
+  Precision precision;
+};
+DevicePrecision resolve_device_precision(std::string& device, std::string& precision);
+
 // The device of a path that computes in PRECISION, checked before it is built: the CPU computes in
 // fp32 only, and CUDA needs a CUDA build and a visible GPU (require_cuda_devices). InputError
 // otherwise, with the same message in every tool.

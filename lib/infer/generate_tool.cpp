@@ -45,9 +45,7 @@ void resolve(GenerateOptions& o) {
   if (jsonl && o.prompt) input_error("--prompt and --prompts together: give one");
   if (!o.output.empty() && !jsonl && !o.json) input_error("--output applies to JSON results (--prompts or --json)");
   if (o.echo && (jsonl || o.json)) input_error("--echo applies to text output; JSON results hold the prompt");
-  if (o.device.empty()) o.device = default_device();
-  parse_device(o.device);
-  if (o.precision.empty()) o.precision = o.device == "cuda" ? "bf16" : "fp32";
+  resolve_device_precision(o.device, o.precision);
   if (!o.batch) o.batch = o.device == "cuda" ? 32 : 1;
   o.settings.validate("command line");
 }

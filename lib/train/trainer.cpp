@@ -131,10 +131,8 @@ Trainer::Trainer(TrainOptions options) : opt_(std::move(options)) {
     log::set_errors_only(true);
     log::set_program(fmt::format("{} (rank {})", log::program(), world_->rank()));
   }
-  if (opt_.device.empty()) opt_.device = default_device();
-  const bool cpu = parse_device(opt_.device) == Device::cpu;
-  if (opt_.precision.empty()) opt_.precision = cpu ? "fp32" : "bf16";
-  const Precision precision = parse_precision(opt_.precision);
+  const auto [device, precision] = resolve_device_precision(opt_.device, opt_.precision);
+  const bool cpu = device == Device::cpu;
   if (cpu) checked_device(opt_.device, precision);  // its precision; the backend checks for a GPU
   if (cpu && opt_.recompute != "none")
     input_error("--recompute {}: recomputation is for the GPU's memory; the CPU path keeps its activations",

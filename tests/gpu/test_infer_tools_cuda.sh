@@ -30,7 +30,7 @@ PY
   for task in "lambada lambada" "hellaswag multiple-choice" "wikitext perplexity"; do
     set -- $task
     for device in cpu cuda; do
-      meg-eval -q --device $device --load $model --task $E/$1.jsonl --task-type $2 --batch 3 --json \
+      meg-eval -q --device $device --precision fp32 --load $model --task $E/$1.jsonl --task-type $2 --batch 3 --json \
         --per-example $device.per.jsonl > $device.json
     done
     python3 - cpu.per.jsonl cuda.per.jsonl <<'PY' || fail "$model $1: GPU log-likelihoods differ from the CPU's"

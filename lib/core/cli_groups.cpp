@@ -1,0 +1,83 @@
+#include "core/cli_groups.hpp"
+
+#include <cctype>
+
+namespace meg::cli {
+namespace {
+
+// TEXT led by CONTEXT ("--to hf: the tokenizer ..."), or as it is without one.
+std::string in_context(const std::string& context, std::string text) {
+  if (context.empty()) return text;
+  text[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(text[0])));
+  return context + ": " + text;
+}
+
+// TEXT, then the tool's NOTE after a semicolon when it has one.
+std::string with_note(std::string text, const std::string& note) {
+  return note.empty() ? text : text + "; " + note;
+}
+
+}  // namespace
+
+CLI::Option* add_load_option(CLI::App& app, std::string& load, const std::string& role) {
+  return app
+      .add_option("--load", load,
+                  with_note("The checkpoint: an iter_* directory, or a directory of them (its latest)", role))
+      ->type_name("DIR")
+      ->group("Checkpoint");
+}
+
+TokenizerOptions add_tokenizer_options(CLI::App& app, std::string& tokenizer, std::string& merges,
+                                       const std::string& note, const std::string& context) {
+  TokenizerOptions added;
+  added.tokenizer =
+      app.add_option("-t,--tokenizer", tokenizer,
+                     in_context(context, with_note("The tokenizer, a SentencePiece .model or a GPT-2 vocab.json "
+                                                   "(with --merges)",
+                                                   note)))
+          ->type_name("FILE")
+          ->group("Tokenizer");
+  added.merges = app.add_option("--merges", merges,
+                                in_context(context, "The GPT-2 tokenizer's merges.txt, with --tokenizer vocab.json"))
+                     ->type_name("FILE")
+                     ->group("Tokenizer");
+  return added;
+}
+
+void add_device_options(CLI::App& app, std::string& device, std::string& precision, const std::string& context) {
+  const char* heading = "Device and precision";
+  app.add_option("--device", device, in_context(context, "cpu or cuda (default: cuda when a GPU is present)"))
+      ->type_name("cpu|cuda")
+      ->group(heading);
+  app.add_option("--precision", precision,
+                 in_context(context, "bf16 (the default on cuda), fp16 or fp32; the CPU computes in fp32 only"))
+      ->type_name("bf16|fp16|fp32")
+      ->group(heading);
+}
+
+std::vector<CLI::Option*> add_parallel_layout_options(CLI::App& app, const ParallelLayoutFields& f) {
+  std::vector<CLI::Option*> added;
+  const auto size = [&](const char* name, int* field, const std::string& help) {
+    if (field != nullptr) added.push_back(app.add_option(name, *field, help)->capture_default_str());
+  };
+  const auto flag = [&](const char* name, bool* field, const std::string& help) {
+    if (field != nullptr) added.push_back(app.add_flag(name, *field, help));
+  };
+  size("--tp", f.tp, "Tensor-parallel size: the ranks each layer's weights are split over");
+  size("--pp", f.pp,
+       "Pipeline-parallel size: the stages the blocks are split over, trained by the 1F1B schedule "
+       "(interleaved with --virtual-stages)");
+  if (f.dp != nullptr) added.push_back(app.add_option("--dp", *f.dp, "Data-parallel size (default: " + f.dp_default + ")"));
+  size("--cp", f.cp, "Context-parallel size (only 1: not implemented yet)");
+  size("--ep", f.ep, "Expert-parallel size (only 1: not implemented yet)");
+  size("--virtual-stages", f.virtual_stages, "Model chunks per pipeline rank: the interleaved schedule (with --pp)");
+  flag("--use-distributed-optimizer", f.distributed_optimizer,
+       "Shard the optimizer state (the AdamW moments, and the fp32 master weights of bf16/fp16 training on "
+       "GPUs) over the data-parallel ranks");
+  flag("--sequence-parallel", f.sequence_parallel,
+       "Split the residual stream by rows over the tensor-parallel ranks (with --tp)");
+  for (CLI::Option* o : added) o->group("Parallel layout");
+  return added;
+}
+
+}  // namespace meg::cli
