@@ -64,20 +64,25 @@ class Fields {
   const std::string& where_;
 };
 
-// The family a config.json describes: model_type, else the first architecture.
-ModelFamily hf_family(const json& j, const std::string& where) {
+const HfArchitecture kArchitectures[] = {
+    {HfModelType::gpt2, "GPT2LMHeadModel", "gpt2", ModelFamily::gpt2, true},
+    {HfModelType::llama, "LlamaForCausalLM", "llama", ModelFamily::llama, false},
+};
+
+// The architecture a config.json describes: model_type, else the first architecture.
+const HfArchitecture& hf_architecture_of(const json& j, const std::string& where) {
   const Fields f(j, where);
   if (f.has("model_type")) {
     const std::string type = f.string("model_type", "");
-    if (type == "gpt2") return ModelFamily::gpt2;
-    if (type == "llama") return ModelFamily::llama;
+    for (const auto& a : kArchitectures)
+      if (type == a.model_type) return a;
     input_error("{}: field model_type: unknown architecture \"{}\" (meg reads gpt2 and llama)", where, type);
   }
   if (j.contains("architectures") && j["architectures"].is_array() && !j["architectures"].empty() &&
       j["architectures"][0].is_string()) {
     const std::string arch = j["architectures"][0].get<std::string>();
-    if (arch == "GPT2LMHeadModel") return ModelFamily::gpt2;
-    if (arch == "LlamaForCausalLM") return ModelFamily::llama;
+    for (const auto& a : kArchitectures)
+      if (arch == a.name) return a;
     input_error("{}: field architectures: unknown architecture \"{}\" (meg reads GPT2LMHeadModel and "
                 "LlamaForCausalLM)",
                 where, arch);
@@ -141,20 +146,35 @@ ModelConfig llama_from_hf(const json& j, const std::string& where) {
 
 }  // namespace
 
+const HfArchitecture& hf_architecture(const ModelConfig& config) {
+  for (const auto& a : kArchitectures)
+    if (a.family == config.family) return a;
+  input_error("model config: model family number {} has no Hugging Face architecture",
+              static_cast<int>(config.family));
+}
+
 void check_hf_exportable(const ModelConfig& c) {
-  const std::string family = to_string(c.family);
+  const HfArchitecture& arch = hf_architecture(c);
   auto refuse = [&](const std::string& what) {
-    input_error("model config: a {} model with {} has no Hugging Face equivalent ({})", family, what,
-                c.family == ModelFamily::gpt2 ? "GPT2LMHeadModel" : "LlamaForCausalLM");
+    input_error("model config: a {} model with {} has no Hugging Face equivalent ({})", to_string(c.family), what,
+                arch.name);
   };
-  if (c.family == ModelFamily::gpt2) {
-    if (c.norm != NormKind::layernorm) refuse("norm " + to_string(c.norm));
-    if (c.activation != Activation::gelu_tanh) refuse("activation " + to_string(c.activation));
-    if (!c.use_bias) refuse("use-bias false");
-  } else {
-    if (c.norm != NormKind::rmsnorm) refuse("norm " + to_string(c.norm));
-    if (c.activation != Activation::swiglu) refuse("activation " + to_string(c.activation));
+  switch (arch.type) {
+    case HfModelType::gpt2:
+      if (c.norm != NormKind::layernorm) refuse("norm " + to_string(c.norm));
+      if (c.activation != Activation::gelu_tanh) refuse("activation " + to_string(c.activation));
+      if (c.position_embedding != PositionEmbedding::learned_absolute)
+        refuse("position-embedding-type " + to_string(c.position_embedding));
+      if (!c.use_bias) refuse("use-bias false");
+      return;
+    case HfModelType::llama:
+      if (c.norm != NormKind::rmsnorm) refuse("norm " + to_string(c.norm));
+      if (c.activation != Activation::swiglu) refuse("activation " + to_string(c.activation));
+      if (c.position_embedding != PositionEmbedding::rope)
+        refuse("position-embedding-type " + to_string(c.position_embedding));
+      return;
   }
+  throw std::logic_error("check_hf_exportable: unknown Hugging Face architecture");
 }
 
 std::string torch_dtype_name(SafetensorsDtype dtype) {
@@ -168,42 +188,45 @@ std::string torch_dtype_name(SafetensorsDtype dtype) {
 
 json hf_config_json(const ModelConfig& c, SafetensorsDtype dtype, const HfTokenIds& ids) {
   check_hf_exportable(c);
+  const HfArchitecture& arch = hf_architecture(c);
   json j;
-  if (c.family == ModelFamily::gpt2) {
-    j["architectures"] = {"GPT2LMHeadModel"};
-    j["model_type"] = "gpt2";
-    j["activation_function"] = "gelu_new";
-    j["n_layer"] = c.num_layers;
-    j["n_embd"] = c.hidden_size;
-    j["n_head"] = c.num_heads;
-    j["n_inner"] = c.ffn_hidden_size == 4 * c.hidden_size ? json(nullptr) : json(c.ffn_hidden_size);
-    j["n_positions"] = c.seq_length;
-    j["n_ctx"] = c.seq_length;
-    j["layer_norm_epsilon"] = c.norm_eps;
-    j["resid_pdrop"] = c.hidden_dropout;
-    j["embd_pdrop"] = c.hidden_dropout;
-    j["attn_pdrop"] = c.attention_dropout;
-    j["scale_attn_weights"] = true;
-    j["scale_attn_by_inverse_layer_idx"] = false;
-    j["reorder_and_upcast_attn"] = false;
-  } else {
-    j["architectures"] = {"LlamaForCausalLM"};
-    j["model_type"] = "llama";
-    j["hidden_act"] = "silu";
-    j["num_hidden_layers"] = c.num_layers;
-    j["hidden_size"] = c.hidden_size;
-    j["num_attention_heads"] = c.num_heads;
-    j["num_key_value_heads"] = c.num_kv_heads;
-    j["head_dim"] = c.head_size();
-    j["intermediate_size"] = c.ffn_hidden_size;
-    j["max_position_embeddings"] = c.seq_length;
-    j["rms_norm_eps"] = c.norm_eps;
-    j["rope_theta"] = c.rope_theta;
-    j["rope_scaling"] = nullptr;
-    j["attention_bias"] = c.use_bias;
-    j["mlp_bias"] = c.use_bias;
-    j["attention_dropout"] = c.attention_dropout;
-    j["pretraining_tp"] = 1;
+  j["architectures"] = {arch.name};
+  j["model_type"] = arch.model_type;
+  switch (arch.type) {
+    case HfModelType::gpt2:
+      j["activation_function"] = "gelu_new";
+      j["n_layer"] = c.num_layers;
+      j["n_embd"] = c.hidden_size;
+      j["n_head"] = c.num_heads;
+      j["n_inner"] = c.ffn_hidden_size == 4 * c.hidden_size ? json(nullptr) : json(c.ffn_hidden_size);
+      j["n_positions"] = c.seq_length;
+      j["n_ctx"] = c.seq_length;
+      j["layer_norm_epsilon"] = c.norm_eps;
+      j["resid_pdrop"] = c.hidden_dropout;
+      j["embd_pdrop"] = c.hidden_dropout;
+      j["attn_pdrop"] = c.attention_dropout;
+      j["scale_attn_weights"] = true;
+      j["scale_attn_by_inverse_layer_idx"] = false;
+      j["reorder_and_upcast_attn"] = false;
+      break;
+    case HfModelType::llama:
+      j["hidden_act"] = "silu";
+      j["num_hidden_layers"] = c.num_layers;
+      j["hidden_size"] = c.hidden_size;
+      j["num_attention_heads"] = c.num_heads;
+      j["num_key_value_heads"] = c.num_kv_heads;
+      j["head_dim"] = c.head_size();
+      j["intermediate_size"] = c.ffn_hidden_size;
+      j["max_position_embeddings"] = c.seq_length;
+      j["rms_norm_eps"] = c.norm_eps;
+      j["rope_theta"] = c.rope_theta;
+      j["rope_scaling"] = nullptr;
+      j["attention_bias"] = c.use_bias;
+      j["mlp_bias"] = c.use_bias;
+      j["attention_dropout"] = c.attention_dropout;
+      j["pretraining_tp"] = 1;
+      break;
+    default: throw std::logic_error("hf_config_json: unknown Hugging Face architecture");
   }
   j["vocab_size"] = c.vocab_size;
   j["tie_word_embeddings"] = c.tie_embeddings;
@@ -226,7 +249,13 @@ json hf_generation_config_json(const HfTokenIds& ids) {
 ModelConfig model_config_from_hf(const json& j, const std::string& where, int64_t make_vocab_size_divisible_by,
                                  int64_t tp) {
   if (!j.is_object()) input_error("{}: expected a JSON object, got {}", where, j.type_name());
-  ModelConfig c = hf_family(j, where) == ModelFamily::gpt2 ? gpt2_from_hf(j, where) : llama_from_hf(j, where);
+  const HfArchitecture& arch = hf_architecture_of(j, where);
+  ModelConfig c;
+  switch (arch.type) {
+    case HfModelType::gpt2: c = gpt2_from_hf(j, where); break;
+    case HfModelType::llama: c = llama_from_hf(j, where); break;
+    default: throw std::logic_error("model_config_from_hf: unknown Hugging Face architecture");
+  }
   c.make_vocab_size_divisible_by = make_vocab_size_divisible_by;
   c.pad_vocab(tp);
   c.validate(where);

@@ -15,6 +15,7 @@
 //   seq-length          n_positions (and n_ctx)         max_position_embeddings (default 2048)
 //   vocab-size          vocab_size                      vocab_size
 //   norm-eps            layer_norm_epsilon (1e-5)       rms_norm_eps (1e-6)
+//   position-embedding  (learned_absolute)              (rope)
 //   rope-theta          -                               rope_theta (10000)
 //   tie-embeddings      tie_word_embeddings (true)      tie_word_embeddings (false)
 //   use-bias            (always)                        attention_bias and mlp_bias (false)
@@ -36,13 +37,27 @@
 
 namespace meg {
 
+// The Hugging Face architectures meg converts, each transformers' class of one model_type.
+enum class HfModelType { gpt2, llama };
+struct HfArchitecture {
+  HfModelType type;
+  const char* name;        // transformers' class, config.json's architectures[0]
+  const char* model_type;  // config.json's model_type
+  ModelFamily family;      // the meg family whose defaults its configs start from
+  bool bos_is_eos;         // texts begin with the end-of-text token (OpenAI's GPT-2 config)
+};
+
+// The architecture CONFIG converts to, by its family through an explicit table: InputError naming
+// a family that has none.
+const HfArchitecture& hf_architecture(const ModelConfig& config);
+
 // Special token ids, written to both files when known (from the tokenizer).
 struct HfTokenIds {
   std::optional<int64_t> bos, eos;
 };
 
-// InputError naming the first property of CONFIG that transformers' class for its family lacks
-// (a GPT-2 without biases or with RMSNorm, a Llama with GELU, ...).
+// InputError naming the first property of CONFIG that its architecture's class lacks (a GPT-2
+// without biases or with RMSNorm or RoPE, a Llama with GELU or learned positions, ...).
 void check_hf_exportable(const ModelConfig& config);
 
 // "float32", "bfloat16" or "float16": torch's name of DTYPE (F32, BF16, F16).

@@ -95,7 +95,7 @@ HfTokenIds copy_tokenizer(const ModelConfig& config, const HfExportOptions& o, c
   // GPT-2's <|endoftext|> both begins and ends texts, as in OpenAI's released config.
   HfTokenIds ids;
   ids.eos = tokenizer->eod_id();
-  if (config.family == ModelFamily::gpt2) ids.bos = ids.eos;
+  if (hf_architecture(config).bos_is_eos) ids.bos = ids.eos;
   return ids;
 }
 

@@ -24,15 +24,6 @@ constexpr const char* kSingleFile = "model.safetensors";
 constexpr const char* kIndexFile = "model.safetensors.index.json";
 
 
-// Tensors transformers itself would skip: buffers old versions saved, and a tied output layer.
-bool ignorable(const std::string& name, const ModelConfig& config) {
-  auto ends_with = [&](const std::string& suffix) {
-    return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
-  };
-  return ends_with(".attn.bias") || ends_with(".attn.masked_bias") || ends_with(".rotary_emb.inv_freq") ||
-         (config.tie_embeddings && name == "lm_head.weight");
-}
-
 // A file name an index may use: plain, inside the directory.
 bool plain_file_name(const std::string& name) {
   return !name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos &&
@@ -89,9 +80,18 @@ void HfReader::locate_tensors() {
   const std::string& listing = index_path_.empty() ? files_.front()->path() : index_path_;
 
   std::vector<HfTensorMap> maps = hf_tensor_map(config_);
-  // OpenAI's GPT-2 upload names tensors without the "transformer." that save_pretrained adds.
-  const std::string prefix = "transformer.";
-  if (config_.family == ModelFamily::gpt2 && !weight_map_.count(prefix + "wte.weight") && weight_map_.count("wte.weight"))
+  // Tensors transformers itself would skip, named with and without the optional prefix.
+  const std::string prefix = hf_optional_prefix(config_);
+  std::set<std::string> ignored;
+  for (const std::string& name : hf_ignored_tensors(config_)) {
+    ignored.insert(name);
+    if (!prefix.empty() && name.starts_with(prefix)) ignored.insert(name.substr(prefix.size()));
+  }
+  const auto ignorable = [&](const std::string& name) { return ignored.count(name) > 0; };
+  // Files without the prefix (OpenAI's GPT-2 upload) name the first tensor without it too.
+  const std::string& first = maps.front().hf_name;
+  if (!prefix.empty() && first.starts_with(prefix) && !weight_map_.count(first) &&
+      weight_map_.count(first.substr(prefix.size())))
     for (auto& m : maps)
       if (m.hf_name.starts_with(prefix)) m.hf_name.erase(0, prefix.size());
 
@@ -116,11 +116,11 @@ void HfReader::locate_tensors() {
 
   for (const auto& f : files_)
     for (const auto& t : f->tensors())
-      if (!located_.count(t.name) && !ignorable(t.name, config_))
+      if (!located_.count(t.name) && !ignorable(t.name))
         input_error("{}: unexpected tensor {} (config.json describes a {} model without it)", f->path(), t.name,
                     to_string(config_.family));
   for (const auto& [name, file] : weight_map_)
-    if (!located_.count(name) && !ignorable(name, config_) && !by_file.at(file)->contains(name))
+    if (!located_.count(name) && !ignorable(name) && !by_file.at(file)->contains(name))
       input_error("{}: weight_map: tensor {} is not in {}", listing, name, file);
 }
 

@@ -5,103 +5,137 @@
 #include <utility>
 #include <stdexcept>
 
+#include <fmt/format.h>
+
+#include "convert/hf_config.hpp"
 #include "core/parallel.hpp"
-#include "model/gpt.hpp"
+#include "model/layer_spec.hpp"
+#include "model/param_table.hpp"
 
 namespace meg {
 
 namespace {
 
-// Builds the map entries in state_dict order, taking meg shapes from the model's own table.
-class MapBuilder {
- public:
-  explicit MapBuilder(const ModelConfig& config) {
-    for (const auto& t : gpt_parameter_table(config)) shapes_[t.name] = t.shape;
-  }
+// How a Hugging Face tensor is cut from its meg tensor: all of it, the real vocabulary's rows
+// [0, V) of a padded one, or one of its stacked parts (its TpSplitOf's parts: q, k, v of
+// linear_qkv; gate, up of a gated linear_fc1).
+enum class HfCut { whole, vocabulary, part };
 
-  // HF_NAME holds rows [BEGIN, BEGIN + ROWS) of MEG_NAME (ROWS < 0: all of them).
-  void rows(const std::string& hf_name, const std::string& meg_name, int64_t begin = 0, int64_t rows = -1,
-            bool transpose = false) {
-    HfTensorMap m;
-    m.hf_name = hf_name;
-    m.meg_name = meg_name;
-    m.meg_shape = shapes_.at(meg_name);
-    m.row_begin = begin;
-    m.rows = rows < 0 ? m.meg_shape[0] - begin : rows;
-    m.transpose = transpose;
-    const auto r = static_cast<uint64_t>(m.rows), c = static_cast<uint64_t>(m.meg_cols());
-    if (m.meg_shape.size() == 1) m.hf_shape = {r};
-    else m.hf_shape = transpose ? std::vector<uint64_t>{c, r} : std::vector<uint64_t>{r, c};
-    maps_.push_back(std::move(m));
-  }
-  // A Conv1D weight: the whole meg tensor, transposed.
-  void conv1d(const std::string& hf_name, const std::string& meg_name) { rows(hf_name, meg_name, 0, -1, true); }
-
-  std::vector<HfTensorMap> take() { return std::move(maps_); }
-
- private:
-  std::map<std::string, std::vector<int64_t>> shapes_;
-  std::vector<HfTensorMap> maps_;
+// One Hugging Face tensor of an architecture: its name ("{}" for the block number), the meg tensor
+// (by role; inside a block, of the block's attention or MLP layer) and the cut. Conv1D weights
+// (GPT-2's) are stored transposed. An entry whose meg tensor the config lacks (a bias without
+// use-bias, positions without learned ones) is not in the checkpoint.
+struct HfTensorSpec {
+  const char* name;
+  TensorRole role;
+  LayerKind kind = LayerKind::attention;  // in a block only
+  HfCut cut = HfCut::whole;
+  int part = 0;
+  bool transpose = false;
 };
 
-std::vector<HfTensorMap> gpt2_map(const ModelConfig& c) {
-  MapBuilder b(c);
-  const int64_t V = c.vocab_size;
-  b.rows("transformer.wte.weight", "embedding.word_embeddings.weight", 0, V);
-  b.rows("transformer.wpe.weight", "embedding.position_embeddings.weight");
-  for (int64_t l = 0; l < c.num_layers; ++l) {
-    const std::string hf = "transformer.h." + std::to_string(l) + ".";
-    const std::string meg = "decoder.layers." + std::to_string(l) + ".";
-    b.rows(hf + "ln_1.weight", meg + "input_layernorm.weight");
-    b.rows(hf + "ln_1.bias", meg + "input_layernorm.bias");
-    b.conv1d(hf + "attn.c_attn.weight", meg + "self_attention.linear_qkv.weight");
-    b.rows(hf + "attn.c_attn.bias", meg + "self_attention.linear_qkv.bias");
-    b.conv1d(hf + "attn.c_proj.weight", meg + "self_attention.linear_proj.weight");
-    b.rows(hf + "attn.c_proj.bias", meg + "self_attention.linear_proj.bias");
-    b.rows(hf + "ln_2.weight", meg + "pre_mlp_layernorm.weight");
-    b.rows(hf + "ln_2.bias", meg + "pre_mlp_layernorm.bias");
-    b.conv1d(hf + "mlp.c_fc.weight", meg + "mlp.linear_fc1.weight");
-    b.rows(hf + "mlp.c_fc.bias", meg + "mlp.linear_fc1.bias");
-    b.conv1d(hf + "mlp.c_proj.weight", meg + "mlp.linear_fc2.weight");
-    b.rows(hf + "mlp.c_proj.bias", meg + "mlp.linear_fc2.bias");
-  }
-  b.rows("transformer.ln_f.weight", "decoder.final_layernorm.weight");
-  b.rows("transformer.ln_f.bias", "decoder.final_layernorm.bias");
-  if (!c.tie_embeddings) b.rows("lm_head.weight", "output_layer.weight", 0, V);
-  return b.take();
+// An architecture's tensors in state_dict order (save_pretrained fills shards in it): before the
+// blocks, each block's, after them; and the names of the buffers each block of some exports holds
+// besides its weights, which meg does not read; and a prefix of the names some uploads omit.
+struct HfTensorTable {
+  std::vector<HfTensorSpec> before, block, after;
+  std::vector<const char*> block_buffers;
+  const char* optional_prefix = "";
+};
+
+constexpr LayerKind kAttn = LayerKind::attention, kMlp = LayerKind::mlp;
+
+const HfTensorTable& gpt2_table() {
+  using enum TensorRole;
+  static const HfTensorTable table = {
+      {{"transformer.wte.weight", word_embeddings, kAttn, HfCut::vocabulary},
+       {"transformer.wpe.weight", position_embeddings}},
+      {{"transformer.h.{}.ln_1.weight", norm_weight, kAttn},
+       {"transformer.h.{}.ln_1.bias", norm_bias, kAttn},
+       {"transformer.h.{}.attn.c_attn.weight", qkv_weight, kAttn, HfCut::whole, 0, true},
+       {"transformer.h.{}.attn.c_attn.bias", qkv_bias, kAttn},
+       {"transformer.h.{}.attn.c_proj.weight", proj_weight, kAttn, HfCut::whole, 0, true},
+       {"transformer.h.{}.attn.c_proj.bias", proj_bias, kAttn},
+       {"transformer.h.{}.ln_2.weight", norm_weight, kMlp},
+       {"transformer.h.{}.ln_2.bias", norm_bias, kMlp},
+       {"transformer.h.{}.mlp.c_fc.weight", fc1_weight, kMlp, HfCut::whole, 0, true},
+       {"transformer.h.{}.mlp.c_fc.bias", fc1_bias, kMlp},
+       {"transformer.h.{}.mlp.c_proj.weight", fc2_weight, kMlp, HfCut::whole, 0, true},
+       {"transformer.h.{}.mlp.c_proj.bias", fc2_bias, kMlp}},
+      {{"transformer.ln_f.weight", final_norm_weight},
+       {"transformer.ln_f.bias", final_norm_bias},
+       {"lm_head.weight", output_layer_weight, kAttn, HfCut::vocabulary}},
+      // The causal masks old versions of transformers saved.
+      {"transformer.h.{}.attn.bias", "transformer.h.{}.attn.masked_bias"},
+      // OpenAI's upload names its tensors without the "transformer." that save_pretrained writes.
+      "transformer.",
+  };
+  return table;
 }
 
-std::vector<HfTensorMap> llama_map(const ModelConfig& c) {
-  MapBuilder b(c);
-  const int64_t V = c.vocab_size, Q = c.num_heads * c.head_size(), KV = c.num_kv_heads * c.head_size();
-  const int64_t F = c.ffn_hidden_size;
-  b.rows("model.embed_tokens.weight", "embedding.word_embeddings.weight", 0, V);
-  for (int64_t l = 0; l < c.num_layers; ++l) {
-    const std::string hf = "model.layers." + std::to_string(l) + ".";
-    const std::string meg = "decoder.layers." + std::to_string(l) + ".";
-    // Registration order of LlamaDecoderLayer: self_attn (q, k, v, o), mlp (gate, up, down), then
-    // the two norms; each nn.Linear holds its weight, then its bias.
-    const std::string qkv = meg + "self_attention.linear_qkv.";
-    const std::pair<const char*, std::pair<int64_t, int64_t>> parts[] = {
-        {"q_proj", {0, Q}}, {"k_proj", {Q, KV}}, {"v_proj", {Q + KV, KV}}};
-    for (const auto& [proj, range] : parts) {
-      b.rows(hf + "self_attn." + proj + ".weight", qkv + "weight", range.first, range.second);
-      if (c.use_bias) b.rows(hf + "self_attn." + proj + ".bias", qkv + "bias", range.first, range.second);
-    }
-    b.rows(hf + "self_attn.o_proj.weight", meg + "self_attention.linear_proj.weight");
-    if (c.use_bias) b.rows(hf + "self_attn.o_proj.bias", meg + "self_attention.linear_proj.bias");
-    b.rows(hf + "mlp.gate_proj.weight", meg + "mlp.linear_fc1.weight", 0, F);
-    if (c.use_bias) b.rows(hf + "mlp.gate_proj.bias", meg + "mlp.linear_fc1.bias", 0, F);
-    b.rows(hf + "mlp.up_proj.weight", meg + "mlp.linear_fc1.weight", F, F);
-    if (c.use_bias) b.rows(hf + "mlp.up_proj.bias", meg + "mlp.linear_fc1.bias", F, F);
-    b.rows(hf + "mlp.down_proj.weight", meg + "mlp.linear_fc2.weight");
-    if (c.use_bias) b.rows(hf + "mlp.down_proj.bias", meg + "mlp.linear_fc2.bias");
-    b.rows(hf + "input_layernorm.weight", meg + "input_layernorm.weight");
-    b.rows(hf + "post_attention_layernorm.weight", meg + "pre_mlp_layernorm.weight");
+const HfTensorTable& llama_table() {
+  using enum TensorRole;
+  // Registration order of LlamaDecoderLayer: self_attn (q, k, v, o), mlp (gate, up, down), then
+  // the two norms; each nn.Linear holds its weight, then its bias.
+  static const HfTensorTable table = {
+      {{"model.embed_tokens.weight", word_embeddings, kAttn, HfCut::vocabulary}},
+      {{"model.layers.{}.self_attn.q_proj.weight", qkv_weight, kAttn, HfCut::part, 0},
+       {"model.layers.{}.self_attn.q_proj.bias", qkv_bias, kAttn, HfCut::part, 0},
+       {"model.layers.{}.self_attn.k_proj.weight", qkv_weight, kAttn, HfCut::part, 1},
+       {"model.layers.{}.self_attn.k_proj.bias", qkv_bias, kAttn, HfCut::part, 1},
+       {"model.layers.{}.self_attn.v_proj.weight", qkv_weight, kAttn, HfCut::part, 2},
+       {"model.layers.{}.self_attn.v_proj.bias", qkv_bias, kAttn, HfCut::part, 2},
+       {"model.layers.{}.self_attn.o_proj.weight", proj_weight, kAttn},
+       {"model.layers.{}.self_attn.o_proj.bias", proj_bias, kAttn},
+       {"model.layers.{}.mlp.gate_proj.weight", fc1_weight, kMlp, HfCut::part, 0},
+       {"model.layers.{}.mlp.gate_proj.bias", fc1_bias, kMlp, HfCut::part, 0},
+       {"model.layers.{}.mlp.up_proj.weight", fc1_weight, kMlp, HfCut::part, 1},
+       {"model.layers.{}.mlp.up_proj.bias", fc1_bias, kMlp, HfCut::part, 1},
+       {"model.layers.{}.mlp.down_proj.weight", fc2_weight, kMlp},
+       {"model.layers.{}.mlp.down_proj.bias", fc2_bias, kMlp},
+       {"model.layers.{}.input_layernorm.weight", norm_weight, kAttn},
+       {"model.layers.{}.post_attention_layernorm.weight", norm_weight, kMlp}},
+      {{"model.norm.weight", final_norm_weight},
+       {"lm_head.weight", output_layer_weight, kAttn, HfCut::vocabulary}},
+      // The rotary frequencies old versions of transformers saved.
+      {"model.layers.{}.self_attn.rotary_emb.inv_freq"},
+  };
+  return table;
+}
+
+// The table of CONFIG's architecture (hf_config.hpp's explicit lookup).
+const HfTensorTable& hf_tensor_table(const ModelConfig& config) {
+  switch (hf_architecture(config).type) {
+    case HfModelType::gpt2: return gpt2_table();
+    case HfModelType::llama: return llama_table();
   }
-  b.rows("model.norm.weight", "decoder.final_layernorm.weight");
-  if (!c.tie_embeddings) b.rows("lm_head.weight", "output_layer.weight", 0, V);
-  return b.take();
+  throw std::logic_error("hf_tensor_table: unknown Hugging Face architecture");
+}
+
+std::string block_name(const char* pattern, int64_t block) { return fmt::format(fmt::runtime(pattern), block); }
+
+// The map of one entry onto the meg tensor T.
+HfTensorMap map_of(const HfTensorSpec& spec, std::string hf_name, const ParamTensor& t, int64_t vocab_size) {
+  HfTensorMap m;
+  m.hf_name = std::move(hf_name);
+  m.meg_name = t.name;
+  m.meg_shape = t.shape;
+  m.rows = t.shape[0];
+  switch (spec.cut) {
+    case HfCut::whole: break;
+    case HfCut::vocabulary: m.rows = vocab_size; break;
+    case HfCut::part:
+      if (size_t(spec.part) >= t.tp.parts.size())
+        throw std::logic_error("hf_tensor_map: " + t.name + " has no part " + std::to_string(spec.part));
+      for (int i = 0; i < spec.part; ++i) m.row_begin += t.tp.parts[size_t(i)];
+      m.rows = t.tp.parts[size_t(spec.part)];
+      break;
+  }
+  m.transpose = spec.transpose;
+  const auto r = static_cast<uint64_t>(m.rows), c = static_cast<uint64_t>(m.meg_cols());
+  if (m.meg_shape.size() == 1) m.hf_shape = {r};
+  else m.hf_shape = spec.transpose ? std::vector<uint64_t>{c, r} : std::vector<uint64_t>{r, c};
+  return m;
 }
 
 // DST[c, r] = SRC[r, c] for a ROWS x COLS source, in tiles so that both sides stay in cache, the
@@ -124,7 +158,39 @@ void transpose(float* dst, const float* src, size_t rows, size_t cols) {
 }  // namespace
 
 std::vector<HfTensorMap> hf_tensor_map(const ModelConfig& config) {
-  return config.family == ModelFamily::gpt2 ? gpt2_map(config) : llama_map(config);
+  const HfTensorTable& table = hf_tensor_table(config);
+  const std::vector<ParamTensor> tensors = gpt_parameter_table(config);
+  std::map<std::pair<int64_t, TensorRole>, const ParamTensor*> by_role;  // by (layer, role)
+  for (const auto& t : tensors) by_role[{t.layer, t.role}] = &t;
+  // Each block's layer of each kind, by index in the layer sequence.
+  const std::vector<LayerSpec> layers = config.layers();
+  std::vector<std::map<LayerKind, int64_t>> block_layers(size_t(config.num_layers));
+  for (size_t l = 0; l < layers.size(); ++l) block_layers.at(size_t(layers[l].block))[layers[l].kind] = int64_t(l);
+
+  std::vector<HfTensorMap> maps;
+  const auto add = [&](const HfTensorSpec& spec, std::string name, int64_t layer) {
+    const auto t = by_role.find({layer, spec.role});
+    if (t != by_role.end()) maps.push_back(map_of(spec, std::move(name), *t->second, config.vocab_size));
+  };
+  for (const auto& spec : table.before) add(spec, spec.name, kNoLayer);
+  for (int64_t b = 0; b < config.num_layers; ++b)
+    for (const auto& spec : table.block) add(spec, block_name(spec.name, b), block_layers[size_t(b)].at(spec.kind));
+  for (const auto& spec : table.after) add(spec, spec.name, kNoLayer);
+  return maps;
+}
+
+std::string hf_optional_prefix(const ModelConfig& config) { return hf_tensor_table(config).optional_prefix; }
+
+std::vector<std::string> hf_ignored_tensors(const ModelConfig& config) {
+  const HfTensorTable& table = hf_tensor_table(config);
+  std::vector<std::string> names;
+  for (int64_t b = 0; b < config.num_layers; ++b)
+    for (const char* buffer : table.block_buffers) names.push_back(block_name(buffer, b));
+  // transformers drops a tied output layer, which shares the embedding's storage; some files keep it.
+  if (config.tie_embeddings)
+    for (const auto& spec : table.after)
+      if (spec.role == TensorRole::output_layer_weight) names.push_back(spec.name);
+  return names;
 }
 
 void hf_from_meg(const HfTensorMap& map, std::span<const float> meg, std::vector<float>& out) {

@@ -1,7 +1,9 @@
-// The tensors of a Hugging Face checkpoint and where each one lives in meg's parameters.
+// The tensors of a Hugging Face checkpoint and where each one lives in meg's parameters: one table
+// per architecture (hf_config.hpp's lookup) saying, for each meg tensor role, the Hugging Face name
+// and how it is cut or transposed.
 //
 // transformers' GPT2LMHeadModel (model_type "gpt2") and LlamaForCausalLM ("llama") against meg's
-// table (model/gpt.hpp), for layer i:
+// table (model/param_table.hpp), for block i:
 //
 //   GPT-2                                      meg
 //   transformer.wte.weight        [V, C]       embedding.word_embeddings.weight   rows [0, V)
@@ -71,6 +73,15 @@ struct HfTensorMap {
 // in the order of its state_dict, which is the order save_pretrained fills shards in. The GPT-2
 // names carry the "transformer." prefix that save_pretrained writes.
 std::vector<HfTensorMap> hf_tensor_map(const ModelConfig& config);
+
+// Tensors a Hugging Face checkpoint of CONFIG may hold that meg does not read: buffers old versions
+// of transformers saved with the weights (GPT-2's causal masks, Llama's rotary frequencies) and a
+// tied output layer's copy.
+std::vector<std::string> hf_ignored_tensors(const ModelConfig& config);
+
+// A prefix of the tensor names that some uploads of CONFIG's architecture omit (GPT-2's
+// "transformer.", which OpenAI's files lack), or "".
+std::string hf_optional_prefix(const ModelConfig& config);
 
 // The Hugging Face tensor MAP describes, cut from MEG, the whole meg tensor (row-major), into OUT
 // (resized; reused by the caller from tensor to tensor).

@@ -129,9 +129,9 @@ void NativeStateReader::read_local(const Holder& holder, int tp_rank, StateKind 
 void NativeStateReader::read(const ParamTensor& full, StateKind kind, float* whole) const {
   const Holder& holder = holders_.at(full.name);
   // A replicated tensor is whole on every tensor-parallel rank: the first one's copy serves.
-  const int ranks = tp_split_of(config_, full).split == TpSplit::replicated ? 1 : layout_.tp;
+  const int ranks = tp_split_of(full).split == TpSplit::replicated ? 1 : layout_.tp;
   for (int r = 0; r < ranks; ++r)
-    for_each_shard_run(config_, full, layout_.tp, r,
+    for_each_shard_run(full, layout_.tp, r,
                        [&](size_t fi, size_t li, size_t n) { read_local(holder, r, kind, li, n, whole + fi); });
 }
 

@@ -134,7 +134,7 @@ uint64_t write_native_state(CheckpointWriter& w, const ModelConfig& config, cons
       for (size_t i = next[size_t(p)]; i < next[size_t(p)] + count; ++i) {
         const ParamTensor& local = table[i];
         const ParamTensor& full = *full_of.at(local.name);
-        const bool replicated = tp_split_of(config, full).split == TpSplit::replicated;
+        const bool replicated = tp_split_of(full).split == TpSplit::replicated;
         for (const StateKind kind : kinds) {
           source(full, kind, whole);
           for (int t = 0; t < layout.tp; ++t) {
@@ -143,7 +143,7 @@ uint64_t write_native_state(CheckpointWriter& w, const ModelConfig& config, cons
               continue;
             }
             slice.resize(local.numel);
-            for_each_shard_run(config, full, layout.tp, t, [&](size_t fi, size_t li, size_t n) {
+            for_each_shard_run(full, layout.tp, t, [&](size_t fi, size_t li, size_t n) {
               std::copy_n(whole.data() + fi, n, slice.data() + li);
             });
             files.append(t, p, local, kind, slice.data());

@@ -34,7 +34,7 @@ CpuInferenceModel::CpuInferenceModel(const ModelConfig& config, std::vector<floa
   if (max_length == 0) max_length = static_cast<int>(config_.seq_length);
   if (config_.learned_positions() && max_length > config_.seq_length)
     input_error("--max-length {}: this GPT-2 model has only {} learned positions", max_length, config_.seq_length);
-  w_ = gpt_offsets(config_, gpt_parameter_table(config_, tp_size_));
+  w_ = TensorIndex(config_, gpt_parameter_table(config_, tp_size_));
   slots_ = slots;
   max_length_ = max_length;
   C_ = static_cast<int>(config_.hidden_size);
@@ -119,8 +119,8 @@ void CpuInferenceModel::attend(size_t l, std::span<const AppendRequest> requests
 // Vocabulary-parallel: this rank's rows of the lookup (all of them without a group), zeros for
 // the tokens of other ranks, summed over the group; then the (replicated) position embedding.
 void CpuInferenceModel::embed(std::span<const AppendRequest> requests, int N) {
-  const float* wte = param(w_.wte);
-  const float* wpe = param(w_.wpe);
+  const float* wte = param(w_.at(kNoLayer, TensorRole::word_embeddings));
+  const float* wpe = param(w_.at(kNoLayer, TensorRole::position_embeddings));
   std::fill_n(x_.data(), size_t(N) * C_, 0.0f);
   size_t row = 0;
   for (const AppendRequest& r : requests)
@@ -149,7 +149,7 @@ void CpuInferenceModel::row_parallel(float* out, const float* inp, size_t w, siz
 // Each rank's vocabulary shard of the logits, gathered: rank r's columns [r * Vp, (r + 1) * Vp)
 // of row i are row r * R + i of the gathered array. Only the real vocabulary's columns go out.
 void CpuInferenceModel::output(float* logits, int R) {
-  cpu::linear_forward(logits_.data(), ln_.data(), param(w_.out_w), nullptr, R, C_, Vp_);
+  cpu::linear_forward(logits_.data(), ln_.data(), param(w_.output_weight()), nullptr, R, C_, Vp_);
   const float* all = logits_.data();
   if (tp_) {
     tp_->all_gather(gathered_.data(), logits_.data(), size_t(R) * Vp_);
@@ -182,20 +182,22 @@ void CpuInferenceModel::append(std::span<const AppendRequest> requests, float* l
   const size_t NC = size_t(N) * C_;
 
   embed(requests, N);
-  for (size_t l = 0; l < w_.layers.size(); ++l) {
-    const GptOffsets::Layer& w = w_.layers[l];
-    norm(ln_.data(), x_.data(), w.ln1_w, w.ln1_b, N);
-    cpu::linear_forward(qkv_.data(), ln_.data(), param(w.qkv_w), param(w.qkv_b), N, C_, QKV_);
+  using enum TensorRole;
+  for (size_t l = 0; l < size_t(config_.num_layers); ++l) {
+    const LayerTensors& attn = w_.block(int64_t(l)).attention;
+    const LayerTensors& mlp = w_.block(int64_t(l)).mlp;
+    norm(ln_.data(), x_.data(), attn[norm_weight], attn[norm_bias], N);
+    cpu::linear_forward(qkv_.data(), ln_.data(), param(attn[qkv_weight]), param(attn[qkv_bias]), N, C_, QKV_);
     attend(l, requests);
-    row_parallel(branch_.data(), atty_.data(), w.proj_w, w.proj_b, N, CQ_);
+    row_parallel(branch_.data(), atty_.data(), attn[proj_weight], attn[proj_bias], N, CQ_);
     for (size_t i = 0; i < NC; ++i) x_[i] += branch_[i];
-    norm(ln_.data(), x_.data(), w.ln2_w, w.ln2_b, N);
-    cpu::linear_forward(fc1_.data(), ln_.data(), param(w.fc1_w), param(w.fc1_b), N, C_, FC_);
+    norm(ln_.data(), x_.data(), mlp[norm_weight], mlp[norm_bias], N);
+    cpu::linear_forward(fc1_.data(), ln_.data(), param(mlp[fc1_weight]), param(mlp[fc1_bias]), N, C_, FC_);
     if (config_.activation == Activation::swiglu)
       cpu::swiglu_forward(act_.data(), fc1_.data(), N, FF_);
     else
       cpu::gelu_forward(act_.data(), fc1_.data(), size_t(N) * FF_);
-    row_parallel(branch_.data(), act_.data(), w.fc2_w, w.fc2_b, N, FF_);
+    row_parallel(branch_.data(), act_.data(), mlp[fc2_weight], mlp[fc2_bias], N, FF_);
     for (size_t i = 0; i < NC; ++i) x_[i] += branch_[i];
   }
 
@@ -206,7 +208,7 @@ void CpuInferenceModel::append(std::span<const AppendRequest> requests, float* l
     row += requests[size_t(i)].tokens.size();
     std::memcpy(last_.data() + size_t(i) * C_, x_.data() + (row - 1) * C_, size_t(C_) * sizeof(float));
   }
-  norm(ln_.data(), last_.data(), w_.lnf_w, w_.lnf_b, R);
+  norm(ln_.data(), last_.data(), w_.at(kNoLayer, final_norm_weight), w_.at(kNoLayer, final_norm_bias), R);
   output(logits, R);
 
   for (const AppendRequest& r : requests) lengths_[size_t(r.slot)] += static_cast<int>(r.tokens.size());

@@ -68,7 +68,7 @@ class CpuInferenceModel final : public InferenceModel {
   Comm* tp_ = nullptr;  // null for the whole model
   int tp_size_ = 1, tp_rank_ = 0;
   std::vector<float> params_;
-  GptOffsets w_;
+  TensorIndex w_;  // this rank's tensors
   int slots_ = 0, max_length_ = 0;
   // This rank's sizes: NH, NKV query and key/value heads, CQ = NH * HS, FF the MLP's hidden width
   // and FC its first product's, Vp the vocabulary rows from V0 on; C and the real V are the model's.

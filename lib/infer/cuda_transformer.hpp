@@ -90,8 +90,9 @@ class CudaTransformer {
   cuda::DeviceAllocator& allocator() { return alloc_; }
   int max_rows() const { return max_rows_; }
 
-  const X* wte() const { return px(offsets_.wte); }
-  const X* wpe() const { return px(offsets_.wpe); }          // null without learned positions
+  const X* wte() const { return px(offsets_.at(kNoLayer, TensorRole::word_embeddings)); }
+  // Null without learned positions.
+  const X* wpe() const { return px(offsets_.at(kNoLayer, TensorRole::position_embeddings)); }
   const float* rope_table() const { return rope_table_.get(); }  // null without RoPE
 
   // The attention of block LAYER over the rows of blocks(): from qkv [N, QKV] (the fused
@@ -118,7 +119,10 @@ class CudaTransformer {
   bool logits(X* out, const X* x, int N, const cuda::SmallLinearArgmax* argmax = nullptr);
 
   // out [N, C] = final_norm(x): the hidden states the output layer reads (the RETRO embedder's).
-  void final_norm(X* out, const X* x, int N) { norm(out, x, offsets_.lnf_w, offsets_.lnf_b, N); }
+  void final_norm(X* out, const X* x, int N) {
+    norm(out, x, offsets_.at(kNoLayer, TensorRole::final_norm_weight),
+         offsets_.at(kNoLayer, TensorRole::final_norm_bias), N);
+  }
 
   // Whether forwards of up to cuda::kSmallLinearMaxRows rows (decode steps) run their linear
   // layers as small_linear's fused matrix-vector products (the default) or as cuBLASLt products
@@ -156,7 +160,7 @@ class CudaTransformer {
   cuda::Stream stream_;  // first in, last out: the members below queue work on it
   cuda::DeviceAllocator alloc_;
   cuda::Gemm gemm_;
-  GptOffsets offsets_;
+  TensorIndex offsets_;  // this rank's tensors
   cuda::DeviceArray<X> weights_;
   cuda::DeviceArray<float> rope_table_;
   // One layer's activations, reused by every layer.

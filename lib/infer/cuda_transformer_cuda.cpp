@@ -69,7 +69,7 @@ CudaTransformer<X>::CudaTransformer(const ModelConfig& config, const std::vector
       dims_(dims_of<X>(config_, tp_)),
       max_rows_(max_rows),
       gemm_(stream_.get()) {
-  offsets_ = gpt_offsets(config_, gpt_parameter_table(config_, size_of(tp_)));
+  offsets_ = TensorIndex(config_, gpt_parameter_table(config_, size_of(tp_)));
   const cudaStream_t s = stream_.get();
   std::vector<float> shard;
   const bool whole = holds_whole_model(config, params.size());
@@ -141,25 +141,28 @@ void CudaTransformer<X>::blocks(X* x, int N, const Attention& attention, const K
   // where that norm is a launch of its own (too many rows for small_linear, or small_linear off).
   const bool unfused = !small_linear_ || N > cuda::kSmallLinearMaxRows;
   bool pending = false;
-  for (size_t l = 0; l < offsets_.layers.size(); ++l) {
-    const GptOffsets::Layer& w = offsets_.layers[l];
+  using enum TensorRole;
+  const size_t L = size_t(config_.num_layers);
+  for (size_t l = 0; l < L; ++l) {
+    const LayerTensors& attn = offsets_.block(int64_t(l)).attention;
+    const LayerTensors& mlp = offsets_.block(int64_t(l)).mlp;
     // Attention: x = x + proj(attention(qkv(norm1(x)))), the keys and values cached first.
     if (cache) {
       const auto [k, v] = cache->arrays(l);
       const cuda::SmallLinearKvAppend<X> append{k,  v,  cache->slots, cache->positions, rope_table(),
                                                 NH, NKV, HS, cache->max_length};
-      norm_linear(qkv_.get(), x, w.ln1_w, w.ln1_b, w.qkv_w, w.qkv_b, N, QKV, cuda::SmallLinearEpilogue::kv_append,
-                  &append, pending ? x : nullptr);
+      norm_linear(qkv_.get(), x, attn[norm_weight], attn[norm_bias], attn[qkv_weight], attn[qkv_bias], N, QKV,
+                  cuda::SmallLinearEpilogue::kv_append, &append, pending ? x : nullptr);
     } else {
-      norm_linear(qkv_.get(), x, w.ln1_w, w.ln1_b, w.qkv_w, w.qkv_b, N, QKV, cuda::SmallLinearEpilogue::store,
-                  nullptr, pending ? x : nullptr);
+      norm_linear(qkv_.get(), x, attn[norm_weight], attn[norm_bias], attn[qkv_weight], attn[qkv_bias], N, QKV,
+                  cuda::SmallLinearEpilogue::store, nullptr, pending ? x : nullptr);
     }
     attention(l, qkv_.get(), atty_.get());
-    pending = residual_linear(x, atty_.get(), w.proj_w, w.proj_b, N, CQ, unfused);
+    pending = residual_linear(x, atty_.get(), attn[proj_weight], attn[proj_bias], N, CQ, unfused);
     // MLP: x = x + fc2(act(fc1(norm2(x)))).
-    norm_linear(act_.get(), x, w.ln2_w, w.ln2_b, w.fc1_w, w.fc1_b, N, FC, activation, nullptr,
-                pending ? x : nullptr);
-    pending = residual_linear(x, act_.get(), w.fc2_w, w.fc2_b, N, Fh, unfused && l + 1 < offsets_.layers.size());
+    norm_linear(act_.get(), x, mlp[norm_weight], mlp[norm_bias], mlp[fc1_weight], mlp[fc1_bias], N, FC, activation,
+                nullptr, pending ? x : nullptr);
+    pending = residual_linear(x, act_.get(), mlp[fc2_weight], mlp[fc2_bias], N, Fh, unfused && l + 1 < L);
   }
 }
 
@@ -224,8 +227,9 @@ bool CudaTransformer<X>::logits(X* out, const X* x, int N, const cuda::SmallLine
   if (N > max_rows_) throw std::invalid_argument("CudaTransformer: more rows than allocated");
   if (argmax && tp_) throw std::invalid_argument("CudaTransformer: an argmax of a vocabulary shard");
   using E = cuda::SmallLinearEpilogue;
-  const bool one_launch = norm_linear(out, x, offsets_.lnf_w, offsets_.lnf_b, offsets_.out_w, kAbsentTensor, N,
-                                     dims_.Vp, argmax ? E::argmax : E::store, nullptr, nullptr, argmax);
+  const bool one_launch = norm_linear(out, x, offsets_.at(kNoLayer, TensorRole::final_norm_weight),
+                                     offsets_.at(kNoLayer, TensorRole::final_norm_bias), offsets_.output_weight(),
+                                     kAbsentTensor, N, dims_.Vp, argmax ? E::argmax : E::store, nullptr, nullptr, argmax);
   return argmax && one_launch;
 }
 

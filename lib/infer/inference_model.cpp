@@ -228,7 +228,7 @@ std::vector<float> tensor_parallel_shard(const ModelConfig& config, const ModelC
     whole.resize(have);
     read(from[i], whole.data());
     float* dst = shard.data() + local[i].offset;
-    for_each_shard_run(sharded, to[i], tp, rank, [&](size_t fi, size_t li, size_t n) {
+    for_each_shard_run(to[i], tp, rank, [&](size_t fi, size_t li, size_t n) {
       const size_t k = fi < have ? std::min(n, have - fi) : 0;
       std::copy_n(whole.data() + fi, k, dst + li);
       std::fill_n(dst + li + k, n - k, 0.0f);

@@ -3,12 +3,14 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <stdexcept>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include "core/error.hpp"
 #include "core/json_file.hpp"
+#include "model/param_table.hpp"
 
 namespace meg {
 
@@ -17,6 +19,7 @@ namespace {
 const std::vector<std::string> kFamilies = {"gpt2", "llama"};
 const std::vector<std::string> kActivations = {"gelu_tanh", "swiglu"};
 const std::vector<std::string> kNorms = {"layernorm", "rmsnorm"};
+const std::vector<std::string> kPositionEmbeddings = {"learned_absolute", "rope", "none"};
 
 template <typename E>
 E parse_enum(const std::vector<std::string>& names, const std::string& name, const char* what,
@@ -58,11 +61,14 @@ ModelConfig llama_preset(int64_t layers, int64_t hidden, int64_t heads, int64_t 
 
 // The JSON keys, in the order to_json() writes them.
 const std::vector<std::string> kKeys = {
-    "family",         "num-layers",     "hidden-size",       "num-heads",
-    "num-kv-heads",   "ffn-hidden-size", "seq-length",       "vocab-size",
-    "make-vocab-size-divisible-by",     "padded-vocab-size", "norm-eps",
-    "rope-theta",     "tie-embeddings", "use-bias",          "activation",
-    "norm",           "init-std",       "hidden-dropout",    "attention-dropout"};
+    "family",          "num-layers",      "hybrid-layer-pattern",
+    "hidden-size",     "num-heads",       "num-kv-heads",
+    "ffn-hidden-size", "seq-length",      "vocab-size",
+    "make-vocab-size-divisible-by",       "padded-vocab-size",
+    "norm-eps",        "position-embedding-type",            "rope-theta",
+    "tie-embeddings",  "use-bias",        "activation",
+    "norm",            "init-std",        "hidden-dropout",
+    "attention-dropout"};
 
 int64_t get_int(const nlohmann::json& j, const std::string& key, const std::string& where) {
   const auto& v = j.at(key);
@@ -99,6 +105,7 @@ std::string get_string(const nlohmann::json& j, const std::string& key, const st
 std::string to_string(ModelFamily f) { return kFamilies.at(static_cast<size_t>(f)); }
 std::string to_string(Activation a) { return kActivations.at(static_cast<size_t>(a)); }
 std::string to_string(NormKind n) { return kNorms.at(static_cast<size_t>(n)); }
+std::string to_string(PositionEmbedding p) { return kPositionEmbeddings.at(static_cast<size_t>(p)); }
 
 ModelFamily parse_model_family(const std::string& name, const std::string& where) {
   return parse_enum<ModelFamily>(kFamilies, name, "model family", where);
@@ -108,6 +115,9 @@ Activation parse_activation(const std::string& name, const std::string& where) {
 }
 NormKind parse_norm(const std::string& name, const std::string& where) {
   return parse_enum<NormKind>(kNorms, name, "norm", where);
+}
+PositionEmbedding parse_position_embedding(const std::string& name, const std::string& where) {
+  return parse_enum<PositionEmbedding>(kPositionEmbeddings, name, "position-embedding-type", where);
 }
 
 int64_t pad_vocab_size(int64_t vocab, int64_t divisible_by, int64_t tp) {
@@ -123,16 +133,22 @@ int64_t pad_vocab_size(int64_t vocab, int64_t divisible_by, int64_t tp) {
 ModelConfig ModelConfig::defaults(ModelFamily family) {
   ModelConfig c;
   c.family = family;
-  if (family == ModelFamily::gpt2) {
-    c.tie_embeddings = true;
-    c.use_bias = true;
-    c.activation = Activation::gelu_tanh;
-    c.norm = NormKind::layernorm;
-  } else {
-    c.tie_embeddings = false;
-    c.use_bias = false;
-    c.activation = Activation::swiglu;
-    c.norm = NormKind::rmsnorm;
+  switch (family) {
+    case ModelFamily::gpt2:
+      c.tie_embeddings = true;
+      c.use_bias = true;
+      c.activation = Activation::gelu_tanh;
+      c.norm = NormKind::layernorm;
+      c.position_embedding = PositionEmbedding::learned_absolute;
+      break;
+    case ModelFamily::llama:
+      c.tie_embeddings = false;
+      c.use_bias = false;
+      c.activation = Activation::swiglu;
+      c.norm = NormKind::rmsnorm;
+      c.position_embedding = PositionEmbedding::rope;
+      break;
+    default: throw std::logic_error("ModelConfig::defaults: unknown model family");
   }
   c.rope_theta = 500000.0;
   c.norm_eps = 1e-5;
@@ -197,6 +213,11 @@ void ModelConfig::validate(const std::string& where) const {
     if (value <= 0) input_error("{}: {} must be positive, got {}", where, name, value);
     if (value > kMaxSize) input_error("{}: {} {} is too large (at most {})", where, name, value, kMaxSize);
   }
+  // "*-" pairs, the only pattern parse_layer_pattern accepts.
+  const size_t blocks = parse_layer_pattern(layer_pattern(), where).size() / 2;
+  if (int64_t(blocks) != num_layers)
+    input_error("{}: hybrid-layer-pattern \"{}\" has {} blocks \"*-\", but num-layers is {}", where,
+                hybrid_layer_pattern, blocks, num_layers);
   if (vocab_size == 0)
     input_error("{}: vocab-size is not set (give --vocab-size, or a tokenizer)", where);
   if (vocab_size < 0) input_error("{}: vocab-size must be positive, got {}", where, vocab_size);
@@ -211,6 +232,7 @@ void ModelConfig::validate(const std::string& where) const {
   if (num_heads % num_kv_heads != 0)
     input_error("{}: num-heads {} is not divisible by num-kv-heads {}", where, num_heads,
                 num_kv_heads);
+  // The gpt2 preset family converts to GPT2LMHeadModel, which has no grouped-query attention.
   if (family == ModelFamily::gpt2 && num_kv_heads != num_heads)
     input_error("{}: the gpt2 family has no grouped-query attention: num-kv-heads {} must equal "
                 "num-heads {}",
@@ -232,27 +254,13 @@ void ModelConfig::validate(const std::string& where) const {
     input_error("{}: attention-dropout must be in [0, 1), got {}", where, attention_dropout);
 }
 
-int64_t ModelConfig::num_parameters() const {
-  const int64_t C = hidden_size, L = num_layers, F = ffn_hidden_size;
-  const int64_t Vp = padded_vocab_size;
-  const int64_t qkv = C + 2 * num_kv_heads * head_size();
-  const int64_t fc = (activation == Activation::swiglu ? 2 : 1) * F;
-  const int64_t norm_params = (norm == NormKind::layernorm ? 2 : 1) * C;
-  const int64_t bias = use_bias ? 1 : 0;
-
-  int64_t n = Vp * C;                           // wte
-  if (learned_positions()) n += seq_length * C;  // wpe
-  const int64_t per_layer = norm_params                 // ln1 / rms1
-                            + qkv * C + bias * qkv      // fused q, k, v
-                            + C * C + bias * C          // attention output projection
-                            + norm_params               // ln2 / rms2
-                            + fc * C + bias * fc        // fc (gate and up fused for SwiGLU)
-                            + C * F + bias * C;         // fc_proj
-  n += L * per_layer;
-  n += norm_params;                   // final norm
-  if (!tie_embeddings) n += Vp * C;  // lm_head
-  return n;
+std::string ModelConfig::layer_pattern() const {
+  return hybrid_layer_pattern.empty() ? default_layer_pattern(num_layers) : hybrid_layer_pattern;
 }
+
+std::vector<LayerSpec> ModelConfig::layers() const { return parse_layer_pattern(layer_pattern(), "model config"); }
+
+int64_t ModelConfig::num_parameters() const { return static_cast<int64_t>(table_size(gpt_parameter_table(*this))); }
 
 int64_t ModelConfig::flops_per_token(int64_t T) const {
   return 6 * num_parameters() + 12 * num_layers * hidden_size * T;
@@ -262,6 +270,7 @@ nlohmann::ordered_json ModelConfig::to_json() const {
   nlohmann::ordered_json j;
   j["family"] = to_string(family);
   j["num-layers"] = num_layers;
+  j["hybrid-layer-pattern"] = layer_pattern();
   j["hidden-size"] = hidden_size;
   j["num-heads"] = num_heads;
   j["num-kv-heads"] = num_kv_heads;
@@ -271,6 +280,7 @@ nlohmann::ordered_json ModelConfig::to_json() const {
   j["make-vocab-size-divisible-by"] = make_vocab_size_divisible_by;
   j["padded-vocab-size"] = padded_vocab_size;
   j["norm-eps"] = norm_eps;
+  j["position-embedding-type"] = to_string(position_embedding);
   j["rope-theta"] = rope_theta;
   j["tie-embeddings"] = tie_embeddings;
   j["use-bias"] = use_bias;
@@ -304,6 +314,7 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& w
       c.use_bias = d.use_bias;
       c.activation = d.activation;
       c.norm = d.norm;
+      c.position_embedding = d.position_embedding;
     }
   }
   auto has = [&](const char* key) { return j.contains(key); };
@@ -318,6 +329,8 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& w
     c.make_vocab_size_divisible_by = get_int(j, "make-vocab-size-divisible-by", where);
   if (has("padded-vocab-size")) c.padded_vocab_size = get_int(j, "padded-vocab-size", where);
   if (has("norm-eps")) c.norm_eps = get_double(j, "norm-eps", where);
+  if (has("position-embedding-type"))
+    c.position_embedding = parse_position_embedding(get_string(j, "position-embedding-type", where), where);
   if (has("rope-theta")) c.rope_theta = get_double(j, "rope-theta", where);
   if (has("tie-embeddings")) c.tie_embeddings = get_bool(j, "tie-embeddings", where);
   if (has("use-bias")) c.use_bias = get_bool(j, "use-bias", where);
@@ -327,6 +340,14 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& w
   if (has("hidden-dropout")) c.hidden_dropout = get_double(j, "hidden-dropout", where);
   if (has("attention-dropout")) c.attention_dropout = get_double(j, "attention-dropout", where);
 
+  // The pattern, checked here to name the file; it gives num-layers when that is not given, and
+  // the default pattern is stored as "" so that it follows a later num-layers.
+  if (has("hybrid-layer-pattern")) {
+    const std::string pattern = get_string(j, "hybrid-layer-pattern", where);
+    const int64_t blocks = static_cast<int64_t>(parse_layer_pattern(pattern, where).size() / 2);
+    if (!has("num-layers")) c.num_layers = blocks;
+    c.hybrid_layer_pattern = pattern == default_layer_pattern(c.num_layers) ? "" : pattern;
+  }
   // Derived sizes follow their base unless given (see apply_overrides).
   if (!has("num-kv-heads") && (base.num_kv_heads == 0 || base.num_kv_heads == base.num_heads))
     c.num_kv_heads = c.num_heads;

@@ -1,4 +1,6 @@
-// The shape and hyperparameters of a decoder-only language model: GPT-2 or Llama.
+// The shape and features of a decoder-only language model, as Megatron's TransformerConfig has
+// them: each feature (positions, norm, activation, biases, tied embeddings, the layer pattern) is a
+// field of its own, and "gpt2" and "llama" are presets over those fields, not code paths.
 //
 // A configuration comes from a preset (ModelConfig::preset), a JSON file (load_model_config), or
 // both, then single-field overrides from the command line (apply_overrides), then validate().
@@ -7,30 +9,40 @@
 // JSON keys are the long option names without dashes (unknown keys are an error, to catch typos):
 //
 //   preset                        name of a preset to start from (files only; never written)
-//   family                        "gpt2" | "llama" (sets the family's defaults, below)
+//   family                        "gpt2" | "llama": the family whose defaults (below) the config
+//                                 starts from, and the Hugging Face architecture it converts to;
+//                                 no feature is read from it
 //   num-layers                    transformer blocks L
+//   hybrid-layer-pattern          the layer sequence, one symbol a layer (model/layer_spec.hpp):
+//                                 "*" attention, "-" MLP; default "*-" repeated num-layers times,
+//                                 the only pattern implemented ("M" Mamba and "E" MoE are refused)
 //   hidden-size                   model width C
 //   num-heads                     query heads NH; head size HS = C / NH
 //   num-kv-heads                  key/value heads NKV (grouped-query attention); default NH
 //   ffn-hidden-size               MLP width; default 4 * C (also after a new hidden-size, for
 //                                 GELU configs whose ffn was 4 * C)
-//   seq-length                    training sequence length T; for GPT-2 also the number of
-//                                 learned positions (rows of wpe)
+//   seq-length                    training sequence length T; with learned_absolute positions
+//                                 also the number of learned positions (rows of wpe)
 //   vocab-size                    the tokenizer's vocabulary V (0 = not yet known)
 //   make-vocab-size-divisible-by  Megatron's padding unit, default 128
 //   padded-vocab-size             rows of the embedding Vp (default: V padded for TP 1)
 //   norm-eps                      LayerNorm / RMSNorm epsilon
-//   rope-theta                    RoPE base (Llama)
+//   position-embedding-type       "learned_absolute" | "rope" | "none" (Megatron's names)
+//   rope-theta                    RoPE base (position-embedding-type rope)
 //   tie-embeddings                output layer shares the token embedding
 //   use-bias                      linear layers have biases
-//   activation                    "gelu_tanh" | "swiglu"
+//   activation                    "gelu_tanh" | "swiglu" (a gated MLP: fc1 is [gate; up])
 //   norm                          "layernorm" | "rmsnorm"
 //   init-std                      standard deviation of the normal weight initialisation
 //   hidden-dropout, attention-dropout
 //
-// Family defaults. gpt2: gelu_tanh, layernorm, biases, tied embeddings, learned absolute positions,
-// NKV = NH. llama: swiglu, rmsnorm, no biases, untied output layer, RoPE (theta 500000 as in
-// Llama 3), grouped-query attention allowed. Both: norm-eps 1e-5, init-std 0.02, no dropout.
+// Family defaults. gpt2: gelu_tanh, layernorm, biases, tied embeddings, learned_absolute
+// positions; its validation keeps NKV = NH (GPT2LMHeadModel has no grouped-query attention).
+// llama: swiglu, rmsnorm, no biases, untied output layer, rope (theta 500000 as in Llama 3),
+// grouped-query attention allowed. Both: norm-eps 1e-5, init-std 0.02, no dropout. A file's
+// "family" that differs from its preset's resets those features to the family's defaults before
+// the file's own keys apply; files written before a feature had its key (no
+// position-embedding-type, no hybrid-layer-pattern) so load to the same model as before.
 //
 // Presets (ModelConfig::preset_names()):
 //   gpt2-124m, gpt2-355m, gpt2-774m, gpt2-1.5b   OpenAI GPT-2 shapes, seq 1024, vocab 50257
@@ -56,26 +68,34 @@
 
 #include <nlohmann/json.hpp>
 
+#include "model/layer_spec.hpp"
+
 namespace meg {
 
 enum class ModelFamily { gpt2, llama };
 enum class Activation { gelu_tanh, swiglu };
 enum class NormKind { layernorm, rmsnorm };
+enum class PositionEmbedding { learned_absolute, rope, none };
 
 std::string to_string(ModelFamily f);
 std::string to_string(Activation a);
 std::string to_string(NormKind n);
+std::string to_string(PositionEmbedding p);
 // Parse a name; WHERE prefixes the InputError, which lists the valid names.
 ModelFamily parse_model_family(const std::string& name, const std::string& where);
 Activation parse_activation(const std::string& name, const std::string& where);
 NormKind parse_norm(const std::string& name, const std::string& where);
+PositionEmbedding parse_position_embedding(const std::string& name, const std::string& where);
 
 // Megatron's rule: VOCAB rounded up to a multiple of DIVISIBLE_BY * TP.
 int64_t pad_vocab_size(int64_t vocab, int64_t divisible_by = 128, int64_t tp = 1);
 
 struct ModelConfig {
-  ModelFamily family = ModelFamily::gpt2;
+  ModelFamily family = ModelFamily::gpt2;  // the preset family; no feature depends on it
   int64_t num_layers = 0;
+  // The layer sequence when it is not the default "*-" x num_layers (which is stored as ""), so
+  // that a new num-layers keeps the default pattern.
+  std::string hybrid_layer_pattern;
   int64_t hidden_size = 0;
   int64_t num_heads = 0;
   int64_t num_kv_heads = 0;
@@ -90,19 +110,24 @@ struct ModelConfig {
   bool use_bias = true;
   Activation activation = Activation::gelu_tanh;
   NormKind norm = NormKind::layernorm;
+  PositionEmbedding position_embedding = PositionEmbedding::learned_absolute;
   double init_std = 0.02;
   double hidden_dropout = 0.0;
   double attention_dropout = 0.0;
 
-  // The family's defaults with all sizes zero.
+  // The family's defaults (its features) with all sizes zero.
   static ModelConfig defaults(ModelFamily family);
   // A named preset (see the table above); InputError listing the names for an unknown one.
   static ModelConfig preset(const std::string& name);
   static const std::vector<std::string>& preset_names();
 
   int64_t head_size() const { return num_heads > 0 ? hidden_size / num_heads : 0; }
-  bool learned_positions() const { return family == ModelFamily::gpt2; }
-  bool uses_rope() const { return family == ModelFamily::llama; }
+  bool learned_positions() const { return position_embedding == PositionEmbedding::learned_absolute; }
+  bool uses_rope() const { return position_embedding == PositionEmbedding::rope; }
+  // The layer sequence: hybrid_layer_pattern, or "*-" x num_layers; and its layers
+  // (parse_layer_pattern: InputError for a pattern the models do not implement).
+  std::string layer_pattern() const;
+  std::vector<LayerSpec> layers() const;
 
   // Sets padded_vocab_size from vocab_size for tensor-parallel size TP (Megatron's rule).
   void pad_vocab(int64_t tp = 1);
@@ -114,7 +139,8 @@ struct ModelConfig {
   // InputError (prefixed with WHERE, e.g. a file name or "model config") naming the first problem.
   void validate(const std::string& where = "model config") const;
 
-  // Exact parameter count of the model as built (padded vocabulary; a tied embedding once).
+  // Exact parameter count of the model as built (padded vocabulary; a tied embedding once): the
+  // size of its parameter table (model/param_table.hpp).
   int64_t num_parameters() const;
   // Training FLOPs per token at sequence length T: 6 N + 12 L C T (N from num_parameters()).
   int64_t flops_per_token(int64_t seq_length) const;

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <map>
 #include <stdexcept>
 
 #include "core/error.hpp"
@@ -16,62 +15,6 @@
 namespace meg {
 
 namespace {
-
-constexpr size_t kAbsent = kAbsentTensor;
-
-// Appends tensors to the table with contiguous offsets; add() returns the new tensor's offset.
-struct TableBuilder {
-  std::vector<ParamTensor> tensors;
-  size_t next = 0;
-
-  size_t add(std::string name, std::vector<int64_t> shape, bool decay, ParamInit init) {
-    size_t n = 1;
-    for (int64_t d : shape) n *= static_cast<size_t>(d);
-    ParamTensor t;
-    t.name = std::move(name);
-    t.shape = std::move(shape);
-    t.offset = next;
-    t.numel = n;
-    t.weight_decay = decay;
-    t.init = init;
-    tensors.push_back(std::move(t));
-    next += n;
-    return next - n;
-  }
-};
-
-std::vector<ParamTensor> build_table(const ModelConfig& c) {
-  const int64_t C = c.hidden_size, F = c.ffn_hidden_size, Vp = c.padded_vocab_size;
-  const int64_t QKV = C + 2 * c.num_kv_heads * c.head_size();
-  const int64_t FC = (c.activation == Activation::swiglu ? 2 : 1) * F;
-  const bool ln = c.norm == NormKind::layernorm;
-  const bool bias = c.use_bias;
-  TableBuilder b;
-
-  auto norm = [&](const std::string& prefix) {
-    b.add(prefix + ".weight", {C}, false, ParamInit::ones);
-    if (ln) b.add(prefix + ".bias", {C}, false, ParamInit::zeros);
-  };
-  auto linear = [&](const std::string& prefix, int64_t out, int64_t in, ParamInit init) {
-    b.add(prefix + ".weight", {out, in}, true, init);
-    if (bias) b.add(prefix + ".bias", {out}, false, ParamInit::zeros);
-  };
-
-  b.add("embedding.word_embeddings.weight", {Vp, C}, true, ParamInit::normal);
-  if (c.learned_positions()) b.add("embedding.position_embeddings.weight", {c.seq_length, C}, true, ParamInit::normal);
-  for (int64_t l = 0; l < c.num_layers; ++l) {
-    const std::string pre = "decoder.layers." + std::to_string(l) + ".";
-    norm(pre + "input_layernorm");
-    linear(pre + "self_attention.linear_qkv", QKV, C, ParamInit::normal);
-    linear(pre + "self_attention.linear_proj", C, C, ParamInit::normal_scaled);
-    norm(pre + "pre_mlp_layernorm");
-    linear(pre + "mlp.linear_fc1", FC, C, ParamInit::normal);
-    linear(pre + "mlp.linear_fc2", C, F, ParamInit::normal_scaled);
-  }
-  norm("decoder.final_layernorm");
-  if (!c.tie_embeddings) b.add("output_layer.weight", {Vp, C}, true, ParamInit::normal);
-  return std::move(b.tensors);
-}
 
 // Copies columns [col, col + width) of rows of a [N, stride] array into a contiguous [N, width].
 template <typename F>
@@ -92,53 +35,23 @@ void zero(F* a, size_t n) {
 
 }  // namespace
 
-std::vector<ParamTensor> gpt_parameter_table(const ModelConfig& config) { return build_table(config); }
-
-bool sequence_parallel_tensor(const ParamTensor& t) {
-  return t.name.find("layernorm") != std::string::npos || t.name == "embedding.position_embeddings.weight";
-}
-
-GptOffsets gpt_offsets(const ModelConfig& config, const std::vector<ParamTensor>& table) {
-  std::map<std::string, size_t> at;
-  for (const auto& t : table) at[t.name] = t.offset;
-  auto find = [&](const std::string& name) {
-    auto it = at.find(name);
-    return it == at.end() ? kAbsentTensor : it->second;
-  };
-  GptOffsets o;
-  o.wte = find("embedding.word_embeddings.weight");
-  o.wpe = find("embedding.position_embeddings.weight");
-  o.lnf_w = find("decoder.final_layernorm.weight");
-  o.lnf_b = find("decoder.final_layernorm.bias");
-  o.out_w = config.tie_embeddings ? o.wte : find("output_layer.weight");
-  for (int64_t l = 0; l < config.num_layers; ++l) {
-    const std::string pre = "decoder.layers." + std::to_string(l) + ".";
-    o.layers.push_back({find(pre + "input_layernorm.weight"), find(pre + "input_layernorm.bias"),
-                        find(pre + "self_attention.linear_qkv.weight"), find(pre + "self_attention.linear_qkv.bias"),
-                        find(pre + "self_attention.linear_proj.weight"), find(pre + "self_attention.linear_proj.bias"),
-                        find(pre + "pre_mlp_layernorm.weight"), find(pre + "pre_mlp_layernorm.bias"),
-                        find(pre + "mlp.linear_fc1.weight"), find(pre + "mlp.linear_fc1.bias"),
-                        find(pre + "mlp.linear_fc2.weight"), find(pre + "mlp.linear_fc2.bias")});
-  }
-  return o;
-}
-
 template <typename F>
 GptModel<F>::GptModel(const ModelConfig& config, Comm* tp, PipelineStage stage, bool sequence_parallel, F* params,
                       F* grads)
     : config_(config), tp_(tp), stage_(stage), sp_(sequence_parallel && tp && tp->size() > 1) {
   config_.validate();
   check_pipeline_parallel(config_, stage_.stages);
-  tensors_ = stage_table(config_, stage_, tp_size() > 1 ? gpt_parameter_table(config_, tp_size()) : build_table(config_));
-  const GptOffsets o = gpt_offsets(config_, tensors_);
+  tensors_ = stage_table(config_, stage_,
+                         tp_size() > 1 ? gpt_parameter_table(config_, tp_size()) : gpt_parameter_table(config_));
+  const TensorIndex index(config_, tensors_);
   const auto [first_layer, end_layer] = stage_layers(config_, stage_);
   first_layer_ = static_cast<size_t>(first_layer);
-  wte_ = o.wte;
-  wpe_ = o.wpe;
-  lnf_w_ = o.lnf_w;
-  lnf_b_ = o.lnf_b;
-  out_w_ = o.out_w;
-  layers_.assign(o.layers.begin() + first_layer, o.layers.begin() + end_layer);
+  wte_ = index.at(kNoLayer, TensorRole::word_embeddings);
+  wpe_ = index.at(kNoLayer, TensorRole::position_embeddings);
+  lnf_w_ = index.at(kNoLayer, TensorRole::final_norm_weight);
+  lnf_b_ = index.at(kNoLayer, TensorRole::final_norm_bias);
+  out_w_ = index.output_weight();
+  for (int64_t b = first_layer; b < end_layer; ++b) layers_.push_back(index.block(b));
   num_parameters_ = tensors_.empty() ? 0 : tensors_.back().offset + tensors_.back().numel;
   if (!params) {
     own_params_.assign(num_parameters_, F(0));
@@ -310,6 +223,7 @@ void GptModel<F>::forward_hidden(const int32_t* tokens, int B, int T) {
 template <typename F>
 double GptModel<F>::run_forward(const int32_t* tokens, const F* hidden, const int32_t* targets, int B, int T,
                                 bool logits) {
+  using enum TensorRole;
   if (B <= 0 || T <= 0) input_error("model forward: batch {} x sequence {} must be positive", B, T);
   if (config_.learned_positions() && T > config_.seq_length)
     input_error("model forward: sequence length {} exceeds the {} learned positions", T,
@@ -340,11 +254,12 @@ double GptModel<F>::run_forward(const int32_t* tokens, const F* hidden, const in
     std::copy_n(hidden, RC, res_[0]);
   }
   for (size_t l = 0; l < layers_.size(); ++l) {
-    const LayerOffsets& w = layers_[l];
+    const LayerTensors& attn = layers_[l].attention;
+    const LayerTensors& mlp = layers_[l].mlp;
     LayerActs& a = la_[l];
     const F* x = res_[l];
-    norm_rows(a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1_w, w.ln1_b, N);
-    cpu::linear_forward(a.qkv, a.ln1, p(w.qkv_w), p(w.qkv_b), N, C, QKV);
+    norm_rows(a.ln1, a.ln1_mean, a.ln1_rstd, x, attn[norm_weight], attn[norm_bias], N);
+    cpu::linear_forward(a.qkv, a.ln1, p(attn[qkv_weight]), p(attn[qkv_bias]), N, C, QKV);
     gather_cols(a.q, a.qkv, N, QKV, 0, CQ);
     gather_cols(a.k, a.qkv, N, QKV, CQ, KV);
     gather_cols(a.v, a.qkv, N, QKV, CQ + KV, KV);
@@ -357,16 +272,16 @@ double GptModel<F>::run_forward(const int32_t* tokens, const F* hidden, const in
       cpu::attention_forward(a.atty, a.att, a.q, a.k, a.v, B, T, NH, NKV, HS, ap, key(site + 1));
     else
       cpu::attention_forward(a.atty, a.att, a.q, a.k, a.v, B, T, NH, NKV, HS);
-    F* branch = row_parallel_forward(a.atty, w.proj_w, w.proj_b, N, CQ, C);
+    F* branch = row_parallel_forward(a.atty, attn[proj_weight], attn[proj_bias], N, CQ, C);
     if (hp > 0) cpu::dropout_forward(branch, branch, RC, hp, key(site + 2), first);
     for (size_t i = 0; i < RC; ++i) a.mid[i] = x[i] + branch[i];
-    norm_rows(a.ln2, a.ln2_mean, a.ln2_rstd, a.mid, w.ln2_w, w.ln2_b, N);
-    cpu::linear_forward(a.fc1, a.ln2, p(w.fc1_w), p(w.fc1_b), N, C, FC);
+    norm_rows(a.ln2, a.ln2_mean, a.ln2_rstd, a.mid, mlp[norm_weight], mlp[norm_bias], N);
+    cpu::linear_forward(a.fc1, a.ln2, p(mlp[fc1_weight]), p(mlp[fc1_bias]), N, C, FC);
     if (config_.activation == Activation::swiglu)
       cpu::swiglu_forward(a.act, a.fc1, N, Fh);
     else
       cpu::gelu_forward(a.act, a.fc1, static_cast<size_t>(N) * static_cast<size_t>(Fh));
-    branch = row_parallel_forward(a.act, w.fc2_w, w.fc2_b, N, Fh, C);
+    branch = row_parallel_forward(a.act, mlp[fc2_weight], mlp[fc2_bias], N, Fh, C);
     if (hp > 0) cpu::dropout_forward(branch, branch, RC, hp, key(site + 3), first);
     F* out = res_[l + 1];
     for (size_t i = 0; i < RC; ++i) out[i] = a.mid[i] + branch[i];
@@ -387,6 +302,7 @@ double GptModel<F>::run_forward(const int32_t* tokens, const F* hidden, const in
 
 template <typename F>
 void GptModel<F>::backward_stage(const F* dout) {
+  using enum TensorRole;
   if (stage_.last() ? !have_targets_ || B_ == 0 : !forward_done_)
     throw std::logic_error("GptModel::backward: the last forward had no targets");
   ensure_grads();
@@ -412,7 +328,8 @@ void GptModel<F>::backward_stage(const F* dout) {
 
   // dres_ holds the gradient of the residual stream (this rank's rows), flowing down the blocks.
   for (size_t l = layers_.size(); l-- > 0;) {
-    const LayerOffsets& w = layers_[l];
+    const LayerTensors& attn = layers_[l].attention;
+    const LayerTensors& mlp = layers_[l].mlp;
     const LayerActs& a = la_[l];
     const uint64_t site = 3 * static_cast<uint64_t>(first_layer_ + l);  // the global block number
     // With hidden dropout, the gradient of a branch output is dres_ through the branch's mask
@@ -428,19 +345,20 @@ void GptModel<F>::backward_stage(const F* dout) {
     // MLP: out = mid + dropout(fc2(act(fc1(norm2(mid))))).
     const F* dbranch = branch_grad(site + 3);
     zero(dact_, n * static_cast<size_t>(Fh));
-    cpu::linear_backward(dact_, g(w.fc2_w), g(w.fc2_b), dbranch, a.act, p(w.fc2_w), N, Fh, C);
+    cpu::linear_backward(dact_, g(mlp[fc2_weight]), g(mlp[fc2_bias]), dbranch, a.act, p(mlp[fc2_weight]), N, Fh, C);
     zero(dfc1_, n * static_cast<size_t>(FC));
     if (config_.activation == Activation::swiglu)
       cpu::swiglu_backward(dfc1_, dact_, a.fc1, N, Fh);
     else
       cpu::gelu_backward(dfc1_, dact_, a.fc1, n * static_cast<size_t>(Fh));
     zero(dln_, NC);
-    cpu::linear_backward(dln_, g(w.fc1_w), g(w.fc1_b), dfc1_, a.ln2, p(w.fc1_w), N, C, FC);
-    norm_backward(dres_, exit_tp(dln_, N), a.mid, w.ln2_w, w.ln2_b, a.ln2_mean, a.ln2_rstd, int(R));
+    cpu::linear_backward(dln_, g(mlp[fc1_weight]), g(mlp[fc1_bias]), dfc1_, a.ln2, p(mlp[fc1_weight]), N, C, FC);
+    norm_backward(dres_, exit_tp(dln_, N), a.mid, mlp[norm_weight], mlp[norm_bias], a.ln2_mean, a.ln2_rstd, int(R));
     // Attention: mid = x + dropout(proj(attention(split(qkv(norm1(x)))))).
     dbranch = branch_grad(site + 2);
     zero(datty_, NC);
-    cpu::linear_backward(datty_, g(w.proj_w), g(w.proj_b), dbranch, a.atty, p(w.proj_w), N, CQ, C);
+    cpu::linear_backward(datty_, g(attn[proj_weight]), g(attn[proj_bias]), dbranch, a.atty, p(attn[proj_weight]), N,
+                         CQ, C);
     zero(dq_, NC);
     zero(dk_, n * static_cast<size_t>(KV));
     zero(dv_, n * static_cast<size_t>(KV));
@@ -463,8 +381,9 @@ void GptModel<F>::backward_stage(const F* dout) {
     scatter_cols(dqkv_, dk, n, QKV, CQ, KV);
     scatter_cols(dqkv_, static_cast<const F*>(dv_), n, QKV, CQ + KV, KV);
     zero(dln_, NC);
-    cpu::linear_backward(dln_, g(w.qkv_w), g(w.qkv_b), dqkv_, a.ln1, p(w.qkv_w), N, C, QKV);
-    norm_backward(dres_, exit_tp(dln_, N), res_[l], w.ln1_w, w.ln1_b, a.ln1_mean, a.ln1_rstd, int(R));
+    cpu::linear_backward(dln_, g(attn[qkv_weight]), g(attn[qkv_bias]), dqkv_, a.ln1, p(attn[qkv_weight]), N, C, QKV);
+    norm_backward(dres_, exit_tp(dln_, N), res_[l], attn[norm_weight], attn[norm_bias], a.ln1_mean, a.ln1_rstd,
+                  int(R));
   }
   if (!stage_.first()) return;  // dres_ is stage_input_grad()
   if (hp > 0) cpu::dropout_forward(dres_, dres_, RC, hp, key(0), first);  // dres_ is not needed after
@@ -538,13 +457,13 @@ void GptModel<F>::embed(const int32_t* tokens, int B, int T) {
   const size_t R = rows(N), row0 = first_row(N);
   std::copy_n(exit_tp(lookup, N), R * size_t(C), res_[0]);
   F* out = res_[0];
-  if (wpe_ != kAbsent)
+  if (wpe_ != kAbsentTensor)
     for (size_t i = 0; i < R; ++i)
       for (int c = 0; c < C; ++c) out[i * C + c] += p(wpe_)[((row0 + i) % size_t(T)) * C + c];
 }
 
 // With sequence parallelism the position embedding's gradient here is of this rank's rows only:
-// the backend sums such gradients over the group (sequence_parallel_tensor()).
+// the backend sums such gradients over the group (the entries' sequence_parallel).
 template <typename F>
 void GptModel<F>::embed_backward(int B, int T) {
   const auto [N, C, NH, NKV, HS, KV, CQ, QKV, Fh, FC, V, Vp, V0, NC] = dims(B, T);
@@ -559,7 +478,7 @@ void GptModel<F>::embed_backward(int B, int T) {
       for (int c = 0; c < C; ++c) g(wte_)[size_t(t - V0) * C + c] += all[size_t(i) * C + c];
   }
   const size_t R = rows(N), row0 = first_row(N);
-  if (wpe_ != kAbsent)
+  if (wpe_ != kAbsentTensor)
     for (size_t i = 0; i < R; ++i)
       for (int c = 0; c < C; ++c) g(wpe_)[((row0 + i) % size_t(T)) * C + c] += dres_[i * C + c];
 }
@@ -575,7 +494,7 @@ F* GptModel<F>::row_parallel_forward(const F* inp, size_t w, size_t b, int N, in
   }
   cpu::linear_forward(scratch_, inp, p(w), static_cast<const F*>(nullptr), N, in, OC);
   F* out = exit_tp(scratch_, N);
-  if (b != kAbsent)
+  if (b != kAbsentTensor)
     for (size_t i = 0; i < rows(N); ++i)
       for (int o = 0; o < OC; ++o) out[i * size_t(OC) + o] += p(b)[o];
   return out;

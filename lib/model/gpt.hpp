@@ -1,4 +1,5 @@
-// The decoder-only language model on the CPU: GPT-2 and Llama, forward and backward by hand.
+// The decoder-only language model on the CPU (GPT-2, Llama and their mixes of features), forward
+// and backward by hand.
 //
 // GptModel<F> follows llm.c's train_gpt2.c: every parameter lives in ONE flat contiguous array,
 // described by a table of named tensors (ParamTensor), and the gradients live in a second flat array
@@ -7,15 +8,16 @@
 // reverse order and ACCUMULATES into the gradient array, so gradient accumulation over
 // micro-batches is forward + backward per micro-batch between two zero_grad() calls.
 //
-// One block (pre-norm, as in both GPT-2 and Llama), with N = B*T rows:
-//   h    = norm1(x)                                   LayerNorm (gpt2) or RMSNorm (llama)
+// One block (an attention layer and an MLP layer, "*-"; pre-norm), with N = B*T rows:
+//   h    = norm1(x)                                   LayerNorm or RMSNorm (norm)
 //   qkv  = h @ Wqkv^T + bqkv                          [N, C + 2*NKV*HS]
 //   q, k, v = split(qkv)                              [B,T,NH,HS], [B,T,NKV,HS], [B,T,NKV,HS]
-//   q, k = rope(q), rope(k)                           llama only
+//   q, k = rope(q), rope(k)                           position-embedding-type rope only
 //   y    = causal_attention(q, k, v)                  grouped-query when NKV < NH
 //   x    = x + y @ Wproj^T + bproj
 //   h    = norm2(x)
 //   x    = x + act(h @ Wfc1^T + bfc1) @ Wfc2^T + bfc2  act: GELU (tanh) or SwiGLU (fc1 = [gate; up])
+// The embedding adds the learned absolute positions (position-embedding-type learned_absolute);
 // then logits = norm_f(x) @ Wout^T over the padded vocabulary Vp (Wout is the token embedding when
 // tied); columns >= vocab_size take no part in the loss.
 //
@@ -29,29 +31,13 @@
 // forward can be repeated exactly (finite differences, exact resume); backward() regenerates the
 // masks of the last forward instead of storing them.
 //
-// Parameter names (Megatron core's local-spec names; L layers, i = 0..L-1), in storage order:
-//   embedding.word_embeddings.weight                      [Vp, C]
-//   embedding.position_embeddings.weight                  [seq_length, C]   (gpt2 only)
-//   decoder.layers.i.input_layernorm.weight               [C]
-//   decoder.layers.i.input_layernorm.bias                 [C]               (layernorm only)
-//   decoder.layers.i.self_attention.linear_qkv.weight     [C + 2*NKV*HS, C]
-//   decoder.layers.i.self_attention.linear_qkv.bias       [C + 2*NKV*HS]    (use_bias only)
-//   decoder.layers.i.self_attention.linear_proj.weight    [C, C]
-//   decoder.layers.i.self_attention.linear_proj.bias      [C]               (use_bias only)
-//   decoder.layers.i.pre_mlp_layernorm.weight             [C]
-//   decoder.layers.i.pre_mlp_layernorm.bias               [C]               (layernorm only)
-//   decoder.layers.i.mlp.linear_fc1.weight                [FC, C]  FC = F, or 2F for SwiGLU
-//   decoder.layers.i.mlp.linear_fc1.bias                  [FC]              (use_bias only)
-//   decoder.layers.i.mlp.linear_fc2.weight                [C, F]
-//   decoder.layers.i.mlp.linear_fc2.bias                  [C]               (use_bias only)
-//   decoder.final_layernorm.weight                        [C]
-//   decoder.final_layernorm.bias                          [C]               (layernorm only)
-//   output_layer.weight                                   [Vp, C]           (untied only)
-// The "layernorm" names are kept for RMSNorm too, as Megatron does. Row layouts of the fused
-// tensors: linear_qkv's rows are [q (NH*HS rows); k (NKV*HS); v (NKV*HS)], i.e. Hugging Face's
-// q_proj, k_proj, v_proj (GPT-2's c_attn, transposed) stacked, NOT Megatron's per-group
-// interleaving; linear_fc1's rows for SwiGLU are [gate (F rows); up (F rows)], i.e. Hugging Face's
-// gate_proj and up_proj stacked (Megatron's order). Checkpoint conversion maps these.
+// The parameters are the model's parameter table (model/param_table.hpp; names, shapes and storage
+// order in model/layer_spec.hpp); the models find their tensors in it by layer and role
+// (TensorIndex). Row layouts of the fused tensors: linear_qkv's rows are [q (NH*HS rows); k
+// (NKV*HS); v (NKV*HS)], i.e. Hugging Face's q_proj, k_proj, v_proj (GPT-2's c_attn, transposed)
+// stacked, NOT Megatron's per-group interleaving; linear_fc1's rows for SwiGLU are [gate (F rows);
+// up (F rows)], i.e. Hugging Face's gate_proj and up_proj stacked (Megatron's order). Checkpoint
+// conversion maps these.
 //
 // Initialisation (Megatron's, model/init.hpp): normal(0, init_std) for every weight matrix and
 // embedding, normal(0, init_std / sqrt(2 L)) for the output projections of each block (linear_proj
@@ -69,32 +55,12 @@
 
 #include "model/config.hpp"
 #include "model/init.hpp"  // gpt_init_parameters and gpt_init_local, which the models' users call
+#include "model/param_table.hpp"
 #include "model/param_tensor.hpp"
 #include "model/pipeline.hpp"
 #include "parallel/comm.hpp"
 
 namespace meg {
-
-// The tensor table of CONFIG (which must be valid) in storage order, offsets contiguous from 0;
-// the last tensor ends at config.num_parameters(). Allocates no parameters.
-std::vector<ParamTensor> gpt_parameter_table(const ModelConfig& config);
-
-// Where each tensor of a table (the full one, or a tensor-parallel rank's) starts in its flat
-// array, looked up by name; kAbsentTensor for a tensor the config lacks (biases of Llama, ...).
-inline constexpr size_t kAbsentTensor = static_cast<size_t>(-1);
-struct GptOffsets {
-  struct Layer {
-    size_t ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc1_w, fc1_b, fc2_w, fc2_b;
-  };
-  size_t wte = 0, wpe = kAbsentTensor, lnf_w = 0, lnf_b = kAbsentTensor, out_w = 0;  // out_w is wte when tied
-  std::vector<Layer> layers;
-};
-GptOffsets gpt_offsets(const ModelConfig& config, const std::vector<ParamTensor>& table);
-
-// Whether T's gradient, with sequence parallelism, covers only this rank's rows of the residual
-// stream (the norms' weights and biases, the position embedding), so that the backends sum it over
-// the tensor-parallel group.
-bool sequence_parallel_tensor(const ParamTensor& t);
 
 // Tensor parallelism (model/tensor_parallel.hpp) over the group TP, as Megatron's layers do it:
 // the model holds its rank's shard of every split tensor; the column-parallel products (QKV, fc1)
@@ -118,7 +84,7 @@ class GptModel {
   // SEQUENCE_PARALLEL (with TP of more than one rank): the residual stream, its norms and dropout
   // are split by rows over TP (all-gathered before the column-parallel products, reduce-scattered
   // after the row-parallel ones), Megatron's sequence parallelism; the norm weights' and position
-  // embedding's gradients then cover this rank's rows only (sequence_parallel_tensor()).
+  // embedding's gradients then cover this rank's rows only (their entries' sequence_parallel).
   // PARAMS and GRADS: the caller's storage for the parameters and gradients (num_parameters()
   // long: the size of STAGE's stage_table of TP's table; they must outlive the model), or null for
   // the model's own. Models may share storage: each keeps its own activations, so a pipeline stage
@@ -150,7 +116,7 @@ class GptModel {
   // Runs the model on TOKENS[B*T] (row-major [B,T], each in [0, vocab_size); InputError
   // otherwise). With TARGETS[B*T] (each in [0, vocab_size) or -1 to ignore the position) returns
   // the mean cross-entropy over the counted positions and keeps what backward() needs; with
-  // TARGETS null returns 0 and only the logits are meaningful. For gpt2, T <= seq_length (the
+  // TARGETS null returns 0 and only the logits are meaningful. With learned positions, T <= seq_length (the
   // number of learned positions); InputError otherwise.
   double forward(const int32_t* tokens, const int32_t* targets, int B, int T);
 
@@ -196,7 +162,6 @@ class GptModel {
   const F* final_hidden() const { return lnf_; }
 
  private:
-  using LayerOffsets = GptOffsets::Layer;
   // Pointers into the activation buffer for one block.
   struct LayerActs {
     F *ln1, *ln1_mean, *ln1_rstd, *qkv, *q, *k, *v, *att, *atty, *mid, *ln2, *ln2_mean, *ln2_rstd,
@@ -214,8 +179,8 @@ class GptModel {
 
   void allocate_activations(int B, int T);
   F* ensure_grads();  // the caller's storage, or the model's own, allocated on first use
-  F* p(size_t offset) { return offset == kAbsent ? nullptr : params_ + offset; }
-  F* g(size_t offset) { return offset == kAbsent ? nullptr : grads_ + offset; }
+  F* p(size_t offset) { return offset == kAbsentTensor ? nullptr : params_ + offset; }
+  F* g(size_t offset) { return offset == kAbsentTensor ? nullptr : grads_ + offset; }
   void norm_forward(F* out, F* mean, F* rstd, const F* inp, size_t w, size_t b, int N);
   void norm_backward(F* dinp, const F* dout, const F* inp, size_t w, size_t b, const F* mean,
                      const F* rstd, int N);
@@ -237,8 +202,6 @@ class GptModel {
   double run_forward(const int32_t* tokens, const F* hidden, const int32_t* targets, int B, int T, bool logits);
   void loss_backward(int N);
 
-  static constexpr size_t kAbsent = static_cast<size_t>(-1);
-
   ModelConfig config_;
   Comm* tp_ = nullptr;
   PipelineStage stage_;
@@ -250,8 +213,8 @@ class GptModel {
   F* params_ = nullptr;
   F* grads_ = nullptr;
   size_t num_parameters_ = 0;
-  size_t wte_ = 0, wpe_ = kAbsent, lnf_w_ = 0, lnf_b_ = kAbsent, out_w_ = 0;
-  std::vector<LayerOffsets> layers_;
+  size_t wte_ = 0, wpe_ = kAbsentTensor, lnf_w_ = 0, lnf_b_ = kAbsentTensor, out_w_ = 0;
+  std::vector<BlockTensors> layers_;  // this stage's blocks' tensors
 
   // Activations for (B_, T_), carved out of acts_ (which grows when a forward needs more).
   std::vector<F> acts_;

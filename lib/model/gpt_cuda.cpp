@@ -15,7 +15,6 @@ namespace meg {
 
 namespace {
 
-constexpr size_t kAbsent = kAbsentTensor;
 constexpr size_t kAlign = 256;  // bytes: every carved array starts on a 16-byte vector boundary and more
 
 size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
@@ -136,15 +135,15 @@ GptCudaModel<X>::GptCudaModel(const ModelConfig& config, cuda::DeviceAllocator& 
   tensors_ = stage_table(config_, stage_, tp_ ? gpt_parameter_table(config_, tp_->size()) : gpt_parameter_table(config_));
   num_params_ = tensors_.empty() ? 0 : tensors_.back().offset + tensors_.back().numel;
 
-  const GptOffsets o = gpt_offsets(config_, tensors_);
-  wte_ = o.wte;
-  wpe_ = o.wpe;
-  lnf_w_ = o.lnf_w;
-  lnf_b_ = o.lnf_b;
-  out_w_ = o.out_w;
+  const TensorIndex index(config_, tensors_);
+  wte_ = index.at(kNoLayer, TensorRole::word_embeddings);
+  wpe_ = index.at(kNoLayer, TensorRole::position_embeddings);
+  lnf_w_ = index.at(kNoLayer, TensorRole::final_norm_weight);
+  lnf_b_ = index.at(kNoLayer, TensorRole::final_norm_bias);
+  out_w_ = index.output_weight();
   const auto [first_layer, end_layer] = stage_layers(config_, stage_);
   first_layer_ = static_cast<size_t>(first_layer);
-  layers_.assign(o.layers.begin() + first_layer, o.layers.begin() + end_layer);
+  for (int64_t block = first_layer; block < end_layer; ++block) layers_.push_back(index.block(block));
 
   if (storage.params_x) {
     params_x_ = storage.params_x;
@@ -174,12 +173,12 @@ GptCudaModel<X>::~GptCudaModel() {
 
 template <typename X>
 X* GptCudaModel<X>::px(size_t offset) const {
-  return offset == kAbsent ? nullptr : params_x_ + offset;
+  return offset == kAbsentTensor ? nullptr : params_x_ + offset;
 }
 
 template <typename X>
 float* GptCudaModel<X>::g(size_t offset) const {
-  return offset == kAbsent ? nullptr : grads_ + offset;
+  return offset == kAbsentTensor ? nullptr : grads_ + offset;
 }
 
 template <typename X>
@@ -499,28 +498,31 @@ void GptCudaModel<X>::block_forward(size_t l, const X* x, int B, int T) {
   Acts& a = *acts_;
   const auto [N, C, NH, NKV, HS, CQ, QKV, Fh, FC, V, Vp, V0, NC] = dims(B, T);
   const double hp = a.hidden_p;
-  const Layer& w = layers_[l];
+  using enum TensorRole;
+  const LayerTensors& attn = layers_[l].attention;
+  const LayerTensors& mlp = layers_[l].mlp;
   auto& b = a.blocks[l];
   const uint64_t site = 3 * static_cast<uint64_t>(first_layer_ + l);  // the global block number
   // The residual stream's rows on this rank (x, mid, out): all N, or R with sequence parallelism.
   const size_t RC = rows(N) * size_t(C), first = first_row(N) * size_t(C);
-  norm_rows(b.ln1, b.ln1_mean, b.ln1_rstd, x, w.ln1_w, w.ln1_b, N);
-  gemm_.linear_forward(b.qkv, b.ln1, px(w.qkv_w), px(w.qkv_b), N, C, QKV);
+  norm_rows(b.ln1, b.ln1_mean, b.ln1_rstd, x, attn[norm_weight], attn[norm_bias], N);
+  gemm_.linear_forward(b.qkv, b.ln1, px(attn[qkv_weight]), px(attn[qkv_bias]), N, C, QKV);
   if (config_.uses_rope()) cuda::rope_forward(b.qkv, rope_table_.get(), B, T, NH, NKV, HS, stream_);
   cuda::attention_forward(b.atty, b.lse, b.qkv, B, T, NH, NKV, HS, stream_, a.attn_p, dropout_key(site + 1));
-  gemm_.linear_forward(a.branch, b.atty, px(w.proj_w), row_parallel_bias(w.proj_b), N, CQ, C);
+  gemm_.linear_forward(a.branch, b.atty, px(attn[proj_weight]), row_parallel_bias(attn[proj_bias]), N, CQ, C);
   X* branch = exit_tp(a.branch, N);
   if (hp > 0) dropout(branch, branch, RC, hp, site + 2, first);
   cuda::add(b.mid, x, branch, RC, stream_);
-  norm_rows(b.ln2, b.ln2_mean, b.ln2_rstd, b.mid, w.ln2_w, w.ln2_b, N);
+  norm_rows(b.ln2, b.ln2_mean, b.ln2_rstd, b.mid, mlp[norm_weight], mlp[norm_bias], N);
   // Selective recomputation computes the activation again with the GELU kernel, so the forward
   // must use that kernel too: cuBLASLt's GELU may round differently in the last bit.
   const bool fuse_gelu = config_.activation != Activation::swiglu && fused_ && recompute_ != Recompute::selective;
-  if (!(fuse_gelu && gemm_.linear_gelu_forward(b.act, b.fc1, b.ln2, px(w.fc1_w), px(w.fc1_b), N, C, FC))) {
-    gemm_.linear_forward(b.fc1, b.ln2, px(w.fc1_w), px(w.fc1_b), N, C, FC);
+  if (!(fuse_gelu &&
+        gemm_.linear_gelu_forward(b.act, b.fc1, b.ln2, px(mlp[fc1_weight]), px(mlp[fc1_bias]), N, C, FC))) {
+    gemm_.linear_forward(b.fc1, b.ln2, px(mlp[fc1_weight]), px(mlp[fc1_bias]), N, C, FC);
     activation_forward(b.act, b.fc1, N);
   }
-  gemm_.linear_forward(a.branch, b.act, px(w.fc2_w), row_parallel_bias(w.fc2_b), N, Fh, C);
+  gemm_.linear_forward(a.branch, b.act, px(mlp[fc2_weight]), row_parallel_bias(mlp[fc2_bias]), N, Fh, C);
   branch = exit_tp(a.branch, N);
   if (hp > 0) dropout(branch, branch, RC, hp, site + 3, first);
   cuda::add(b.out, b.mid, branch, RC, stream_);
@@ -535,18 +537,19 @@ void GptCudaModel<X>::activation_forward(X* out, const X* inp, int N) {
     cuda::gelu_forward(out, inp, size_t(N) * Fh, stream_);
 }
 
-// The weight and bias gradients of a linear layer (weight at offset W, bias at B or kAbsent) from
-// its output gradient DOUT [N,OC] and input INP [N,C].
+// The weight and bias gradients of a linear layer (weight at offset W, bias at B or kAbsentTensor)
+// from its output gradient DOUT [N,OC] and input INP [N,C].
 template <typename X>
 void GptCudaModel<X>::weight_backward(size_t w, size_t b, const X* dout, const X* inp, int N, int C, int OC) {
   gemm_.linear_backward_weight(g(w), dout, inp, N, C, OC);
-  if (b != kAbsent) cuda::bias_backward(g(b), dout, N, OC, acts_->scratch, stream_);
+  if (b != kAbsentTensor) cuda::bias_backward(g(b), dout, N, OC, acts_->scratch, stream_);
 }
 
 // The backward, from the logits' gradient left in place by run_forward; every parameter gradient
 // accumulates into grads_.
 template <typename X>
 void GptCudaModel<X>::run_backward(int B, int T) {
+  using enum TensorRole;
   Acts& a = *acts_;
   const auto [N, C, NH, NKV, HS, CQ, QKV, Fh, FC, V, Vp, V0, NC] = dims(B, T);
   const int L = static_cast<int>(layers_.size());
@@ -570,44 +573,46 @@ void GptCudaModel<X>::run_backward(int B, int T) {
   // a.dres holds the gradient of the residual stream (this rank's rows), flowing down through the
   // blocks; a branch takes it through its hidden dropout's mask, gathered to all rows.
   for (int l = L - 1; l >= 0; --l) {
-    const Layer& w = layers_[l];
+    const LayerTensors& attn = layers_[size_t(l)].attention;
+    const LayerTensors& mlp = layers_[size_t(l)].mlp;
     const auto& b = a.blocks[l];
     const X* x = l > 0 ? a.blocks[l - 1].out : a.embedded;
     const uint64_t site = 3 * static_cast<uint64_t>(first_layer_ + size_t(l));
     if (recompute_ == Recompute::full) {
       block_forward(size_t(l), x, B, T);
     } else if (recompute_ == Recompute::selective) {
-      norm_rows(b.ln1, b.ln1_mean, b.ln1_rstd, x, w.ln1_w, w.ln1_b, N);
-      norm_rows(b.ln2, b.ln2_mean, b.ln2_rstd, b.mid, w.ln2_w, w.ln2_b, N);
+      norm_rows(b.ln1, b.ln1_mean, b.ln1_rstd, x, attn[norm_weight], attn[norm_bias], N);
+      norm_rows(b.ln2, b.ln2_mean, b.ln2_rstd, b.mid, mlp[norm_weight], mlp[norm_bias], N);
       activation_forward(b.act, b.fc1, N);
     }
     // MLP: out = mid + dropout(fc2(act(fc1(norm2(mid))))).
     const X* dbranch = dropout_input_grad(site + 3, N);
     const bool gelu = config_.activation != Activation::swiglu;
-    if (!(gelu && fused_ && gemm_.linear_dgelu_backward_input(a.dfc1, dbranch, px(w.fc2_w), b.fc1, N, Fh, C))) {
-      gemm_.linear_backward_input(a.dact, dbranch, px(w.fc2_w), N, Fh, C);
+    if (!(gelu && fused_ &&
+          gemm_.linear_dgelu_backward_input(a.dfc1, dbranch, px(mlp[fc2_weight]), b.fc1, N, Fh, C))) {
+      gemm_.linear_backward_input(a.dact, dbranch, px(mlp[fc2_weight]), N, Fh, C);
       if (gelu)
         cuda::gelu_backward(a.dfc1, a.dact, b.fc1, size_t(N) * Fh, stream_);
       else
         cuda::swiglu_backward(a.dfc1, a.dact, b.fc1, N, Fh, stream_);
     }
-    weight_backward(w.fc2_w, w.fc2_b, dbranch, b.act, N, Fh, C);
-    gemm_.linear_backward_input(a.dln, a.dfc1, px(w.fc1_w), N, C, FC);
+    weight_backward(mlp[fc2_weight], mlp[fc2_bias], dbranch, b.act, N, Fh, C);
+    gemm_.linear_backward_input(a.dln, a.dfc1, px(mlp[fc1_weight]), N, C, FC);
     const X* dl = exit_tp(a.dln, N);
-    weight_backward(w.fc1_w, w.fc1_b, a.dfc1, b.ln2, N, C, FC);
-    norm_backward(a.dres, dl, b.mid, w.ln2_w, w.ln2_b, b.ln2_mean, b.ln2_rstd, R);
+    weight_backward(mlp[fc1_weight], mlp[fc1_bias], a.dfc1, b.ln2, N, C, FC);
+    norm_backward(a.dres, dl, b.mid, mlp[norm_weight], mlp[norm_bias], b.ln2_mean, b.ln2_rstd, R);
     // Attention: mid = x + dropout(proj(attention(rope(qkv(norm1(x)))))).
     dbranch = dropout_input_grad(site + 2, N);
-    gemm_.linear_backward_input(a.datty, dbranch, px(w.proj_w), N, CQ, C);
-    weight_backward(w.proj_w, w.proj_b, dbranch, b.atty, N, CQ, C);
+    gemm_.linear_backward_input(a.datty, dbranch, px(attn[proj_weight]), N, CQ, C);
+    weight_backward(attn[proj_weight], attn[proj_bias], dbranch, b.atty, N, CQ, C);
     cuda::attention_backward(a.dqkv, a.datty, b.qkv, b.atty, b.lse, B, T, NH, NKV, HS, a.scratch, stream_,
                              a.attn_p, dropout_key(site + 1));
     if (config_.uses_rope()) cuda::rope_backward(a.dqkv, rope_table_.get(), B, T, NH, NKV, HS, stream_);
-    gemm_.linear_backward_input(a.dln, a.dqkv, px(w.qkv_w), N, C, QKV);
+    gemm_.linear_backward_input(a.dln, a.dqkv, px(attn[qkv_weight]), N, C, QKV);
     dl = exit_tp(a.dln, N);
-    weight_backward(w.qkv_w, w.qkv_b, a.dqkv, b.ln1, N, C, QKV);
-    norm_backward(a.dres, dl, x, w.ln1_w, w.ln1_b, b.ln1_mean, b.ln1_rstd, R);
-    if (grads_ready_) grads_ready_(w.ln1_w);  // the block's first tensor: all of the block is done
+    weight_backward(attn[qkv_weight], attn[qkv_bias], a.dqkv, b.ln1, N, C, QKV);
+    norm_backward(a.dres, dl, x, attn[norm_weight], attn[norm_bias], b.ln1_mean, b.ln1_rstd, R);
+    if (grads_ready_) grads_ready_(attn[norm_weight]);  // the block's first tensor: all of the block is done
   }
   if (stage_.first()) {  // otherwise a.dres is stage_input_grad()
     // With sequence parallelism the position embedding's gradient is rank 0's, from all rows, as

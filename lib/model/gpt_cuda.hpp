@@ -187,7 +187,6 @@ class GptCudaModel {
   size_t memory_peak() const { return alloc_.peak(); }
 
  private:
-  using Layer = GptOffsets::Layer;
   struct Acts;
   struct Staging;
   // The shapes of one forward/backward of a B x T batch, as the ops take them.
@@ -252,7 +251,7 @@ class GptCudaModel {
   cuda::DeviceArray<X> own_params_x_;
   cuda::DeviceArray<float> own_grads_;
   size_t wte_ = 0, wpe_ = 0, lnf_w_ = 0, lnf_b_ = 0, out_w_ = 0;
-  std::vector<Layer> layers_;
+  std::vector<BlockTensors> layers_;  // this stage's blocks' tensors
   cuda::DeviceArray<float> rope_table_;
 
   std::vector<std::unique_ptr<Acts>> slots_;

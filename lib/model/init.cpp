@@ -70,7 +70,7 @@ std::vector<Piece> pieces_of(const ModelConfig& config, const std::vector<ParamT
     if (found == index_of.end()) throw std::invalid_argument("gpt_init_local: the model has no tensor '" + t.name + "'");
     const size_t k = found->second;
     size_t covered = 0;
-    for_each_shard_run(config, full_table[k], tp, tp_rank, [&](size_t full_index, size_t local_index, size_t length) {
+    for_each_shard_run(full_table[k], tp, tp_rank, [&](size_t full_index, size_t local_index, size_t length) {
       for (size_t done = 0; done < length; done += kGrain)
         pieces.push_back({t.offset + local_index + done, std::min(kGrain, length - done), k, full_index + done, t.init});
       covered += length;

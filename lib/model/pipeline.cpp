@@ -1,6 +1,6 @@
 #include "model/pipeline.hpp"
 
-#include <cstdlib>
+#include <stdexcept>
 
 #include "core/error.hpp"
 
@@ -27,16 +27,18 @@ std::pair<int64_t, int64_t> stage_layers(const ModelConfig& config, const Pipeli
   return {per * stage.stage, per * (stage.stage + 1)};
 }
 
-bool stage_holds(const ModelConfig& config, const PipelineStage& stage, const std::string& name) {
-  static const std::string layers = "decoder.layers.";
-  if (name.rfind(layers, 0) == 0) {
-    const int64_t l = std::strtoll(name.c_str() + layers.size(), nullptr, 10);
-    const auto [begin, end] = stage_layers(config, stage);
-    return l >= begin && l < end;
+bool stage_holds(const ModelConfig& config, const PipelineStage& stage, const ParamTensor& t) {
+  switch (t.pipeline) {
+    case PipelinePlace::layer: {
+      // The stage's share of the layer sequence, as stage_layers() shares out the blocks.
+      const int64_t per = static_cast<int64_t>(config.layers().size()) / stage.stages;
+      return t.layer >= per * stage.stage && t.layer < per * (stage.stage + 1);
+    }
+    case PipelinePlace::first_stage: return stage.first();
+    case PipelinePlace::last_stage: return stage.last();
+    case PipelinePlace::first_and_last_stage: return stage.first() || stage.last();
   }
-  if (name == "embedding.word_embeddings.weight") return stage.first() || (stage.last() && config.tie_embeddings);
-  if (name.rfind("embedding.", 0) == 0) return stage.first();
-  return stage.last();  // the final norm and the output layer
+  throw std::logic_error("stage_holds: " + t.name + " has no pipeline placement");
 }
 
 std::vector<ParamTensor> stage_table(const ModelConfig& config, const PipelineStage& stage,
@@ -44,7 +46,7 @@ std::vector<ParamTensor> stage_table(const ModelConfig& config, const PipelineSt
   std::vector<ParamTensor> out;
   size_t offset = 0;
   for (const auto& t : table) {
-    if (!stage_holds(config, stage, t.name)) continue;
+    if (!stage_holds(config, stage, t)) continue;
     out.push_back(t);
     out.back().offset = offset;
     offset += t.numel;

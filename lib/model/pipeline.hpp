@@ -1,5 +1,6 @@
-// How the GPT model splits over pipeline stages: stage s of S runs blocks [s L/S, (s+1) L/S); the
-// first stage also holds the embeddings, the last the final norm and the output layer. With tied
+// How the GPT model splits over pipeline stages: stage s of S runs blocks [s L/S, (s+1) L/S), i.e.
+// the same share of the layer sequence; the first stage also holds the embeddings, the last the
+// final norm and the output layer (each tensor's PipelinePlace, model/param_tensor.hpp). With tied
 // embeddings the last stage keeps its own copy of the word embeddings for the output layer, and the
 // two copies' gradients are summed between the first and last stages (Megatron's embedding group),
 // so they stay equal.
@@ -39,8 +40,8 @@ std::vector<PipelineStage> rank_chunks(int rank, int stages, int chunks);
 // The blocks [begin, end) of STAGE.
 std::pair<int64_t, int64_t> stage_layers(const ModelConfig& config, const PipelineStage& stage);
 
-// Whether STAGE holds the tensor NAME.
-bool stage_holds(const ModelConfig& config, const PipelineStage& stage, const std::string& name);
+// Whether STAGE holds the tensor T (by its entry's placement and layer).
+bool stage_holds(const ModelConfig& config, const PipelineStage& stage, const ParamTensor& t);
 
 // TABLE (the whole model's, or a tensor-parallel rank's) cut to STAGE's tensors, same order, offsets
 // contiguous from 0.

@@ -1,21 +1,10 @@
 #include "model/tensor_parallel.hpp"
 
 #include <algorithm>
-#include <cstring>
-#include <string>
 
 #include "core/error.hpp"
 
 namespace meg {
-
-namespace {
-
-bool ends_with(const std::string& s, const char* tail) {
-  const size_t n = std::strlen(tail);
-  return s.size() >= n && s.compare(s.size() - n, n, tail) == 0;
-}
-
-}  // namespace
 
 void check_tensor_parallel(const ModelConfig& c, int tp) {
   if (tp < 1) input_error("--tp {} must be at least 1", tp);
@@ -28,27 +17,14 @@ void check_tensor_parallel(const ModelConfig& c, int tp) {
   need(c.padded_vocab_size, "padded vocabulary rows");
 }
 
-TpSplitOf tp_split_of(const ModelConfig& c, const ParamTensor& t) {
-  const int64_t HS = c.head_size(), Q = c.num_heads * HS, KV = c.num_kv_heads * HS, F = c.ffn_hidden_size;
-  const bool swiglu = c.activation == Activation::swiglu;
-  const std::string& n = t.name;
-  if (n == "embedding.word_embeddings.weight" || n == "output_layer.weight") return {TpSplit::rows, {t.shape[0]}};
-  if (ends_with(n, "linear_qkv.weight") || ends_with(n, "linear_qkv.bias")) return {TpSplit::rows, {Q, KV, KV}};
-  if (ends_with(n, "linear_fc1.weight") || ends_with(n, "linear_fc1.bias"))
-    return swiglu ? TpSplitOf{TpSplit::rows, {F, F}} : TpSplitOf{TpSplit::rows, {F}};
-  if (ends_with(n, "linear_proj.weight")) return {TpSplit::columns, {Q}};
-  if (ends_with(n, "linear_fc2.weight")) return {TpSplit::columns, {F}};
-  return {};
-}
-
 std::vector<ParamTensor> gpt_parameter_table(const ModelConfig& config, int tp) {
   check_tensor_parallel(config, tp);
   std::vector<ParamTensor> table = gpt_parameter_table(config);
   size_t offset = 0;
   for (auto& t : table) {
-    const TpSplitOf how = tp_split_of(config, t);
-    if (how.split == TpSplit::rows) t.shape[0] /= tp;
-    if (how.split == TpSplit::columns) t.shape[1] /= tp;
+    if (t.tp.split == TpSplit::row_parallel) t.shape[1] /= tp;
+    else if (t.tp.split != TpSplit::replicated) t.shape[0] /= tp;
+    for (int64_t& part : t.tp.parts) part /= tp;
     t.numel = 1;
     for (const int64_t d : t.shape) t.numel *= static_cast<size_t>(d);
     t.offset = offset;
@@ -64,7 +40,7 @@ void shard_parameters(const ModelConfig& config, int tp, int rank, const F* full
   for (size_t i = 0; i < full_table.size(); ++i) {
     const F* f = full + full_table[i].offset;
     F* l = local + local_table[i].offset;
-    for_each_shard_run(config, full_table[i], tp, rank,
+    for_each_shard_run(full_table[i], tp, rank,
                        [&](size_t fi, size_t li, size_t n) { std::copy(f + fi, f + fi + n, l + li); });
   }
 }
@@ -77,7 +53,7 @@ void unshard_parameters(const ModelConfig& config, int tp, const std::vector<con
     for (size_t i = 0; i < full_table.size(); ++i) {
       const F* l = locals[static_cast<size_t>(rank)] + local_table[i].offset;
       F* f = full + full_table[i].offset;
-      for_each_shard_run(config, full_table[i], tp, rank,
+      for_each_shard_run(full_table[i], tp, rank,
                          [&](size_t fi, size_t li, size_t n) { std::copy(l + li, l + li + n, f + fi); });
     }
 }

@@ -1,5 +1,6 @@
 // How the GPT model's parameters split over tensor-parallel ranks, as Megatron-LM's layers split
-// them, and the moves between the full flat array (gpt.hpp's table) and one rank's shard of it.
+// them (each table entry's TpSplitOf, model/param_tensor.hpp), and the moves between the full flat
+// array (model/param_table.hpp) and one rank's shard of it.
 //
 // With T ranks:
 //   - column-parallel linear layers (linear_qkv, linear_fc1) split their output rows: rank r holds
@@ -21,49 +22,44 @@
 #include <vector>
 
 #include "model/config.hpp"
-#include "model/gpt.hpp"
+#include "model/param_table.hpp"
 
 namespace meg {
-
-enum class TpSplit { replicated, rows, columns };
-
-struct TpSplitOf {
-  TpSplit split = TpSplit::replicated;
-  // Sizes along the split axis of the stacked sub-tensors, each cut into T equal pieces.
-  std::vector<int64_t> parts;
-};
 
 // InputError (naming the sizes) unless CONFIG splits over TP ranks: heads, key/value heads, the MLP
 // width and the padded vocabulary divisible by TP.
 void check_tensor_parallel(const ModelConfig& config, int tp);
 
-// How the full tensor T of CONFIG's table splits.
-TpSplitOf tp_split_of(const ModelConfig& config, const ParamTensor& t);
+// How the tensor T splits: its table entry's split.
+inline const TpSplitOf& tp_split_of(const ParamTensor& t) { return t.tp; }
 
-// The table of one rank's shard (the same for every rank).
+// The table of one rank's shard (the same for every rank): the full table's entries with the local
+// shapes and parts.
 std::vector<ParamTensor> gpt_parameter_table(const ModelConfig& config, int tp);
 
-// Where rank RANK's shard of the full tensor FULL (of CONFIG's table) comes from: calls
+// Where rank RANK's shard of the full tensor FULL (of a full table) comes from: calls
 // RUN(full_index, local_index, length) for each contiguous run of the shard, indices counting the
 // tensor's elements in the full and the local layout. A tensor is a [rows, cols] matrix (a vector
 // [n, 1]); the split axis holds the parts back to back, and the rank owns the RANK-th TP-th of each
 // part. The one definition of the split, which the copies below and the initialisation
 // (model/init.hpp) share.
 template <typename Run>
-void for_each_shard_run(const ModelConfig& config, const ParamTensor& full, int tp, int rank, Run run) {
-  const TpSplitOf how = tp_split_of(config, full);
+void for_each_shard_run(const ParamTensor& full, int tp, int rank, Run run) {
+  const TpSplitOf& how = tp_split_of(full);
   if (how.split == TpSplit::replicated) {
     run(size_t(0), size_t(0), full.numel);
     return;
   }
+  // Column-parallel and vocabulary-parallel tensors split their rows, row-parallel ones columns.
+  const bool split_columns = how.split == TpSplit::row_parallel;
   const int64_t rows = full.shape[0];
   const int64_t cols = full.shape.size() > 1 ? full.shape[1] : 1;
-  const int64_t local_cols = how.split == TpSplit::columns ? cols / tp : cols;
+  const int64_t local_cols = split_columns ? cols / tp : cols;
   int64_t part_start = 0, local_start = 0;  // along the split axis, in the full and local tensor
   for (const int64_t part : how.parts) {
     const int64_t piece = part / tp;
     const int64_t from = part_start + piece * rank;
-    if (how.split == TpSplit::rows) {
+    if (!split_columns) {
       run(size_t(from * cols), size_t(local_start * cols), size_t(piece * cols));
     } else {
       for (int64_t r = 0; r < rows; ++r)

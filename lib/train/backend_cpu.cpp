@@ -218,13 +218,14 @@ class CpuBackend final : public TrainBackend {
   bool split_over_tp() const { return parallel_.tp_size() > 1; }
   bool sequence_parallel() const { return parallel_.sequence_parallel && split_over_tp(); }
   bool last_rank() const { return pipelined() && parallel_.pp->rank() == parallel_.pp_size() - 1; }
-  const ParamTensor& local_tensor(const std::string& name) const {
-    return *std::find_if(tensors_.begin(), tensors_.end(), [&](const ParamTensor& t) { return t.name == name; });
+  const ParamTensor& word_embedding() const {
+    return *std::find_if(tensors_.begin(), tensors_.end(),
+                         [](const ParamTensor& t) { return t.role == TensorRole::word_embeddings; });
   }
 
   // The last stage's copy of a tied word embedding (the first stage's counts; the copies are equal).
   // With virtual stages it is the last rank's last chunk's: no other chunk of it holds the tensor.
-  bool tied_copy(const ParamTensor& t) const { return last_rank() && t.name == "embedding.word_embeddings.weight"; }
+  bool tied_copy(const ParamTensor& t) const { return last_rank() && t.role == TensorRole::word_embeddings; }
 
   // The pipeline schedule over the stashed micro-batches: 1F1B, or interleaved with virtual stages.
   // Then the tied embedding's two copies, on the first and the last virtual stage, add their
@@ -250,7 +251,7 @@ class CpuBackend final : public TrainBackend {
     run_pipeline_schedule(*parallel_.pp, V, V > 1 ? interleaved_order(s, S, V, M) : one_f_one_b_order(s, S, M), ops);
     parallel_.pp->broadcast(&loss_sum_, sizeof(loss_sum_), S - 1);
     if (config_.tie_embeddings && (s == 0 || s == S - 1)) {
-      const ParamTensor& t = local_tensor("embedding.word_embeddings.weight");
+      const ParamTensor& t = word_embedding();
       float* g = grads_.data() + t.offset;
       std::vector<float> other(t.numel);
       const int peer = s == 0 ? S - 1 : 0;
@@ -263,7 +264,7 @@ class CpuBackend final : public TrainBackend {
   // rows of the stream: summed over the group, they are the whole gradient, the same on every rank.
   void sum_sequence_parallel_grads() {
     for (const auto& t : tensors_)
-      if (sequence_parallel_tensor(t))
+      if (t.sequence_parallel)
         parallel_.tp->all_reduce_sum(grads_.data() + t.offset, t.numel);
   }
 

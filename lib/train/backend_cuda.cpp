@@ -298,11 +298,11 @@ class CudaBackend final : public TrainBackend {
   bool tied_ends() const { return pipelined() && config().tie_embeddings && (first_rank() || last_rank()); }
   const ParamTensor& tied_embedding() const {
     for (const auto& t : tensors_)
-      if (t.name == "embedding.word_embeddings.weight") return t;
+      if (t.role == TensorRole::word_embeddings) return t;
     throw std::logic_error("CudaBackend: no word embedding on this stage");
   }
   bool tied_copy(const ParamTensor& t) const {
-    return tied_ends() && last_rank() && !first_rank() && t.name == "embedding.word_embeddings.weight";
+    return tied_ends() && last_rank() && !first_rank() && t.role == TensorRole::word_embeddings;
   }
   void sum_tied_embedding_copies() {
     if (!tied_ends()) return;
@@ -325,7 +325,7 @@ class CudaBackend final : public TrainBackend {
       MEG_CUDA_CHECK(cudaStreamWaitEvent(stream_, reduced_, 0));
     }
     for (const auto& t : tensors_)
-      if (sequence_parallel_tensor(t))
+      if (t.sequence_parallel)
         tp_nccl_->all_reduce_sum(grads_.get() + t.offset, t.numel, stream_);
   }
 

@@ -12,7 +12,7 @@ GradNormRanges grad_norm_ranges(const ModelConfig& config, const std::vector<Par
   for (const auto& t : tensors) {
     const size_t b = std::max(t.offset, begin), e = std::min(t.offset + t.numel, end);
     if (b >= e || (skip && skip(t))) continue;
-    const bool is_split = tp_split && tp_split_of(config, t).split != TpSplit::replicated;
+    const bool is_split = tp_split && tp_split_of(t).split != TpSplit::replicated;
     auto& list = is_split ? r.split : r.replicated;
     if (!list.empty() && list.back().end == b) list.back().end = e;
     else list.push_back({b, e});

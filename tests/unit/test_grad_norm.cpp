@@ -41,7 +41,7 @@ TEST_CASE("grad_norm_ranges classes every tensor once, by its tensor-parallel sp
   const GradNormRanges r = grad_norm_ranges(c, table, true, 0, n);
   const std::string k = kinds(r, 0, n);
   for (const auto& t : table) {
-    const bool split = tp_split_of(c, t).split != TpSplit::replicated;
+    const bool split = tp_split_of(t).split != TpSplit::replicated;
     INFO(t.name);
     CHECK(k.substr(t.offset, t.numel) == std::string(t.numel, split ? 's' : 'r'));
   }
