@@ -8,7 +8,8 @@
 //     over the data-parallel group;
 //   - pipeline stages are summed over the pipeline; the last stage's copy of a tied word
 //     embedding is left out (the first stage's counts).
-// The CPU and CUDA backends both compute their per-range sums and combine them here.
+// The CPU and CUDA backends both compute their per-range sums and combine them here. Megatron keeps
+// this in its optimizer package too (clip_grads.py).
 #pragma once
 
 #include <cstddef>
@@ -17,7 +18,7 @@
 
 #include "model/config.hpp"
 #include "model/param_tensor.hpp"
-#include "train/backend.hpp"
+#include "parallel/comm.hpp"
 
 namespace meg {
 
@@ -39,7 +40,9 @@ GradNormRanges grad_norm_ranges(const ModelConfig& config, const std::vector<Par
                                 const std::function<bool(const ParamTensor&)>& skip = {});
 
 // The whole model's sum of squares from this rank's SPLIT and REPLICATED sums (over its ranges),
-// combined over GROUPS as described above; SHARDED: the distributed optimizer's shards.
-double global_sum_squares(double split, double replicated, const ParallelGroups& groups, bool sharded);
+// combined as described above over the groups given (null: a group of one): SHARDS, the
+// data-parallel group when the distributed optimizer shards the gradients over it (null
+// otherwise); TP, the tensor-parallel group; PP, the pipeline.
+double global_sum_squares(double split, double replicated, Comm* shards, Comm* tp, Comm* pp);
 
 }  // namespace meg

@@ -1,4 +1,4 @@
-#include "train/grad_norm.hpp"
+#include "optim/grad_norm.hpp"
 
 #include <algorithm>
 
@@ -20,12 +20,13 @@ GradNormRanges grad_norm_ranges(const ModelConfig& config, const std::vector<Par
   return r;
 }
 
-double global_sum_squares(double split, double replicated, const ParallelGroups& groups, bool sharded) {
+double global_sum_squares(double split, double replicated, Comm* shards, Comm* tp, Comm* pp) {
+  const auto several = [](const Comm* c) { return c && c->size() > 1; };
   double sums[2] = {split, replicated};
-  if (sharded && groups.dp_size() > 1) groups.dp->all_reduce_sum(sums, 2);
-  if (groups.tp_size() > 1) groups.tp->all_reduce_sum(sums, 1);
+  if (several(shards)) shards->all_reduce_sum(sums, 2);
+  if (several(tp)) tp->all_reduce_sum(sums, 1);
   double sum = sums[0] + sums[1];
-  if (groups.pp_size() > 1) groups.pp->all_reduce_sum(&sum, 1);
+  if (several(pp)) pp->all_reduce_sum(&sum, 1);
   return sum;
 }
 
