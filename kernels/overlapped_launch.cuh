@@ -13,7 +13,8 @@
 // take multiprocessors as the running ones' retire. On devices before Hopper, and for a
 // predecessor that is not a kernel, the launch is an ordinary one and the calls do nothing.
 //
-// The alternatives, measured slower on an H100 (tests/bench/cuda/bench_decode_chain.cu times them):
+// The alternatives, measured slower on an H100 (by tests/bench/cuda/bench_decode_chain.cu, whose
+// history keeps their code):
 // the step's products as phases of one persistent kernel with a grid-wide barrier between them
 // (each phase requesting its first weights before the barrier, as here before the wait), or as
 // kernels that hand over through counters in memory (each block arrives when done; the next

@@ -10,10 +10,8 @@
 # the attention runs one block a head), then batch-1 decode with the linear layers as cuBLASLt
 # products and separate norm, activation and add kernels (small_linear off), and without CUDA
 # graphs: what the fused layers and the graphs save; then a decode step's products alone
-# (bench_decode_chain: overlapped kernels waiting in hardware or on counters, against one
-# persistent kernel with grid-wide barriers and one streaming the weights through a ring of shared
-# memory, kernels of their own streaming through rings of shared memory, and the products with the
-# model's epilogues, each left out in turn); then the cached attention alone at 1 to 32 rows
+# (bench_decode_chain: overlapped small_linear kernels, bare, with the norms, and with the model's
+# epilogues, each left out in turn); then the cached attention alone at 1 to 32 rows
 # (bench_decode_attention); then the device's choice of the next tokens
 # alone (bench_logits), the host's (bench_sampler), and GPT-2 124M's decode steps with each choice,
 # as meg-generate makes them (bench_generate --sampling: greedy, top-p and temperature alone on the
@@ -46,7 +44,7 @@ echo; echo "## Batch-1 decode without small_linear"
 "$bench" --no-small-linear --phase decode --batch 1 "$@" | tee "$out/generate-no-small-linear.md"
 echo; echo "## Without CUDA graphs"
 "$bench" --no-graphs "$@" gpt2-124m | tee "$out/generate-no-graphs.md"
-echo; echo "## A batch-1 decode step's linear layers alone, as overlapped kernels and as one persistent kernel"
+echo; echo "## A batch-1 decode step's linear layers alone, as overlapped small_linear kernels"
 "$build/tests/bench_decode_chain" | tee "$out/decode-chain.md"
 echo; echo "## A decode step's cached attention alone, at 1 to 32 rows"
 "$build/tests/bench_decode_attention" | tee "$out/decode-attention.md"

@@ -173,7 +173,6 @@ class Checkpoint {
   const nlohmann::ordered_json& json() const { return json_; }  // the whole checkpoint.json
 
   std::vector<std::string> file_names() const;
-  bool has_file(const std::string& name) const { return files_.count(name) != 0; }
   const SafetensorsFile& file(const std::string& name) const;  // InputError when absent
 
   // Tensor NAME of FILE; InputError when absent or of another dtype or shape.

@@ -11,10 +11,10 @@
 
 #include "ckpt/checkpoint.hpp"
 #include "ckpt/safetensors_floats.hpp"
+#include "ckpt/state_reader.hpp"
 #include "convert/hf_config.hpp"
 #include "convert/hf_import.hpp"
 #include "convert/hf_names.hpp"
-#include "convert/native_reader.hpp"
 #include "convert/native_writer.hpp"
 #include "convert/output_dir.hpp"
 #include "core/error.hpp"

@@ -17,8 +17,8 @@
 #include <cstdint>
 #include <string>
 
+#include "ckpt/checkpoint_layout.hpp"
 #include "convert/hf_export.hpp"
-#include "convert/native_layout.hpp"
 #include "model/config.hpp"
 
 namespace meg {

@@ -10,7 +10,7 @@
 
 #include <fmt/format.h>
 
-#include "convert/native_reader.hpp"
+#include "ckpt/state_reader.hpp"
 #include "model/gpt.hpp"
 #include "model/pipeline.hpp"
 #include "model/tensor_parallel.hpp"

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "ckpt/checkpoint.hpp"
-#include "convert/native_layout.hpp"
+#include "ckpt/checkpoint_layout.hpp"
 #include "model/config.hpp"
 #include "model/param_tensor.hpp"
 

@@ -5,7 +5,7 @@
 #include <unordered_map>
 
 #include "ckpt/checkpoint.hpp"
-#include "convert/native_reader.hpp"
+#include "ckpt/state_reader.hpp"
 #include "convert/native_writer.hpp"
 #include "convert/output_dir.hpp"
 #include "core/error.hpp"

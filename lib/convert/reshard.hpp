@@ -1,5 +1,5 @@
 // meg-ckpt-convert's native move: a checkpoint of any parallel layout rewritten in another, model
-// and optimizer state both, streaming tensor by tensor (native_reader.hpp, native_writer.hpp).
+// and optimizer state both, streaming tensor by tensor (ckpt/state_reader.hpp, native_writer.hpp).
 //
 // The output is a checkpoint of the same iteration whose record is the input's with "parallel",
 // "sharded", "distributed_optimizer" and the model's padded vocabulary set for the new layout:
@@ -17,7 +17,7 @@
 #include <cstdint>
 #include <string>
 
-#include "convert/native_layout.hpp"
+#include "ckpt/checkpoint_layout.hpp"
 
 namespace meg {
 

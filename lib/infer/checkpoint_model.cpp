@@ -3,9 +3,9 @@
 #include <filesystem>
 
 #include "ckpt/checkpoint.hpp"
-#include "convert/native_reader.hpp"
+#include "ckpt/state_reader.hpp"
 #include "core/error.hpp"
-#include "infer/inference_model.hpp"
+#include "model/tensor_parallel_shard.hpp"
 
 namespace meg {
 

@@ -17,7 +17,7 @@ struct CheckpointModel {
   std::string path;           // the iteration directory read
   ModelConfig config;         // as trained (its vocabulary padded for the training's tp)
   std::vector<float> params;  // gpt_parameter_table(config)'s storage order, or with tp above 1
-                              // rank RANK's shard (infer/inference_model.hpp's tensor_parallel_shard)
+                              // rank RANK's shard (model/tensor_parallel_shard.hpp)
   std::string tokenizer;      // the training's --tokenizer and --merges ("" when not recorded)
   std::string merges;
   int tp = 1, rank = 0;

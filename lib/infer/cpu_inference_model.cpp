@@ -6,6 +6,7 @@
 
 #include "core/error.hpp"
 #include "model/tensor_parallel.hpp"
+#include "model/tensor_parallel_shard.hpp"
 #include "ops/cpu/ops.hpp"
 #include "parallel/comm.hpp"
 

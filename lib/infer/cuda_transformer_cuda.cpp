@@ -8,8 +8,8 @@
 #include <type_traits>
 
 #include "core/error.hpp"
-#include "infer/inference_model.hpp"
 #include "model/tensor_parallel.hpp"
+#include "model/tensor_parallel_shard.hpp"
 #include "ops/cuda/check.hpp"
 #include "ops/cuda/ops.hpp"
 #include "parallel/nccl_comm.hpp"

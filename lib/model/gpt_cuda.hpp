@@ -182,10 +182,6 @@ class GptCudaModel {
   // The logits [B*T, Vp] of the last forward() (as floats; this rank's columns), for tests.
   std::vector<float> logits() const;
 
-  // Bytes of device memory in use by this model's allocator, and the peak since the start.
-  size_t memory_in_use() const { return alloc_.in_use(); }
-  size_t memory_peak() const { return alloc_.peak(); }
-
  private:
   struct Acts;
   struct Staging;

@@ -14,11 +14,11 @@
 #include <cstdint>
 #include <vector>
 
-#include "model/gpt.hpp"
+#include "model/param_tensor.hpp"
 #include "ops/cuda/device_memory.hpp"
 #include "ops/cuda/ops.hpp"
 #include "optim/adamw.hpp"
-#include "train/grad_norm.hpp"
+#include "optim/grad_norm.hpp"
 
 namespace meg {
 
@@ -32,7 +32,7 @@ class CudaAdamW {
             cuda::DeviceAllocator& alloc, cudaStream_t stream);
 
   // The sum of the squares of GRADS over each of RANGES (offsets into GRADS), for the global
-  // gradient norm (train/grad_norm.hpp): one reduction per range, one wait for the device.
+  // gradient norm (optim/grad_norm.hpp): one reduction per range, one wait for the device.
   // Non-finite where any gradient is.
   std::vector<double> grad_sum_squares(const float* grads, const std::vector<GradRange>& ranges);
 

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "ckpt/sharded_checkpoint.hpp"
 #include "core/precision.hpp"
 #include "model/config.hpp"
 #include "model/gpt.hpp"
@@ -42,19 +43,6 @@ struct ParallelGroups {
   int dp_size() const { return dp ? dp->size() : 1; }
   int tp_size() const { return tp ? tp->size() : 1; }
   int pp_size() const { return pp ? pp->size() : 1; }
-};
-
-// This rank's part of the training state as it holds it, for checkpoints written shard by shard:
-// the tensors of its pipeline stage (of its model chunks, chunk after chunk, with virtual stages)
-// and tensor-parallel slice (the whole model's names, local shapes and offsets), their
-// parameters, and the AdamW moments: of the same tensors, or with the distributed optimizer this
-// replica's shard [shard_begin, shard_begin + m.size()) of the local flat array (local_numel
-// long, padded to a multiple of the data-parallel size).
-struct LocalState {
-  std::vector<ParamTensor> tensors;
-  std::vector<float> params, m, v;
-  bool moments_sharded = false;
-  size_t shard_begin = 0, local_numel = 0;
 };
 
 struct StepStats {

@@ -16,8 +16,8 @@
 #include "model/tensor_parallel.hpp"
 #include "train/pipeline_schedule.hpp"
 #include "ops/cpu/ops.hpp"
+#include "optim/grad_norm.hpp"
 #include "train/backend.hpp"
-#include "train/grad_norm.hpp"
 
 namespace meg {
 
@@ -268,16 +268,16 @@ class CpuBackend final : public TrainBackend {
         parallel_.tp->all_reduce_sum(grads_.data() + t.offset, t.numel);
   }
 
-  // The sum of squares of the whole model's gradients (train/grad_norm.hpp) from GRADS, this rank's
+  // The sum of squares of the whole model's gradients (optim/grad_norm.hpp) from GRADS, this rank's
   // elements [BASE, BASE + size) of its flat array (a shard of it with the distributed optimizer).
   double sum_squares(std::span<const float> grads, size_t base) const {
-    const GradNormRanges r = grad_norm_ranges(config_, tensors_, split_over_tp(), base, base + grads.size(),
+    const GradNormRanges r = grad_norm_ranges(tensors_, split_over_tp(), base, base + grads.size(),
                                               [this](const ParamTensor& t) { return tied_copy(t); });
     double sums[2] = {0, 0};  // split, replicated
     for (int kind = 0; kind < 2; ++kind)
       for (const GradRange& g : kind == 0 ? r.split : r.replicated)
         sums[kind] += cpu::grad_sum_squares(grads.data() + (g.begin - base), g.end - g.begin);
-    return global_sum_squares(sums[0], sums[1], parallel_, sharded());
+    return global_sum_squares(sums[0], sums[1], sharded() ? parallel_.dp : nullptr, parallel_.tp, parallel_.pp);
   }
 
   // This rank's part (its chunks' tensors, its tensor-parallel slices) of a whole-model array.

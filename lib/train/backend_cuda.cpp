@@ -23,10 +23,10 @@
 #include "model/rank_part.hpp"
 #include "ops/cuda/check.hpp"
 #include "optim/adamw_cuda.hpp"
+#include "optim/grad_norm.hpp"
 #include "parallel/nccl_comm.hpp"
 #include "parallel/rank_device.hpp"
 #include "train/backend.hpp"
-#include "train/grad_norm.hpp"
 #include "train/pipeline_links.hpp"
 #include "train/pipeline_schedule.hpp"
 
@@ -98,7 +98,7 @@ class CudaBackend final : public TrainBackend {
       adam_ = std::make_unique<CudaAdamW>(tensors_, adam, alloc_, stream_);
     }
     const size_t begin = sharded() ? shard_.begin : 0, end = sharded() ? shard_.begin + shard_.size : n;
-    const GradNormRanges r = grad_norm_ranges(config, tensors_, parallel_.tp_size() > 1, begin, end,
+    const GradNormRanges r = grad_norm_ranges(tensors_, parallel_.tp_size() > 1, begin, end,
                                               [this](const ParamTensor& t) { return tied_copy(t); });
     if (tied_ends()) tied_other_ = cuda::DeviceArray<float>(alloc_, tied_embedding().numel);
     norm_ranges_ = r.split;
@@ -191,7 +191,7 @@ class CudaBackend final : public TrainBackend {
     const std::vector<double> sums = adam_->grad_sum_squares(grads, norm_ranges_);
     double split = 0, replicated = 0;
     for (size_t k = 0; k < sums.size(); ++k) (k < split_ranges_ ? split : replicated) += sums[k];
-    s.grad_norm = std::sqrt(global_sum_squares(split, replicated, parallel_, sharded())) / unscale;
+    s.grad_norm = std::sqrt(global_sum_squares(split, replicated, sharded() ? parallel_.dp : nullptr, parallel_.tp, parallel_.pp)) / unscale;
     if (!std::isfinite(s.grad_norm) && precision_ == Precision::fp16 && std::isfinite(s.loss)) {
       loss_scale_ = std::max(kMinLossScale, loss_scale_ / 2);
       good_steps_ = 0;
@@ -450,7 +450,7 @@ class CudaBackend final : public TrainBackend {
   std::unique_ptr<NcclComm> nccl_;     // the data-parallel group's, when it has more than one member
   Shard shard_;                     // this replica's, with the distributed optimizer
   // The gradient norm's ranges of this rank's array: the first SPLIT_RANGES_ split over the
-  // tensor-parallel group, the rest replicated (train/grad_norm.hpp).
+  // tensor-parallel group, the rest replicated (optim/grad_norm.hpp).
   std::vector<GradRange> norm_ranges_;
   size_t split_ranges_ = 0;
   // Overlapped all-reduce (data parallelism without the distributed optimizer).

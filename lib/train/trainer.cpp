@@ -8,6 +8,7 @@
 #include <map>
 
 #include "ckpt/checkpoint.hpp"
+#include "ckpt/sharded_checkpoint.hpp"
 #include "core/device.hpp"
 #include "core/error.hpp"
 #include "core/hash.hpp"
@@ -16,7 +17,6 @@
 #include "data/tokenizer.hpp"
 #include "model/pipeline.hpp"
 #include "model/tensor_parallel.hpp"
-#include "train/checkpoint_shards.hpp"
 #include "train/signals.hpp"
 
 namespace meg {
@@ -348,7 +348,7 @@ void Trainer::save_checkpoint_now() {
   if (opt_.save.empty() || last_saved_ == iteration_) return;
   const auto start = Clock::now();
   std::string path;
-  if (sharded_state()) {  // every rank writes its part (train/checkpoint_shards.hpp)
+  if (sharded_state()) {  // every rank writes its part (ckpt/sharded_checkpoint.hpp)
     LocalState local;
     backend_->get_local_state(local);
     path = save_sharded_checkpoint(opt_.save, iteration_, checkpoint_record(), opt_.keep, *world_, local);

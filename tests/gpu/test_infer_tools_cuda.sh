@@ -3,6 +3,7 @@
 # continuous batching and decode graphs are exercised), completions in bf16 that mostly agree, and
 # the same per-request log-likelihoods (within 1e-4) and greedy flags from meg-eval.
 source "$(dirname "$0")/../tools/lib.sh"
+require_gpus 1 "meg-generate and meg-eval on the GPU"
 M=$MEG_TEST_DATA/megatron
 E=$MEG_TEST_DATA/eval
 for model in tiny tiny-llama; do

@@ -3,6 +3,7 @@
 # then a 200-iteration run whose loss curve must track the CPU run's, in fp32 and in bf16, and
 # checkpoints that move between the devices.
 source "$(dirname "$0")/../tools/lib.sh"
+require_gpus 1 "meg-pretrain on the GPU"
 MEG_TEST_DEVICE=cuda bash "$(dirname "$0")/../tools/test_meg_pretrain.sh"
 
 M=$MEG_TEST_DATA/megatron

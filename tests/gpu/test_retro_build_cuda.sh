@@ -7,6 +7,7 @@
 # a blend's samples are embedded and searched on the GPU.
 HERE=$(cd "$(dirname "$0")" && pwd)
 source "$HERE/../tools/lib.sh"
+require_gpus 1 "meg-retro-build on the GPU"
 export PYTHONPATH=$HERE/../tools  # retro_mat.py: matrix files as lists of rows
 M=$MEG_TEST_DATA/megatron
 

@@ -6,7 +6,7 @@
 //     one size repeat, so that the captured graphs, with the collectives in them, are checked too);
 //   - its argmax and top-k readouts, which gather candidates rather than logits, choose what the
 //     host sampler chooses from the logits it gathers whole.
-// Needs as many GPUs as ranks; with fewer it says so and checks nothing.
+// Needs as many GPUs as ranks: with fewer, main.cpp skips them.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -51,7 +51,7 @@ std::vector<Sampler::Candidate> ranked(const float* logits, int V, int choices, 
 
 TEST_CASE("tensor-parallel CUDA inference gives one GPU's logits, the same bits on every rank", "[nccl][infer]") {
   Comm& world = World::get().world();
-  if (!test::use_gpu_per_rank(world)) return;
+  test::use_gpu_per_rank(world);
   for (const ModelFamily family : {ModelFamily::gpt2, ModelFamily::llama}) {
     INFO(family_name(family));
     const CheckpointModel ck = split_test_model(family, world.size());
@@ -69,7 +69,7 @@ TEST_CASE("tensor-parallel CUDA inference gives one GPU's logits, the same bits 
 // to offer (150 tokens over 2 ranks: the second member's shard starts at 160).
 TEST_CASE("tensor-parallel CUDA inference chooses as from its gathered logits", "[nccl][infer]") {
   Comm& world = World::get().world();
-  if (!test::use_gpu_per_rank(world)) return;
+  test::use_gpu_per_rank(world);
   for (const ModelFamily family : {ModelFamily::gpt2, ModelFamily::llama}) {
     const CheckpointModel ck = split_test_model(family, world.size());
     const int V = int(ck.config.vocab_size);

@@ -88,11 +88,11 @@ mpi() {
 }
 
 # require_gpus N WHAT: sets gpus to the GPUs visible; with fewer than N, says WHAT was skipped and
-# ends the test as passed (multi-GPU tests on a machine with fewer).
+# ends the test with status 77, which ctest reports as skipped (SKIP_RETURN_CODE), not passed.
 require_gpus() {
   gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
   if [ "$gpus" -lt "$1" ]; then
     echo "$2: skipped, $gpus GPU(s) visible, $1 needed"
-    exit 0
+    exit 77
   fi
 }

@@ -19,6 +19,7 @@
 #include "infer/sampler.hpp"
 #include "model/gpt.hpp"
 #include "model/tensor_parallel.hpp"
+#include "model/tensor_parallel_shard.hpp"
 #include "ops/cpu/ops.hpp"
 
 using namespace meg;

@@ -42,7 +42,6 @@ class DeviceAllocator {
   size_t in_use() const { return in_use_; }
   size_t peak() const { return peak_; }
   size_t cached() const { return cached_; }
-  void reset_peak() { peak_ = in_use_; }
 
   static size_t round_size(size_t bytes);
 

@@ -1,5 +1,5 @@
-// The parallel layout of a native checkpoint (ckpt/checkpoint.hpp, train/checkpoint_shards.hpp) as
-// the converter sees it: which files hold which part of the model's parameters and AdamW moments.
+// The parallel layout of a native checkpoint (ckpt/checkpoint.hpp, ckpt/sharded_checkpoint.hpp):
+// which files hold which part of the model's parameters and AdamW moments.
 //
 // One process (or data parallelism without the distributed optimizer) writes the unsharded form,
 // model.safetensors + optimizer.safetensors, which is the sharded form of tp 1, pp 1 under other
@@ -16,6 +16,11 @@
 #include "model/config.hpp"
 
 namespace meg {
+
+// The names of a sharded checkpoint's files (ckpt/sharded_checkpoint.hpp lists what each holds).
+std::string shard_model_file(int tp, int pp);
+std::string shard_optimizer_file(int tp, int pp);
+std::string shard_optimizer_file(int tp, int pp, int dp);
 
 // The three arrays of a model's training state, each laid out by the parameter table.
 enum class StateKind { param, exp_avg, exp_avg_sq };

@@ -1,4 +1,4 @@
-#include "convert/native_layout.hpp"
+#include "ckpt/checkpoint_layout.hpp"
 
 #include <fmt/format.h>
 
@@ -6,9 +6,16 @@
 #include "model/pipeline.hpp"
 #include "model/tensor_parallel.hpp"
 #include "parallel/layout.hpp"
-#include "train/checkpoint_shards.hpp"
 
 namespace meg {
+
+std::string shard_model_file(int tp, int pp) { return fmt::format("model-tp{:02}-pp{:02}.safetensors", tp, pp); }
+std::string shard_optimizer_file(int tp, int pp) {
+  return fmt::format("optimizer-tp{:02}-pp{:02}.safetensors", tp, pp);
+}
+std::string shard_optimizer_file(int tp, int pp, int dp) {
+  return fmt::format("optimizer-tp{:02}-pp{:02}-dp{:02}.safetensors", tp, pp, dp);
+}
 
 const char* to_string(StateKind kind) {
   switch (kind) {

@@ -1,4 +1,4 @@
-#include "convert/native_reader.hpp"
+#include "ckpt/state_reader.hpp"
 
 #include <algorithm>
 #include <cstring>

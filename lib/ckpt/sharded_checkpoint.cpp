@@ -1,21 +1,12 @@
-#include "train/checkpoint_shards.hpp"
+#include "ckpt/sharded_checkpoint.hpp"
 
 #include <cstring>
 #include <memory>
 
-#include <fmt/format.h>
-
-#include "convert/native_reader.hpp"
+#include "ckpt/checkpoint_layout.hpp"
+#include "ckpt/state_reader.hpp"
 
 namespace meg {
-
-std::string shard_model_file(int tp, int pp) { return fmt::format("model-tp{:02}-pp{:02}.safetensors", tp, pp); }
-std::string shard_optimizer_file(int tp, int pp) {
-  return fmt::format("optimizer-tp{:02}-pp{:02}.safetensors", tp, pp);
-}
-std::string shard_optimizer_file(int tp, int pp, int dp) {
-  return fmt::format("optimizer-tp{:02}-pp{:02}-dp{:02}.safetensors", tp, pp, dp);
-}
 
 namespace {
 

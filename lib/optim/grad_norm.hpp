@@ -1,23 +1,23 @@
 // The global gradient norm (for clipping and the logs) of a model whose parameters are spread over
 // ranks: each rank sums the squares of the gradients it holds, and the sums are combined so that
 // every parameter of the whole model counts exactly once, whatever the layout:
-//   - tensors split over the tensor-parallel group (tp_split_of: rows or columns) are summed over
+//   - tensors split over the tensor-parallel group (their table entry's split: rows or columns) are summed over
 //     the group; replicated ones (norms, row-parallel biases, position embeddings) have the same
 //     gradient on every member and count once;
 //   - with the distributed optimizer a replica holds a shard of its flat array: shards are summed
 //     over the data-parallel group;
 //   - pipeline stages are summed over the pipeline; the last stage's copy of a tied word
 //     embedding is left out (the first stage's counts).
-// The CPU and CUDA backends both compute their per-range sums and combine them here.
+// The CPU and CUDA backends both compute their per-range sums and combine them here. Megatron keeps
+// this in its optimizer package too (clip_grads.py).
 #pragma once
 
 #include <cstddef>
 #include <functional>
 #include <vector>
 
-#include "model/config.hpp"
 #include "model/param_tensor.hpp"
-#include "train/backend.hpp"
+#include "parallel/comm.hpp"
 
 namespace meg {
 
@@ -34,12 +34,13 @@ struct GradNormRanges {
 // toward the norm, by kind; neighbouring tensors of one kind make one range. TP_SPLIT: the model
 // is split over a tensor-parallel group of more than one rank (otherwise everything is
 // "replicated"). SKIP (may be empty) leaves tensors out.
-GradNormRanges grad_norm_ranges(const ModelConfig& config, const std::vector<ParamTensor>& tensors, bool tp_split,
-                                size_t begin, size_t end,
+GradNormRanges grad_norm_ranges(const std::vector<ParamTensor>& tensors, bool tp_split, size_t begin, size_t end,
                                 const std::function<bool(const ParamTensor&)>& skip = {});
 
 // The whole model's sum of squares from this rank's SPLIT and REPLICATED sums (over its ranges),
-// combined over GROUPS as described above; SHARDED: the distributed optimizer's shards.
-double global_sum_squares(double split, double replicated, const ParallelGroups& groups, bool sharded);
+// combined as described above over the groups given (null: a group of one): SHARDS, the
+// data-parallel group when the distributed optimizer shards the gradients over it (null
+// otherwise); TP, the tensor-parallel group; PP, the pipeline.
+double global_sum_squares(double split, double replicated, Comm* shards, Comm* tp, Comm* pp);
 
 }  // namespace meg

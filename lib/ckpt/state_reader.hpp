@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "ckpt/checkpoint.hpp"
+#include "ckpt/checkpoint_layout.hpp"
 #include "ckpt/safetensors.hpp"
-#include "convert/native_layout.hpp"
 #include "model/config.hpp"
 #include "model/param_tensor.hpp"
 

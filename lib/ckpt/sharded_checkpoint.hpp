@@ -19,6 +19,7 @@
 // (one process included) resumes from it.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -27,16 +28,24 @@
 
 #include "ckpt/checkpoint.hpp"
 #include "model/config.hpp"
+#include "model/param_tensor.hpp"
 #include "parallel/comm.hpp"
 #include "parallel/layout.hpp"
-#include "train/backend.hpp"
 
 namespace meg {
 
-// The names of the files above.
-std::string shard_model_file(int tp, int pp);
-std::string shard_optimizer_file(int tp, int pp);
-std::string shard_optimizer_file(int tp, int pp, int dp);
+// This rank's part of the training state as it holds it, for checkpoints written shard by shard:
+// the tensors of its pipeline stage (of its model chunks, chunk after chunk, with virtual stages)
+// and tensor-parallel slice (the whole model's names, local shapes and offsets), their
+// parameters, and the AdamW moments: of the same tensors, or with the distributed optimizer this
+// replica's shard [shard_begin, shard_begin + m.size()) of the local flat array (local_numel
+// long, padded to a multiple of the data-parallel size).
+struct LocalState {
+  std::vector<ParamTensor> tensors;
+  std::vector<float> params, m, v;
+  bool moments_sharded = false;
+  size_t shard_begin = 0, local_numel = 0;
+};
 
 // Writes the checkpoint of ITERATION into DIR from every rank's LOCAL part (collective over the
 // world). Returns the checkpoint's path on rank 0, "" elsewhere.
@@ -45,7 +54,7 @@ std::string save_sharded_checkpoint(const std::string& dir, int64_t iteration, c
 
 // The whole model's parameters and AdamW moments (the table layout of CONFIG) from the shards of
 // CK, written in layout SAVED with VIRTUAL_STAGES model chunks per pipeline rank (with the
-// distributed optimizer when SHARDED_MOMENTS), read tensor by tensor (convert/native_reader.hpp).
+// distributed optimizer when SHARDED_MOMENTS), read tensor by tensor (ckpt/state_reader.hpp).
 void load_sharded_state(const Checkpoint& ck, const ModelConfig& config, const ParallelLayout& saved,
                         int virtual_stages, bool sharded_moments, std::vector<float>& params, std::vector<float>& m,
                         std::vector<float>& v);
