@@ -13,17 +13,17 @@
 // take multiprocessors as the running ones' retire. On devices before Hopper, and for a
 // predecessor that is not a kernel, the launch is an ordinary one and the calls do nothing.
 //
-// The alternatives, all slower (tests/bench/cuda/bench_decode_chain.cu times them; the figures are
-// in docs/experiments.md): the step's products as phases of one persistent kernel with a grid-wide
-// barrier between them (each phase requesting its first weights before the barrier, as here before
-// the wait), or as kernels that hand over through counters in memory (each block arrives when
-// done; the next kernel's blocks poll for a full grid's arrivals) in place of
-// wait_for_previous_kernel(); one launch streaming every product's weights through a ring of
-// shared memory ahead of counter handoffs (a counter handoff costs about what a boundary here
-// does); and kernels of their own streaming through rings of shared memory, each letting the next
-// start at once beside it. small_linear letting the next kernel start before its wait too (the
-// residual then read after it) changed nothing beyond noise: a product's blocks fill the
-// multiprocessors' registers, so the next one's blocks start no earlier.
+// The alternatives, measured slower on an H100 (by tests/bench/cuda/bench_decode_chain.cu, whose
+// history keeps their code; the figures are in docs/experiments.md): the step's products as phases
+// of one persistent kernel with a grid-wide barrier between them (each phase requesting its first
+// weights before the barrier, as here before the wait), or as kernels that hand over through
+// counters in memory (each block arrives when done; the next kernel's blocks poll for a full
+// grid's arrivals) in place of wait_for_previous_kernel(); one launch streaming every product's
+// weights through a ring of shared memory ahead of counter handoffs (a counter handoff costs about
+// what a boundary here does); and kernels of their own streaming through rings of shared memory,
+// each letting the next start at once beside it. small_linear letting the next kernel start
+// before its wait too (the residual then read after it) changed nothing beyond noise: a product's
+// blocks fill the multiprocessors' registers, so the next one's blocks start no earlier.
 #pragma once
 
 #include <cuda_runtime.h>
