@@ -385,10 +385,9 @@ __device__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, ui
 // it can go without spilling: several resident blocks hide the latency of one block's barriers and
 // copies. For HS 128 the swept tiles are halved in the backward, to keep the warp's fp32
 // accumulators (16 x HS each for dK and dV) and two score tiles within 255 registers.
-// Measured on a CUDA machine (H200, GPT-2 124M's shape): 4-warp forward blocks at 3 per SM ran 4%
-// faster than 8-warp ones (128-row tiles) at 2 per SM and 20% faster than those at 1 per SM; 32-key
-// tiles at 4 blocks per SM (fewer registers) ran 8% slower in the forward and 2% in dQ; 8-warp dK/dV
-// blocks, or 32-query tiles there at 3 blocks per SM, ran 3 to 7% slower.
+// 4-warp forward blocks at 3 per SM beat 8-warp ones (128-row tiles) at 2 or 1 per SM; 32-key tiles
+// at 4 blocks per SM (fewer registers), 8-warp dK/dV blocks, and 32-query tiles there at 3 blocks
+// per SM were slower.
 template <int HS>
 struct Flash {
   static_assert(HS == 64 || HS == 128, "the tensor-core path covers head sizes 64 and 128");

@@ -18,12 +18,11 @@
 //     each (batch-1 decode), the splits come in thread block clusters of up to 8 (Hopper and
 //     later), and a cluster's first block merges its blocks' partials: they write them into its
 //     shared memory (distributed shared memory) and arrive on an mbarrier there, so that they leave
-//     at once and only the first block waits. (On one H100, batch-1 decode at 552 keys, runs
-//     alternating: with the first block reading the others' shared memory between two cluster
-//     barriers, GPT-2 1.5B 564-569 tok/s, GPT-2 124M 3.65k-3.79k, Llama 1B 958-970; as now 580-587,
-//     3.87k-3.89k and 960-976.) Grids of 4-warp blocks split two to five ways are a cluster a
-//     (query, head group) too, of at most three blocks (kFewWarpCluster: four or five splits are
-//     cut to three); split more ways, each block is a cluster of its own;
+//     at once and only the first block waits (rather than the first block reading the others'
+//     shared memory between two cluster barriers, which kept every block until it had read).
+//     Grids of 4-warp blocks split two to five ways are a cluster a (query, head group) too, of
+//     at most three blocks (kFewWarpCluster: four or five splits are cut to three); split more
+//     ways, each block is a cluster of its own;
 //   - when a query needs more than one cluster, the clusters' merged partials go to the scratch,
 //     and the last cluster to finish merges them there. It knows it is last from a counter per
 //     (query, head group) in the scratch, which it also sets back to zero for the next launch.
@@ -41,29 +40,21 @@
 // attends to more than staged_keys() keys (320 keys times the block's query heads, and 20480
 // elements of K and of V), it runs one block of 8 warps a (query, head group) with no split: the
 // block copies its query's older keys and values into shared memory (cp.async) before it waits,
-// the new ones after, and attends from there, with nothing to merge across blocks. Measured on an
-// H100 at batch 1, a cluster's launch, barriers and merge cost more than the keys at such lengths:
-// with 48 keys, GPT-2 124M's decode step took 0.254 ms with clusters of 8 and 0.228 staged, GPT-2
-// 1.5B's 1.79 and 1.66 (clusters of 2 still 1.76); with 240 keys 0.257 and 0.242, 1.83 and 1.80;
-// Llama 1B's (4 query heads a block, so 80 keys) 1.033 and 1.022-1.032 with 48. A single block
-// reads its keys at one multiprocessor's rate, so longer contexts lose: with 552 keys, GPT-2 1.5B's
-// step took 1.84 ms staged against 1.82. The caller passes the launch's longest context, and a
-// captured decode step is keyed by the grid it chose (cached_attention_staged).
+// the new ones after, and attends from there, with nothing to merge across blocks: at such lengths
+// a cluster's launch, barriers and merge cost more than the keys. A single block reads its keys at
+// one multiprocessor's rate, so longer contexts lose. The caller passes the launch's longest
+// context, and a captured decode step is keyed by the grid it chose (cached_attention_staged).
 //
 // Streaming blocks. The grids of many queries (batched decode, prompts after cached tokens) run
 // blocks of 4 warps that read many passes of keys each. A block of grouped-query heads (G of 2 or
 // 4) holds G heads' q and o in registers, so only 2 or 3 fit on a multiprocessor, and has G times
 // the arithmetic per key: waiting for each pass's keys, then working on them, then requesting the
-// next, it left the memory idle half the time (a batch of 32 Llama 1B rows at 552 keys read its
-// cache at 1.32 TB/s, Nsight Compute on an H100). So each of its warps streams its keys through a
-// ring of shared memory (cp.async) holding kRingPasses passes: it requests pass i + 2 while it
-// works on pass i, and reads pass i from the ring into the registers the other grids load
-// directly. On one H100, Llama 1B decode at 552 keys, 32 rows 1.765-1.769 -> 1.666-1.671 ms a
-// step, 16 rows 1.653 -> 1.597-1.635, 8 rows (split keys) 1.64 either way. Blocks of one head
-// (GPT-2's) do not stream: they have little to do between passes, 4 fit on a multiprocessor, and
-// with the ring a batch of 32 GPT-2 1.5B rows took 5.03-5.06 ms against 4.91, of GPT-2 124M 0.79
-// against 0.76 (in the 2-warp blocks below, 24 rows of GPT-2 1.5B gained 4% and 32 lost 1%). A
-// ring of 4 passes was slower than 3: 32 rows of Llama 1B 1.665 ms against 1.64.
+// next, it left the memory idle about half the time. So each of its warps streams its keys
+// through a ring of shared memory (cp.async) holding kRingPasses passes: it requests pass i + 2
+// while it works on pass i, and reads pass i from the ring into the registers the other grids load
+// directly. Blocks of one head (GPT-2's) do not stream: they have little to do between passes, 4
+// fit on a multiprocessor, and the ring made their steps slower. A ring of 4 passes was slower
+// than 3.
 //
 // Inside a block. A key row of HS elements is read by P lanes, each holding W consecutive elements
 // (16 bytes for bf16 with W = 8); P is HS / W rounded up to a power of two, lanes past the row
@@ -119,45 +110,24 @@ constexpr int kWarpsPerSM = 16;
 constexpr int kTwoWarps = 2, kFewWarps = 4, kManyWarps = 8;
 // Blocks of one query head (GPT-2's) compile to 128 registers a thread, as kWarpsPerSM needs.
 // Without the limit the kernel took 129, which left room for 3 blocks of 4 warps rather than 4,
-// and the 800 blocks of a batch of 32 GPT-2 1.5B decode rows 3 waves rather than 2 (8% slower).
+// and the 800 blocks of a batch of 32 GPT-2 1.5B decode rows 3 waves rather than 2.
 // Blocks of 2 and 4 heads keep their q and o in registers and take what they need.
 //
 // The 4-warp blocks a multiprocessor holds at once, by query heads a block: as many as their
 // registers allow, the fewest over the element types for 16-byte lanes (one head: 128 registers a
 // thread, 4 blocks; two: 117 to 152, 3; four: 179 to 212, 2). A split grid of more blocks than
-// that runs a second, short wave, which takes about as long as the first: splits counted as if
-// every multiprocessor held 16 warps of any block gave 8 Llama 1B rows 576 blocks for the 264 that
-// fit, 8 GPT-2 124M rows 576 for 528. On one H200 at 552 keys, the attention alone (µs a launch)
-// and decode steps (ms), before and after: Llama 1B 8 rows 19.2 -> 11.2 µs, 1.380 -> 1.236 ms; 4
-// rows 13.0 -> 9.5 µs, 1.582 -> 1.554 ms; GPT-2 124M 8 rows 12.1 -> 8.1 µs, 0.562 -> 0.527 ms; GPT-2
-// 1.5B 4 rows 12.1 -> 7.8 µs, 3.330 -> 3.107 ms. Unsplit and clustered grids are as before.
+// that runs a second, short wave, which takes about as long as the first.
 int few_warp_blocks_per_sm(int G) { return G == 1 ? 4 : G == 2 ? 3 : 2; }
 
 constexpr int kUnroll = 4;        // keys per lane group loaded before the first is used
 constexpr int kMaxCluster = 8;    // blocks of a cluster (the portable most)
 // A 4-warp grid split at most this many ways merges its splits within a cluster (on devices that
-// have them, Hopper and later), not through memory. On one H200 at 552 keys, the attention alone
-// (µs a launch) and decode steps (ms, two runs alternating), through memory -> in a cluster:
-// Llama 1B 12 rows (2 splits) 13.1 -> 12.0 µs, 1.302 / 1.303 -> 1.274 / 1.259 ms, 16 rows (2)
-// 14.1 -> 13.1 µs, 1.310 / 1.309 -> 1.292 / 1.289 ms; GPT-2 124M 12 rows (3) 10.1-10.3 -> 8.6-8.7
-// µs, 0.550 / 0.546 -> 0.526 / 0.539 ms, 16 rows (2) 13.4-13.6 -> 12.2 µs, 0.578 / 0.578 -> 0.564 /
-// 0.563 ms; GPT-2 1.5B 8 rows (2) 13.5-13.6 -> 12.0-12.1 µs, 2.835 / 2.832 -> 2.783 / 2.787 ms.
-// Clusters of 4 to 8 such blocks were slower: Llama 1B 4 rows (8 splits) 9.5 -> 12.3 µs, 1.556 /
-// 1.552 -> 1.590 / 1.582 ms, 8 rows (4) 11.2 -> 14.9 µs, 1.228 / 1.227 -> 1.306 / 1.300 ms; GPT-2
-// 124M 4 rows (11 splits, as 2 clusters of 5) 6.7 -> 9.6 µs; GPT-2 1.5B 4 rows (5) 7.8 -> 9.65 µs,
-// 3.088 / 3.089 -> 3.252 / 3.229 ms.
+// have them, Hopper and later), not through memory: the partials never leave the multiprocessors.
+// Clusters of 4 to 8 such blocks were slower.
 // A grid that one wave would split four or five ways (kMostSplitsCut) splits three, in one cluster:
-// fewer, longer splits, but no merge through memory. On one H200 as above, 4 or 5 splits through
-// memory -> 3 in a cluster: GPT-2 124M 8 rows (5) 8.1 -> 7.6-7.7 µs, 0.522 / 0.514 -> 0.504 / 0.506
-// ms, 10 rows (4) 0.538 / 0.538 -> 0.516 / 0.517 ms; GPT-2 1.5B 5 rows (4) 2.743 / 2.750 -> 2.629 /
-// 2.631 ms; Llama 1B 8 rows (4) 11.2 -> 9.2 µs, 1.248 / 1.233 -> 1.195 / 1.194 ms, 6 rows (5) 1.219
-// / 1.208 -> 1.193 / 1.185 ms (GPT-2 1.5B 4 rows (5) 7.8 -> 7.3 µs, but its steps, then of
-// small_linear products, 3.108 / 3.099 -> 3.123 / 3.136 ms). Grids of more splits lost either way:
-// cut to three, in one cluster (Llama 1B 4 rows, 8 splits: 9.5 -> 8.1 µs but 1.559 / 1.549 ->
-// 1.565 / 1.569 ms; GPT-2 1.5B 2 rows, 10: 1.974 / 1.993 -> 2.014 / 2.010 ms), or in clusters of
-// two or three merged through memory (Llama 1B 4 rows 9.5 -> 10.4 and 10.1 µs, 1.560 / 1.551 ->
-// 1.591 / 1.570 and 1.593 / 1.575 ms; GPT-2 1.5B 2 rows 1.976 / 1.994 -> 2.008 / 1.985 and 2.058 /
-// 2.028 ms; GPT-2 124M 4 rows, 11, 6.7 -> 6.9 µs, steps within 1%).
+// fewer, longer splits, but no merge through memory. Grids of more splits lost either way (cut to
+// three in one cluster, or in clusters of two or three merged through memory) and keep their
+// splits.
 constexpr int kFewWarpCluster = 3;
 constexpr int kMostSplitsCut = 5;
 constexpr int kMaxClusters = 64;  // the merge through memory reads up to this many partials per (query, head)
@@ -332,8 +302,7 @@ __global__ void __launch_bounds__(Warps * kWarp, G == 1 ? kWarpsPerSM / Warps : 
   // little to keep the memory busy at the warps a multiprocessor holds; registers for a second
   // would cost them warps (they take 128 now). So each pass's loads are followed by a request for
   // the next pass's rows into L2, which costs no registers, and the next loads find them there or
-  // on their way. On one H200, decode steps at 552 keys, 32 rows: GPT-2 124M 0.663-0.667 ms ->
-  // 0.638-0.639, GPT-2 1.5B 4.035 -> 3.944-3.950 (two passes ahead: 0.645-0.648 and 3.945-3.950).
+  // on their way. One pass ahead is enough: two gained nothing more.
   constexpr bool kPrefetches = !Staged && !kStreamed && Warps != kManyWarps;
   auto prefetch_keys = [&](int base, int to) {
 #pragma unroll
@@ -370,8 +339,7 @@ __global__ void __launch_bounds__(Warps * kWarp, G == 1 ? kWarpsPerSM / Warps : 
     // The next kernel (the output projection) may start now, before this one's wait: until its own
     // wait it reads its weights and the residual stream, which no kernel still running writes. Only
     // after this block's first keys are requested, which its weights' requests would otherwise
-    // queue ahead of: on one H100 (tokens/s, batch-1 decode), letting it start here took GPT-2 1.5B
-    // from 547 to 549-550 (GPT-2 124M and Llama 1B within noise), at the kernel's start to 2% below.
+    // queue ahead of (letting it start at the kernel's start was slower).
     allow_next_kernel();
     wait_for_previous_kernel();  // the projection (and kv_cache_append) that wrote q and the new keys
     stamps.waited();
@@ -715,17 +683,8 @@ long few_warp_wave(int G) { return long(few_warp_blocks_per_sm(G)) * multiproces
 // Whether a grid of BLOCKS (query, head group) blocks of G heads splits its keys: where two splits
 // of every block fit one wave of 4-warp blocks. Larger grids run unsplit, a block a (query, head
 // group), since a split's partials merged through memory (the fence, the counter, the last block's
-// reads) cost more than a second wave of blocks or idle multiprocessors. Measured on an H100,
-// decode steps at 552 keys unsplit against splits then counted as if any block fit 16 warps a
-// multiprocessor (two waves): 32 rows of GPT-2 124M (384 blocks) 0.831 -> 0.763 ms, of Llama 1B
-// (256 blocks of 4 query heads) 2.047 -> 1.838; 16 rows of GPT-2 1.5B (400) 4.02 -> 3.78; 12 of
-// GPT-2 1.5B (300) 3.85 -> 3.57. With splits counted by the blocks that fit (one wave), grids
-// between 7/8 of the multiprocessors and half a wave, once left unsplit, are faster split. On one
-// H200, the attention alone (bench_decode_attention, µs a launch) and decode steps (ms, two runs
-// alternating), unsplit -> split: Llama 1B 16 rows (128 blocks -> 2 splits) 15.3 -> 14.0 µs,
-// 1.352 / 1.335 -> 1.309 / 1.298 ms; GPT-2 124M 12 rows (144 -> 3 splits) 13.9 -> 10.1 µs, 0.582 /
-// 0.567 -> 0.562 / 0.544 ms, 16 rows (192 -> 2) 15.0 -> 13.4-13.6 µs, 0.582 / 0.581 -> 0.572 / 0.572
-// ms; GPT-2 1.5B 8 rows (200 -> 2) 15.4 -> 13.5 µs, 2.828 / 2.819 -> 2.810 / 2.808 ms.
+// reads) cost more than a second wave of blocks or idle multiprocessors; grids of up to half a
+// wave gain from the split.
 bool splits_keys(long blocks, int G) { return 2 * blocks <= few_warp_wave(G); }
 
 // The counters at the head of the scratch: one per (query, head group) block of a split grid,
@@ -738,8 +697,6 @@ Splits grid_splits(int Q, int NH, int NKV) {
   Splits s;
   // Unsplit blocks of one head past a wave of 4-warp blocks have 2 warps while that keeps them in
   // one wave: the second, partial wave of 4-warp blocks read the cache more slowly than the first.
-  // On one H100, GPT-2 1.5B decode at 552 keys, 24 rows (600 blocks) 4.48-4.50 -> 4.33-4.34 ms a
-  // step, 32 rows (800 blocks) 4.71-4.76 -> 4.68-4.70.
   const long wave = long(multiprocessors()) * kWarpsPerSM;  // warps
   if (G == 1 && blocks * kFewWarps > wave && blocks * kTwoWarps <= wave)
     s.warps = kTwoWarps;
@@ -748,9 +705,8 @@ Splits grid_splits(int Q, int NH, int NKV) {
   const int warps = kWarpsPerSM * multiprocessors(), few = int(blocks);
   int splits = int(few_warp_wave(G) / few);  // one wave
   // 8-warp blocks only where a cluster of 8 for each pair is resident at once: one block of 4
-  // query heads a multiprocessor (about 210 registers a thread), two of one head (128). A batch
-  // of 4 Llama 1B rows, 256 such blocks in two waves, took 6% longer than in 4-warp blocks (then
-  // 544 of them, before few_warp_blocks_per_sm() kept them to one wave of 256).
+  // query heads a multiprocessor (about 210 registers a thread), two of one head (128): two waves
+  // of them were slower than 4-warp blocks.
   const int resident = multiprocessors() * (G == 1 ? 2 : 1);
   if (clusters && splits > kMaxCluster && blocks * kMaxCluster <= resident) {
     s.warps = kManyWarps;

@@ -14,23 +14,16 @@
 // predecessor that is not a kernel, the launch is an ordinary one and the calls do nothing.
 //
 // The alternatives, measured slower on an H100 (by tests/bench/cuda/bench_decode_chain.cu, whose
-// history keeps their code):
-// the step's products as phases of one persistent kernel with a grid-wide barrier between them
-// (each phase requesting its first weights before the barrier, as here before the wait), or as
-// kernels that hand over through counters in memory (each block arrives when done; the next
-// kernel's blocks poll for a full grid's arrivals) in place of wait_for_previous_kernel(). A
-// decode-shaped chain of 4 products a layer took 19.8, 35.4 and 55.3 us a layer at GPT-2 124M's,
-// GPT-2 1.5B's and Llama 1B's shapes with the barrier (16.3, 33.2, 52.2 with a counter barrier)
-// and 12.9, 29.4, 47.4 with counter handoffs, against 9.7, 26.5 and 43.9 us as overlapped
-// small_linear kernels replayed from a CUDA graph. So was one launch streaming every product's
-// weights through a ring of shared memory ahead of counter handoffs: 14.4, 30.4 and 51.6 us, and
-// with its multiplies left out still 11.6, 25.2 and 46.1, a counter handoff costing about what a
-// boundary here does; and kernels of their own streaming through rings of shared memory, each
-// letting the next start at once beside it: 9.7, 27.4 and 45.6 against 9.7, 26.5 and 43.5.
-// small_linear letting the next kernel start before its wait too (the residual then read after it)
-// changed batch-1 decode by +0.7% (GPT-2 1.5B), -1% (GPT-2 124M) and -0.6% (Llama 1B) in tokens/s
-// on an H100: a product's blocks fill the multiprocessors' registers, so the next one's blocks
-// start no earlier.
+// history keeps their code; the figures are in docs/experiments.md): the step's products as phases
+// of one persistent kernel with a grid-wide barrier between them (each phase requesting its first
+// weights before the barrier, as here before the wait), or as kernels that hand over through
+// counters in memory (each block arrives when done; the next kernel's blocks poll for a full
+// grid's arrivals) in place of wait_for_previous_kernel(); one launch streaming every product's
+// weights through a ring of shared memory ahead of counter handoffs (a counter handoff costs about
+// what a boundary here does); and kernels of their own streaming through rings of shared memory,
+// each letting the next start at once beside it. small_linear letting the next kernel start
+// before its wait too (the residual then read after it) changed nothing beyond noise: a product's
+// blocks fill the multiprocessors' registers, so the next one's blocks start no earlier.
 #pragma once
 
 #include <cuda_runtime.h>

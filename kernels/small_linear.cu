@@ -15,11 +15,8 @@
 // into shared memory: a few kilobytes from L2 per block, against the weights it streams. The
 // norm's weight and bias go to shared memory too, requested before the wait for the previous
 // kernel (cp.async), so that the staging after the wait makes one round trip to memory, for the
-// rows, rather than two. (Measured on an H100 over a chain of decode-shaped products, staging
-// the rows beat a block per four rows with no pipelining by 7% at GPT-2 1.5B's and Llama 1B's
-// shapes; with the norms, a GPT-2 1.5B decode step without its attention went from 1.74 to
-// 1.65 ms. At GPT-2 124M's smaller shapes the
-// products alone were about 10% slower, a whole step 5% faster.)
+// rows, rather than two. (Staging the rows beat a block per four rows with no pipelining at the
+// larger models' shapes, and made every model's whole step faster.)
 //
 // The fused QKV projection of a decode step also does kv_cache_append's work in its epilogue
 // (kv_append): with RoPE a task's two rows are a head's columns i and i + HS/2, which it turns
@@ -75,11 +72,10 @@ constexpr int kThreads = kWarps * kWarp;
 // 16-byte weight vectors a lane has in flight, per buffer: kLoads, or for one input row of one-row
 // tasks kLongRowLoads where that cuts the rows into fewer chunks. GPT-2 1.5B's second MLP product
 // (800-vector rows, one task a warp) then takes its rows in three chunks (10, 10 and 5 vectors a
-// lane) rather than four (8, 8, 8 and 1), the last almost idle: its batch-1 decode went from
-// 667-668 to 671-675 tok/s on one H200, runs alternating (on an H100, with kLoads 10 for every
-// product, 598-601 to 614-616). Not for every product: where 10 loads cut no fewer chunks they cut
-// uneven ones (Llama 1B's 1024-vector rows in 10, 10, 10 and 2 rather than four of 8: its step 8%
-// longer on an H100), and a chunk length chosen at run time cost 2% by itself.
+// lane) rather than four (8, 8, 8 and 1), the last almost idle. Not for every product: where 10
+// loads cut no fewer chunks they cut uneven ones (Llama 1B's 1024-vector rows in 10, 10, 10 and 2
+// rather than four of 8, which was slower), and a chunk length chosen at run time costs more than
+// equal chunks gain; so the loads are a template parameter, compiled apart.
 constexpr int kLoads = 8;
 constexpr int kLongRowLoads = 10;
 constexpr size_t kMaxStagedBytes = 96 * 1024;  // the staged rows' and norm's shared memory, at most
@@ -92,8 +88,7 @@ __host__ __device__ int task_count(int OC) {
 
 // The kernel's arguments but the argmax epilogue's, which are a second parameter of their own: with
 // them as members (Args from 120 bytes to 152) every kernel's code changed, reading its fields from
-// parameter space again inside its loops, and Llama 1B's SwiGLU products took 25% longer (Nsight
-// Compute, one H200), its decode step 8%.
+// parameter space again inside its loops, which made Llama 1B's SwiGLU products markedly slower.
 template <typename X>
 struct Args {
   X* out;
@@ -410,14 +405,13 @@ __device__ void finish_task(const Args<X>& a, int task, float (&acc)[R][N], cons
 // Two register buffers alternate, so the next chunk is always in flight while the lane multiplies
 // the last one, across the tasks' boundaries too; both
 // are requested before the wait for the previous kernel, and keep the memory busy while the block
-// stages its input. The weights queued so delay the wait's return and the staging (on one H100, the
-// second MLP product's wait returned 0.9 us after the first's end with one chunk requested, 2.1
-// with two), but every way of queueing fewer measured slower: one chunk (8% at GPT-2 1.5B), fewer
-// loads a chunk (kLoads 6: 13%), or chunks requested into L2 by bulk prefetches instead (7 to 13%).
+// stages its input. The weights queued so delay the wait's return and the staging, but every way
+// of queueing fewer measured slower: one chunk, fewer loads a chunk, or chunks requested into L2 by
+// bulk prefetches instead: the weights in flight are worth more than an earlier start.
 //
 // BIASED: the product has a bias (a.bias not null). An unbiased product without a residual has
-// no inputs to request with its chunks, and is compiled without the branch that would: measured
-// on an H100, Llama 1B's unbiased products were 6% slower a decode step with it.
+// no inputs to request with its chunks, and is compiled without the branch that would: with it,
+// Llama 1B's unbiased products made its decode step slower.
 template <typename X, int N, Epilogue E, bool Biased, int R, int Loads>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSM)
     small_linear_kernel(const Args<X> a, const SmallLinearArgmax argmax) {
@@ -509,17 +503,13 @@ void launch(const Args<X>& a, const SmallLinearArgmax& m, size_t smem, cudaStrea
   std::call_once(opted_in, [&] {
     MEG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxStagedBytes)));
   });
-  // The full persistent grid, or a block per kWarps tasks where there are fewer. Measured on an
-  // H100 (batch-1 decode, runs alternating), GPT-2 1.5B's step went from 1.81-1.85 to 1.75-1.77 ms
-  // when its QKV and FC1 products (2400 and 6400 tasks) took all 264 blocks rather than as few as
-  // their rounds of tasks a warp allowed (150 and 200 blocks: a second block on some
-  // multiprocessors only); GPT-2 124M's (no layer product of more tasks than warps) and Llama 1B's
-  // within noise. A block's tasks as one run of consecutive rows rather than strided made every
-  // step 2 to 8% slower; consecutive tasks to consecutive blocks rather than to a block's warps
-  // (a block's rows far apart) GPT-2 1.5B's 4%, and with every product on the full grid (a product
-  // of fewer tasks than warps then spread over every block) 10%. Where there are fewer tasks than
-  // warps, the multiprocessors left free take the next kernel's blocks early: GPT-2 124M's QKV and
-  // FC1 products in 144 and 192 blocks rather than 264 took its step from 0.272 to 0.267 ms.
+  // The full persistent grid, or a block per kWarps tasks where there are fewer: fewer blocks for
+  // a product of more tasks than warps (as few as its rounds of tasks a warp allow) put a second
+  // block on some multiprocessors only, and were slower. A block's tasks as one run of consecutive
+  // rows rather than strided, consecutive tasks to consecutive blocks rather than to a block's
+  // warps (a block's rows far apart), and a product of fewer tasks than warps spread over every
+  // block were all slower. Where there are fewer tasks than warps, the multiprocessors left free
+  // take the next kernel's blocks early.
   const int tasks = task_count<R>(a.OC);
   const int blocks = std::min(ceil_div(tasks, kWarps), kBlocksPerSM * multiprocessors());
   launch_overlapped(kernel, dim3(blocks), dim3(kThreads), smem, stream, a, m);
@@ -541,12 +531,11 @@ bool fewer_chunks(int nvec, int loads) {
 // Rows per task: SwiGLU's gate and up rows, and kv_append's two halves of a head's pair of
 // columns where RoPE turns them together, always. The others (kv_append without RoPE too) take
 // two rows where there is one input row and a row fills at most half a chunk, so that a lane's
-// loads are not mostly idle (measured on an H100, runs alternating: a GPT-2 124M decode step,
-// whose rows of 768 fill 96 of a chunk's 256 vectors, went from 0.266 to 0.262 ms), and one
-// otherwise: GPT-2 1.5B's QKV product in 4800 tasks of one row rather than 2400 pairs left 576
-// of 2112 warps a third row rather than 288 a second pair, and its step went from 584-591 to
-// 594-600 tok/s. Only the kernels that can be chosen are compiled: two-row tasks for one input row
-// (short rows) or kv_append (rotated pairs), one-row tasks of kLongRowLoads for one input row.
+// loads are not mostly idle (GPT-2 124M's rows of 768 fill 96 of a chunk's 256 vectors), and one
+// otherwise: GPT-2 1.5B's QKV product in 4800 tasks of one row rather than 2400 pairs leaves 576
+// of 2112 warps a third row rather than 288 a second pair, a shorter tail. Only the kernels that
+// can be chosen are compiled: two-row tasks for one input row (short rows) or kv_append (rotated
+// pairs), one-row tasks of kLongRowLoads for one input row.
 template <typename X, int N, Epilogue E>
 void launch_rows(const Args<X>& a, const SmallLinearArgmax& m, size_t smem, cudaStream_t stream) {
   if constexpr (E == Epilogue::swiglu) {

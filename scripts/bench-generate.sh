@@ -4,7 +4,7 @@
 # bandwidth limit of a decode step and the compute limit of prefill
 # (tests/bench/cuda/bench_generate.cpp says how they are counted; its decode rows copy all the
 # logits to the host), then prefill and greedy decode (the argmax on the device) of each model in a
-# process of its own, as the README's table gives them, then decode steps queued one
+# process of its own, as docs/performance.md's table gives them, then decode steps queued one
 # behind the other (greedy and top-p choices on the device, bench_generate --chained, as
 # meg-generate runs them), then batch-1 decode at short contexts (8 and 200 prompt tokens, where
 # the attention runs one block a head), then batch-1 decode with the linear layers as cuBLASLt
@@ -29,7 +29,7 @@ bench=$build/tests/bench_generate
 
 echo "## Generation throughput (bf16, one GPU)"
 "$bench" "$@" | tee "$out/generate.md"
-echo; echo "## Prefill of one prompt and greedy decode at 1, 16 and 32 rows, each model alone (the README's table)"
+echo; echo "## Prefill of one prompt and greedy decode at 1, 16 and 32 rows, each model alone (docs/performance.md's table)"
 for model in gpt2-124m gpt2-1.5b llama-1b; do
   "$bench" --phase prefill --batch 1 "$@" "$model"
   for batch in 1 16 32; do "$bench" --phase decode --batch $batch --sampling greedy "$@" "$model"; done

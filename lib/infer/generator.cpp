@@ -265,7 +265,7 @@ GenerationStats Generator::run(RequestSource& source, CompletionSink& sink) {
         // A row sampled here from all its logits takes tens to hundreds of microseconds, so such
         // rows are sampled in parallel; any other row's choice (a token the model chose, or a draw
         // among at most kMaxAppendTopK candidates) takes about one, less than waking the pool's
-        // threads (some 50 us a step on 16 cores), so those run on this thread alone.
+        // threads, so those run on this thread alone.
         const bool sampled_here = h == Handover::logits || h == Handover::draws_and_logits;
         parallel_for(appends.size(), sampled_here ? 1 : appends.size(), [&](size_t begin, size_t end) {
           for (size_t k = begin; k < end; ++k) {

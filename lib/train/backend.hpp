@@ -39,7 +39,7 @@ struct ParallelGroups {
   Comm* pp = nullptr;  // the pipeline: this rank's stage is its rank there (model/pipeline.hpp)
   bool distributed_optimizer = false;
   bool sequence_parallel = false;  // with tp: the residual stream split by rows (model/gpt.hpp)
-  int virtual_stages = 1;          // with pp: the model chunks of each rank (the CPU backend only)
+  int virtual_stages = 1;          // with pp: the model chunks of each rank (interleaved schedule)
   int dp_size() const { return dp ? dp->size() : 1; }
   int tp_size() const { return tp ? tp->size() : 1; }
   int pp_size() const { return pp ? pp->size() : 1; }

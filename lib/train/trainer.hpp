@@ -1,4 +1,4 @@
-// The single-process training loop of meg-pretrain: GPT model, AdamW, learning-rate schedule,
+// meg-pretrain's training loop, in one process or many (TrainOptions, Trainer): AdamW, LR schedule,
 // gradient accumulation, clipping, evaluation, metrics and checkpoints, on the CPU or on a GPU
 // through a TrainBackend (train/backend.hpp).
 //

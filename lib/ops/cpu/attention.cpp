@@ -176,13 +176,10 @@ namespace {
 // One fp32 query row against S cached keys (a decode step): each head's scores, softmax and sum of
 // values in plain loops, each thread a run of heads, each head's scores in its own row of SCORES
 // [NH, S]. The loops run over the keys outermost, so that a thread reads its heads' part of each
-// cached row in one piece rather than a head's HS elements every row apart (one layer of GPT-2
-// 124M's shape at 1012 keys on 2 cores: about 400 -> 340 us a call), and compiled for AVX2 where the
-// machine has it, as few_rows.cpp is (211 us; the same lane-by-lane arithmetic, lanes.hpp). Two
+// cached row in one piece rather than a head's HS elements every row apart, and compiled for AVX2
+// where the machine has it, as few_rows.cpp is (the same lane-by-lane arithmetic, lanes.hpp). Two
 // one-row BLAS products a head (the path of more rows) cost their calls and packing more than
-// the keys: GPT-2 124M decode on 2 cores, ms a step, one sequence at 1012 keys 28.6-31.5 ->
-// 26.7-30.8, four 74.1-77.5 -> 51.6-62.3, four at 138 keys 34.9-36.0 -> 32.0-32.6. The softmax is
-// causal_softmax's (max subtracted, exponentials and sum in double).
+// the keys. The softmax is causal_softmax's (max subtracted, exponentials and sum in double).
 __attribute__((always_inline)) inline void attend_heads(float* out, const float* q, const float* k, const float* v,
                                                         int S, int NH, int NKV, int HS, float* scores, size_t h0,
                                                         size_t h1) {

@@ -61,10 +61,8 @@ __attribute__((always_inline)) inline void product_block(float* out, const float
 }
 
 // Weight rows [o0, o1) against N input rows. One input row takes four weight rows at a time:
-// alone, a row's chain of dependent adds held the loop back (GPT-2 124M batch-1 decode on 2
-// cores, medians of five runs alternating: 18.3 ms a step, 20.1 a weight row at a time, and 18.2
-// with BLAS's matrix-vector product). Two at a time for 2 and 3 input rows was slower (25.2-25.7
-// ms a step at 2 rows against 26.2-28.0, 27.7-28.7 at 3 against 30.7-31.6).
+// alone, a row's chain of dependent adds held the loop back (four rows at a time run as fast as
+// BLAS's matrix-vector product). Two at a time for 2 and 3 input rows was slower.
 template <int N>
 __attribute__((always_inline)) inline void product_rows(float* out, const float* inp, const float* W, int C, int OC,
                                                         int o0, int o1) {

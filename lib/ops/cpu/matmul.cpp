@@ -17,14 +17,11 @@ using detail::gemm;
 
 // A forward of up to kRowsBeforeGemm fp32 rows (a decode step; a short request scored) is
 // few_rows_product, which reads each weight row once for all of them: BLAS's GEMM packs the whole
-// weight matrix before it multiplies, and a GEMV a row reads the weights once a row. GPT-2 124M
-// decode on 2 cores (bench_generate_cpu), ms a step at 1, 2, 4 and 8 rows: GEMM 41.7, 56.3, 85.0,
-// 94.3-98.6; a GEMV a row 17.0-20.0, 28.4-34.1, 48.7-58.6, 93.5; few_rows_product 18.3 (the median
-// of five runs alternating, against the GEMV's 18.2), 25.2-26.3, 31.4-33.6, 46.7-50.3; and at 12,
-// 16, 24 and 32 rows (medians of five alternating) GEMM 148.0, 105.0, 168.6, 164.2,
-// few_rows_product 63.6, 88.5, 122.1, 156.6; at 48 and 64 rows GEMM is as fast or faster (225,
-// 303 against 236, 309). A row's result is then the same alone or in any company of up to
-// kRowsBeforeGemm rows, so a sequence's tokens do not depend on how many others decode beside it.
+// weight matrix before it multiplies, and a GEMV a row reads the weights once a row. Up to 32 rows
+// few_rows_product is the fastest of the three (at one row as fast as the GEMV); from 48 rows on
+// GEMM is as fast or faster (bench_generate_cpu). A row's result is then the same alone or in any
+// company of up to kRowsBeforeGemm rows, so a sequence's tokens do not depend on how many others
+// decode beside it.
 constexpr int kRowsBeforeGemm = 32;
 
 template <typename F>

@@ -367,11 +367,8 @@ struct SmallLinearKvAppend {
 
 // The most rows small_linear takes: past it cuBLASLt's tensor-core products are faster (not
 // profiled: a lane's fp32 multiply-adds and conversions grow with the rows while the bytes it
-// streams do not, which would make them its limit). On one H200, decode steps at 552 keys (ms,
-// two runs), small_linear -> cuBLASLt: 4 rows GPT-2 124M 0.523 / 0.521 -> 0.492 / 0.492, GPT-2
-// 1.5B 3.117 / 3.112 -> 2.609 / 2.603, Llama 1B 1.549 / 1.548 -> 1.190 / 1.188; 3 rows 0.434 /
-// 0.429 -> 0.490 / 0.489, 2.610 / 2.581 -> 2.627 / 2.626, and 1.289 / 1.287 -> 1.189 / 1.187
-// (Llama 1B alone faster off it).
+// streams do not, which would make them its limit). At 4 rows cuBLASLt is faster for every model,
+// at 3 small_linear for GPT-2's (Llama 1B's alone faster off it).
 constexpr int kSmallLinearMaxRows = 3;
 
 // The argmax epilogue's scratch in device memory: the launch's best key so far per row and its

@@ -15,7 +15,7 @@
 //                         left out in turn (store in its place): what each costs.
 // The other ways of running the chain that were measured against these (kernels handing over
 // through counters, one persistent kernel with grid-wide barriers, weights streamed through rings
-// of shared memory) were all slower; the README's decode section gives their figures, and this
+// of shared memory) were all slower; docs/experiments.md gives their figures, and this
 // file's history their code.
 //
 // Each figure is the median of kRuns timed runs of the whole chain after kWarmup untimed ones.
