@@ -80,19 +80,15 @@ void CpuInferenceModel::reserve(int N, size_t scores) {
   grow(scores_, scores);
 }
 
-const float* CpuInferenceModel::param(size_t offset) const {
+const float* CpuInferenceModel::p(size_t offset) const {
   return offset == kAbsentTensor ? nullptr : params_.data() + offset;
 }
 
-void CpuInferenceModel::norm(float* out, const float* inp, size_t w, size_t b, int N) const {
-  const float eps = static_cast<float>(config_.norm_eps);
-  if (config_.norm == NormKind::layernorm)
-    cpu::layernorm_forward(out, nullptr, nullptr, inp, param(w), param(b), N, C_, eps);
-  else
-    cpu::rmsnorm_forward(out, nullptr, inp, param(w), N, C_, eps);
+void CpuInferenceModel::norm_rows(float* out, float* mean, float* rstd, const float* inp, size_t w, size_t b, int N) {
+  cpu_norm_forward(config_, out, mean, rstd, inp, p(w), p(b), N);
 }
 
-void CpuInferenceModel::attend(size_t l, std::span<const AppendRequest> requests) {
+void CpuInferenceModel::attend(size_t l, std::span<const AppendRequest> requests, const AttentionActs<float>& a) {
   const float theta = static_cast<float>(config_.rope_theta);  // as GptModel rounds it
   size_t row = 0;
   for (const AppendRequest& r : requests) {
@@ -100,9 +96,9 @@ void CpuInferenceModel::attend(size_t l, std::span<const AppendRequest> requests
     const int first = lengths_[size_t(r.slot)];
     float* k = cache(k_cache_, l, r.slot);
     float* v = cache(v_cache_, l, r.slot);
-    float* q = q_.data() + row * CQ_;
+    float* q = a.q + row * CQ_;
     for (int i = 0; i < n; ++i) {
-      const float* qkv = qkv_.data() + (row + size_t(i)) * QKV_;
+      const float* qkv = a.qkv + (row + size_t(i)) * QKV_;
       std::memcpy(q + size_t(i) * CQ_, qkv, size_t(CQ_) * sizeof(float));
       std::memcpy(k + size_t(first + i) * KV_, qkv + CQ_, size_t(KV_) * sizeof(float));
       std::memcpy(v + size_t(first + i) * KV_, qkv + CQ_ + KV_, size_t(KV_) * sizeof(float));
@@ -112,7 +108,7 @@ void CpuInferenceModel::attend(size_t l, std::span<const AppendRequest> requests
       float* new_keys = k + size_t(first) * KV_;
       cpu::rope_forward_from(new_keys, new_keys, n, NKV_, HS_, first, theta);
     }
-    cpu::attention_cached_forward(atty_.data() + row * CQ_, q, k, v, n, first, NH_, NKV_, HS_, scores_.data());
+    cpu::attention_cached_forward(a.atty + row * CQ_, q, k, v, n, first, NH_, NKV_, HS_, scores_.data());
     row += size_t(n);
   }
 }
@@ -120,8 +116,8 @@ void CpuInferenceModel::attend(size_t l, std::span<const AppendRequest> requests
 // Vocabulary-parallel: this rank's rows of the lookup (all of them without a group), zeros for
 // the tokens of other ranks, summed over the group; then the (replicated) position embedding.
 void CpuInferenceModel::embed(std::span<const AppendRequest> requests, int N) {
-  const float* wte = param(w_.at(kNoLayer, TensorRole::word_embeddings));
-  const float* wpe = param(w_.at(kNoLayer, TensorRole::position_embeddings));
+  const float* wte = p(w_.at(kNoLayer, TensorRole::word_embeddings));
+  const float* wpe = p(w_.at(kNoLayer, TensorRole::position_embeddings));
   std::fill_n(x_.data(), size_t(N) * C_, 0.0f);
   size_t row = 0;
   for (const AppendRequest& r : requests)
@@ -142,15 +138,16 @@ void CpuInferenceModel::embed(std::span<const AppendRequest> requests, int N) {
 
 // Each rank's input columns times its weight columns is a part of the output; rank 0's part
 // carries the (replicated) bias, so that the sum adds it once.
-void CpuInferenceModel::row_parallel(float* out, const float* inp, size_t w, size_t b, int N, int in) {
-  cpu::linear_forward(out, inp, param(w), tp_rank_ == 0 ? param(b) : nullptr, N, in, C_);
-  sum_over_tp(out, size_t(N) * C_);
+float* CpuInferenceModel::row_parallel_forward(const float* inp, size_t w, size_t b, int N, int in) {
+  cpu::linear_forward(branch_.data(), inp, p(w), tp_rank_ == 0 ? p(b) : nullptr, N, in, C_);
+  sum_over_tp(branch_.data(), size_t(N) * C_);
+  return branch_.data();
 }
 
 // Each rank's vocabulary shard of the logits, gathered: rank r's columns [r * Vp, (r + 1) * Vp)
 // of row i are row r * R + i of the gathered array. Only the real vocabulary's columns go out.
 void CpuInferenceModel::output(float* logits, int R) {
-  cpu::linear_forward(logits_.data(), ln_.data(), param(w_.output_weight()), nullptr, R, C_, Vp_);
+  cpu::linear_forward(logits_.data(), ln_.data(), p(w_.output_weight()), nullptr, R, C_, Vp_);
   const float* all = logits_.data();
   if (tp_) {
     tp_->all_gather(gathered_.data(), logits_.data(), size_t(R) * Vp_);
@@ -180,26 +177,18 @@ void CpuInferenceModel::append(std::span<const AppendRequest> requests, float* l
     scores = std::max(scores, std::max(n, size_t(NH_)) * (size_t(lengths_[size_t(r.slot)]) + n));
   }
   reserve(N, scores);
-  const size_t NC = size_t(N) * C_;
 
   embed(requests, N);
-  using enum TensorRole;
+  // The layers' activations are scratch, the same for every block: nothing here runs a backward.
+  AttentionActs<float> attention{ln_.data(), nullptr, nullptr, qkv_.data(), q_.data(), nullptr, nullptr, nullptr,
+                                 atty_.data()};
+  MlpActs<float> mlp{ln_.data(), nullptr, nullptr, fc1_.data(), act_.data()};
+  const CpuLayerDims d = cpu_layer_dims(config_, tp_size_, N);
   for (size_t l = 0; l < size_t(config_.num_layers); ++l) {
-    const LayerTensors& attn = w_.block(int64_t(l)).attention;
-    const LayerTensors& mlp = w_.block(int64_t(l)).mlp;
-    norm(ln_.data(), x_.data(), attn[norm_weight], attn[norm_bias], N);
-    cpu::linear_forward(qkv_.data(), ln_.data(), param(attn[qkv_weight]), param(attn[qkv_bias]), N, C_, QKV_);
-    attend(l, requests);
-    row_parallel(branch_.data(), atty_.data(), attn[proj_weight], attn[proj_bias], N, CQ_);
-    for (size_t i = 0; i < NC; ++i) x_[i] += branch_[i];
-    norm(ln_.data(), x_.data(), mlp[norm_weight], mlp[norm_bias], N);
-    cpu::linear_forward(fc1_.data(), ln_.data(), param(mlp[fc1_weight]), param(mlp[fc1_bias]), N, C_, FC_);
-    if (config_.activation == Activation::swiglu)
-      cpu::swiglu_forward(act_.data(), fc1_.data(), N, FF_);
-    else
-      cpu::gelu_forward(act_.data(), fc1_.data(), size_t(N) * FF_);
-    row_parallel(branch_.data(), act_.data(), mlp[fc2_weight], mlp[fc2_bias], N, FF_);
-    for (size_t i = 0; i < NC; ++i) x_[i] += branch_[i];
+    const BlockTensors& block = w_.block(int64_t(l));
+    CachedAttention core(*this, l, requests);
+    attention_layer_forward<float>(*this, core, attention, block.attention, int64_t(l), d, x_.data(), x_.data());
+    mlp_layer_forward<float>(*this, mlp, block.mlp, int64_t(l), d, x_.data(), x_.data());
   }
 
   // The output layer on each request's last row only.
@@ -209,7 +198,8 @@ void CpuInferenceModel::append(std::span<const AppendRequest> requests, float* l
     row += requests[size_t(i)].tokens.size();
     std::memcpy(last_.data() + size_t(i) * C_, x_.data() + (row - 1) * C_, size_t(C_) * sizeof(float));
   }
-  norm(ln_.data(), last_.data(), w_.at(kNoLayer, final_norm_weight), w_.at(kNoLayer, final_norm_bias), R);
+  norm_rows(ln_.data(), nullptr, nullptr, last_.data(), w_.at(kNoLayer, TensorRole::final_norm_weight),
+            w_.at(kNoLayer, TensorRole::final_norm_bias), R);
   output(logits, R);
 
   for (const AppendRequest& r : requests) lengths_[size_t(r.slot)] += static_cast<int>(r.tokens.size());

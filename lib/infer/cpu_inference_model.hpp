@@ -8,6 +8,9 @@
 // is rotated once. GPT-2 adds its learned position embedding at each token's position; its slots
 // hold at most seq_length tokens (the learned positions), Llama's any number.
 //
+// The blocks' layers are those of model/cpu_layers.hpp, the model their generation path: its
+// row-parallel sums, no dropout, and the attention's core over the cache (CachedAttention).
+//
 // One append() packs the tokens of all its requests into the rows of one batch: the norms, the
 // linear layers and the MLP run over all rows at once (one GEMM each); only the attention runs
 // request by request, against the request's own slot. The logits are those of each request's last
@@ -27,11 +30,12 @@
 #include <vector>
 
 #include "infer/inference_model.hpp"
+#include "model/cpu_layers.hpp"
 #include "model/gpt.hpp"
 
 namespace meg {
 
-class CpuInferenceModel final : public InferenceModel {
+class CpuInferenceModel final : public InferenceModel, private CpuLayerPath<float> {
  public:
   // CONFIG (validated here) with PARAMS laid out as gpt_parameter_table(config): the whole model,
   // of which a member of TP (when given) keeps its shard; SLOTS sequences of MAX_LENGTH tokens
@@ -47,19 +51,35 @@ class CpuInferenceModel final : public InferenceModel {
   void append(std::span<const AppendRequest> requests, float* logits) override;
 
  private:
-  const float* param(size_t offset) const;  // null for a tensor the model lacks
-  void norm(float* out, const float* inp, size_t w, size_t b, int N) const;
+  // The generation path of the layers (CpuLayerPath).
+  const float* p(size_t offset) const override;  // null for a tensor the model lacks
+  size_t rows(int N) const override { return size_t(N); }
+  void norm_rows(float* out, float* mean, float* rstd, const float* inp, size_t w, size_t b, int N) override;
+  // OUT [N, C] = INP [N, IN] @ W^T + B: a row-parallel layer, its parts summed over the group (into branch_).
+  float* row_parallel_forward(const float* inp, size_t w, size_t b, int N, int in) override;
+  void hidden_dropout(float*, int, uint64_t) override {}
+  // The attention's core of layer L over the requests' slots.
+  class CachedAttention final : public AttentionCore<float> {
+   public:
+    CachedAttention(CpuInferenceModel& model, size_t l, std::span<const AppendRequest> requests)
+        : model_(model), l_(l), requests_(requests) {}
+    void forward(AttentionActs<float>& a, const CpuLayerDims&) override { model_.attend(l_, requests_, a); }
+
+   private:
+    CpuInferenceModel& model_;
+    size_t l_;
+    std::span<const AppendRequest> requests_;
+  };
+
   // The cached keys (or values) of layer L, slot S, from position 0.
   float* cache(std::vector<float>& kv, size_t l, int s) const;
-  // Layer L's attention over the packed rows: caches the new keys and values and writes
-  // the attention output of each row into atty_.
-  void attend(size_t l, std::span<const AppendRequest> requests);
+  // Layer L's attention over the packed rows of A.qkv: caches the new keys and values and writes
+  // the attention output of each row into A.atty (A.q the queries' scratch).
+  void attend(size_t l, std::span<const AppendRequest> requests, const AttentionActs<float>& a);
   // Grows every scratch array to hold N rows and a score matrix of SCORES values.
   void reserve(int N, size_t scores);
   // The embedding of the requests' tokens at their positions into x_.
   void embed(std::span<const AppendRequest> requests, int N);
-  // OUT [N, C] = INP [N, IN] @ W^T + B: a row-parallel layer, its parts summed over the group.
-  void row_parallel(float* out, const float* inp, size_t w, size_t b, int N, int in);
   // LOGITS [R, V] from the final norm of the R rows in ln_.
   void output(float* logits, int R);
   void sum_over_tp(float* data, size_t n);

@@ -16,18 +16,6 @@ namespace meg {
 
 namespace {
 
-// Copies columns [col, col + width) of rows of a [N, stride] array into a contiguous [N, width].
-template <typename F>
-void gather_cols(F* dst, const F* src, size_t N, size_t stride, size_t col, size_t width) {
-  for (size_t i = 0; i < N; ++i) std::memcpy(dst + i * width, src + i * stride + col, width * sizeof(F));
-}
-
-// The inverse: writes a contiguous [N, width] into columns [col, col + width) of [N, stride].
-template <typename F>
-void scatter_cols(F* dst, const F* src, size_t N, size_t stride, size_t col, size_t width) {
-  for (size_t i = 0; i < N; ++i) std::memcpy(dst + i * stride + col, src + i * width, width * sizeof(F));
-}
-
 template <typename F>
 void zero(F* a, size_t n) {
   std::fill(a, a + n, F(0));
@@ -93,6 +81,7 @@ void GptModel<F>::allocate_activations(int B, int T) {
   const size_t N = size_t(d.N), C = size_t(d.C), NH = size_t(d.NH), KV = size_t(d.KV), QKV = size_t(d.QKV),
                Fh = size_t(d.Fh), FC = size_t(d.FC), Vp = size_t(d.Vp);
   const size_t L = layers_.size();  // this stage's blocks
+  const CpuLayerDims layer = cpu_layer_dims(config_, tp_size(), B * T);
   const size_t BTT = static_cast<size_t>(B) * NH * static_cast<size_t>(T) * static_cast<size_t>(T);
 
   // Two passes over the same carving: the first (base null) only counts.
@@ -107,22 +96,9 @@ void GptModel<F>::allocate_activations(int B, int T) {
     res_.assign(L + 1, nullptr);
     res_[0] = take(N * C);
     for (size_t l = 0; l < L; ++l) {
-      LayerActs& a = la_[l];
-      a.ln1 = take(N * C);
-      a.ln1_mean = take(N);
-      a.ln1_rstd = take(N);
-      a.qkv = take(N * QKV);
-      a.q = take(N * C);
-      a.k = take(N * KV);
-      a.v = take(N * KV);
-      a.att = take(BTT);
-      a.atty = take(N * C);
-      a.mid = take(N * C);
-      a.ln2 = take(N * C);
-      a.ln2_mean = take(N);
-      a.ln2_rstd = take(N);
-      a.fc1 = take(N * FC);
-      a.act = take(N * Fh);
+      la_[l].attention = attention_acts<F>(take, layer, BTT);
+      la_[l].mid = take(N * C);
+      la_[l].mlp = mlp_acts<F>(take, layer);
       res_[l + 1] = take(N * C);
     }
     lnf_ = take(N * C);
@@ -132,16 +108,16 @@ void GptModel<F>::allocate_activations(int B, int T) {
     losses_ = take(N);
     scratch_ = take(N * C);
     dres_ = take(N * C);
-    dln_ = take(N * C);
-    dqkv_ = take(N * QKV);
-    dq_ = take(N * C);
-    dk_ = take(N * KV);
-    dv_ = take(N * KV);
-    dqr_ = take(N * C);
-    dkr_ = take(N * KV);
-    datty_ = take(N * C);
-    dfc1_ = take(N * FC);
-    dact_ = take(N * Fh);
+    ds_.dln = take(N * C);
+    ds_.dqkv = take(N * QKV);
+    ds_.dq = take(N * C);
+    ds_.dk = take(N * KV);
+    ds_.dv = take(N * KV);
+    ds_.dqr = take(N * C);
+    ds_.dkr = take(N * KV);
+    ds_.datty = take(N * C);
+    ds_.dfc1 = take(N * FC);
+    ds_.dact = take(N * Fh);
     dlogits_ = take(N * Vp);
     sp_full_ = take(sp_ ? N * C : 0);
     sp_local_ = take(sp_ ? N * C : 0);
@@ -159,16 +135,6 @@ void GptModel<F>::allocate_activations(int B, int T) {
 }
 
 template <typename F>
-void GptModel<F>::norm_forward(F* out, F* mean, F* rstd, const F* inp, size_t w, size_t b, int N) {
-  const int C = static_cast<int>(config_.hidden_size);
-  const F eps = static_cast<F>(config_.norm_eps);
-  if (config_.norm == NormKind::layernorm)
-    cpu::layernorm_forward(out, mean, rstd, inp, p(w), p(b), N, C, eps);
-  else
-    cpu::rmsnorm_forward(out, rstd, inp, p(w), N, C, eps);
-}
-
-template <typename F>
 void GptModel<F>::norm_backward(F* dinp, const F* dout, const F* inp, size_t w, size_t b,
                                 const F* mean, const F* rstd, int N) {
   const int C = static_cast<int>(config_.hidden_size);
@@ -181,17 +147,18 @@ void GptModel<F>::norm_backward(F* dinp, const F* dout, const F* inp, size_t w, 
 template <typename F>
 typename GptModel<F>::Dims GptModel<F>::dims(int B, int T) const {
   const int tp = tp_size();
+  const CpuLayerDims l = cpu_layer_dims(config_, tp, B * T);
   Dims d;
-  d.N = B * T;
-  d.C = static_cast<int>(config_.hidden_size);
-  d.NH = static_cast<int>(config_.num_heads) / tp;
-  d.NKV = static_cast<int>(config_.num_kv_heads) / tp;
-  d.HS = static_cast<int>(config_.head_size());
-  d.KV = d.NKV * d.HS;
-  d.CQ = d.NH * d.HS;
-  d.QKV = d.CQ + 2 * d.KV;
-  d.Fh = static_cast<int>(config_.ffn_hidden_size) / tp;
-  d.FC = (config_.activation == Activation::swiglu ? 2 : 1) * d.Fh;
+  d.N = l.N;
+  d.C = l.C;
+  d.NH = l.NH;
+  d.NKV = l.NKV;
+  d.HS = l.HS;
+  d.KV = l.KV;
+  d.CQ = l.CQ;
+  d.QKV = l.QKV;
+  d.Fh = l.Fh;
+  d.FC = l.FC;
   d.V = static_cast<int>(config_.vocab_size);
   d.Vp = static_cast<int>(config_.padded_vocab_size) / tp;
   d.V0 = tp > 1 ? d.Vp * tp_->rank() : 0;
@@ -230,7 +197,6 @@ double GptModel<F>::run_forward(const int32_t* tokens, const F* hidden, const in
                 config_.seq_length);
   allocate_activations(B, T);
   const auto [N, C, NH, NKV, HS, KV, CQ, QKV, Fh, FC, V, Vp, V0, NC] = dims(B, T);
-  const F theta = static_cast<F>(config_.rope_theta);
 
   have_targets_ = false;  // set only once a forward with targets has succeeded
   tokens_.assign(tokens, tokens + N);
@@ -240,8 +206,7 @@ double GptModel<F>::run_forward(const int32_t* tokens, const F* hidden, const in
   fwd_seed_ = drop_seed_;
   fwd_step_ = drop_step_;
   fwd_micro_ = drop_micro_;
-  const double hp = fwd_hidden_p_, ap = fwd_attn_p_;
-  auto key = [&](uint64_t site) { return cpu::DropoutKey{fwd_seed_, fwd_step_, fwd_micro_, site}; };
+  const double hp = fwd_hidden_p_;
 
   // The residual stream: all N rows, or with sequence parallelism this rank's R of them, whose
   // first element is element FIRST of the whole array (for the dropout masks).
@@ -249,42 +214,16 @@ double GptModel<F>::run_forward(const int32_t* tokens, const F* hidden, const in
   forward_done_ = false;
   if (stage_.first()) {
     embed(tokens, B, T);
-    if (hp > 0) cpu::dropout_forward(res_[0], res_[0], RC, hp, key(0), first);
+    if (hp > 0) cpu::dropout_forward(res_[0], res_[0], RC, hp, dropout_key(0), first);
   } else {
     std::copy_n(hidden, RC, res_[0]);
   }
+  const CpuLayerDims ld = cpu_layer_dims(config_, tp_size(), N);
   for (size_t l = 0; l < layers_.size(); ++l) {
-    const LayerTensors& attn = layers_[l].attention;
-    const LayerTensors& mlp = layers_[l].mlp;
-    LayerActs& a = la_[l];
-    const F* x = res_[l];
-    norm_rows(a.ln1, a.ln1_mean, a.ln1_rstd, x, attn[norm_weight], attn[norm_bias], N);
-    cpu::linear_forward(a.qkv, a.ln1, p(attn[qkv_weight]), p(attn[qkv_bias]), N, C, QKV);
-    gather_cols(a.q, a.qkv, N, QKV, 0, CQ);
-    gather_cols(a.k, a.qkv, N, QKV, CQ, KV);
-    gather_cols(a.v, a.qkv, N, QKV, CQ + KV, KV);
-    if (config_.uses_rope()) {
-      cpu::rope_forward(a.q, a.q, B, T, NH, HS, theta);
-      cpu::rope_forward(a.k, a.k, B, T, NKV, HS, theta);
-    }
-    const uint64_t site = 3 * static_cast<uint64_t>(first_layer_ + l);  // the global block number
-    if (ap > 0)
-      cpu::attention_forward(a.atty, a.att, a.q, a.k, a.v, B, T, NH, NKV, HS, ap, key(site + 1));
-    else
-      cpu::attention_forward(a.atty, a.att, a.q, a.k, a.v, B, T, NH, NKV, HS);
-    F* branch = row_parallel_forward(a.atty, attn[proj_weight], attn[proj_bias], N, CQ, C);
-    if (hp > 0) cpu::dropout_forward(branch, branch, RC, hp, key(site + 2), first);
-    for (size_t i = 0; i < RC; ++i) a.mid[i] = x[i] + branch[i];
-    norm_rows(a.ln2, a.ln2_mean, a.ln2_rstd, a.mid, mlp[norm_weight], mlp[norm_bias], N);
-    cpu::linear_forward(a.fc1, a.ln2, p(mlp[fc1_weight]), p(mlp[fc1_bias]), N, C, FC);
-    if (config_.activation == Activation::swiglu)
-      cpu::swiglu_forward(a.act, a.fc1, N, Fh);
-    else
-      cpu::gelu_forward(a.act, a.fc1, static_cast<size_t>(N) * static_cast<size_t>(Fh));
-    branch = row_parallel_forward(a.act, mlp[fc2_weight], mlp[fc2_bias], N, Fh, C);
-    if (hp > 0) cpu::dropout_forward(branch, branch, RC, hp, key(site + 3), first);
-    F* out = res_[l + 1];
-    for (size_t i = 0; i < RC; ++i) out[i] = a.mid[i] + branch[i];
+    const int64_t block = static_cast<int64_t>(first_layer_ + l);  // the global block number
+    CausalAttention<F> core = causal_attention(block);
+    attention_layer_forward<F>(*this, core, la_[l].attention, layers_[l].attention, block, ld, res_[l], la_[l].mid);
+    mlp_layer_forward<F>(*this, la_[l].mlp, layers_[l].mlp, block, ld, la_[l].mid, res_[l + 1]);
   }
   forward_done_ = true;
   if (!stage_.last()) return 0.0;  // the output is stage_output()
@@ -308,18 +247,15 @@ void GptModel<F>::backward_stage(const F* dout) {
   ensure_grads();
   const int B = B_, T = T_;
   const auto [N, C, NH, NKV, HS, KV, CQ, QKV, Fh, FC, V, Vp, V0, NC] = dims(B, T);
-  const F theta = static_cast<F>(config_.rope_theta);
-  const size_t n = static_cast<size_t>(N);
-  const double hp = fwd_hidden_p_, ap = fwd_attn_p_;
-  auto key = [&](uint64_t site) { return cpu::DropoutKey{fwd_seed_, fwd_step_, fwd_micro_, site}; };
+  const double hp = fwd_hidden_p_;
 
   const size_t R = rows(N), RC = R * size_t(C), first = first_row(N) * size_t(C);
   if (stage_.last()) {
     // Loss and output layer (for tied embeddings, g(out_w_) is the embedding's gradient).
     loss_backward(N);
-    zero(dln_, NC);
-    cpu::linear_backward(dln_, g(out_w_), nullptr, dlogits_, lnf_, p(out_w_), N, C, Vp);
-    const F* dl = exit_tp(dln_, N);  // the vocabulary-parallel output layer's input gradient
+    zero(ds_.dln, NC);
+    cpu::linear_backward(ds_.dln, g(out_w_), nullptr, dlogits_, lnf_, p(out_w_), N, C, Vp);
+    const F* dl = exit_tp(ds_.dln, N);  // the vocabulary-parallel output layer's input gradient
     zero(dres_, RC);
     norm_backward(dres_, dl, res_[layers_.size()], lnf_w_, lnf_b_, lnf_mean_, lnf_rstd_, int(R));
   } else {
@@ -327,67 +263,44 @@ void GptModel<F>::backward_stage(const F* dout) {
   }
 
   // dres_ holds the gradient of the residual stream (this rank's rows), flowing down the blocks.
+  const CpuLayerDims ld = cpu_layer_dims(config_, tp_size(), N);
   for (size_t l = layers_.size(); l-- > 0;) {
-    const LayerTensors& attn = layers_[l].attention;
-    const LayerTensors& mlp = layers_[l].mlp;
-    const LayerActs& a = la_[l];
-    const uint64_t site = 3 * static_cast<uint64_t>(first_layer_ + l);  // the global block number
-    // With hidden dropout, the gradient of a branch output is dres_ through the branch's mask
-    // (in scratch_); the residual path takes dres_ itself. The branch's products see all rows.
-    const auto branch_grad = [&](uint64_t mask_site) {
-      const F* d = dres_;
-      if (hp > 0) {
-        cpu::dropout_forward(scratch_, dres_, RC, hp, key(mask_site), first);
-        d = scratch_;
-      }
-      return enter_tp(d, N);
-    };
-    // MLP: out = mid + dropout(fc2(act(fc1(norm2(mid))))).
-    const F* dbranch = branch_grad(site + 3);
-    zero(dact_, n * static_cast<size_t>(Fh));
-    cpu::linear_backward(dact_, g(mlp[fc2_weight]), g(mlp[fc2_bias]), dbranch, a.act, p(mlp[fc2_weight]), N, Fh, C);
-    zero(dfc1_, n * static_cast<size_t>(FC));
-    if (config_.activation == Activation::swiglu)
-      cpu::swiglu_backward(dfc1_, dact_, a.fc1, N, Fh);
-    else
-      cpu::gelu_backward(dfc1_, dact_, a.fc1, n * static_cast<size_t>(Fh));
-    zero(dln_, NC);
-    cpu::linear_backward(dln_, g(mlp[fc1_weight]), g(mlp[fc1_bias]), dfc1_, a.ln2, p(mlp[fc1_weight]), N, C, FC);
-    norm_backward(dres_, exit_tp(dln_, N), a.mid, mlp[norm_weight], mlp[norm_bias], a.ln2_mean, a.ln2_rstd, int(R));
-    // Attention: mid = x + dropout(proj(attention(split(qkv(norm1(x)))))).
-    dbranch = branch_grad(site + 2);
-    zero(datty_, NC);
-    cpu::linear_backward(datty_, g(attn[proj_weight]), g(attn[proj_bias]), dbranch, a.atty, p(attn[proj_weight]), N,
-                         CQ, C);
-    zero(dq_, NC);
-    zero(dk_, n * static_cast<size_t>(KV));
-    zero(dv_, n * static_cast<size_t>(KV));
-    if (ap > 0)
-      cpu::attention_backward(dq_, dk_, dv_, datty_, a.q, a.k, a.v, a.att, B, T, NH, NKV, HS, ap,
-                              key(site + 1));
-    else
-      cpu::attention_backward(dq_, dk_, dv_, datty_, a.q, a.k, a.v, a.att, B, T, NH, NKV, HS);
-    const F* dq = dq_;
-    const F* dk = dk_;
-    if (config_.uses_rope()) {
-      zero(dqr_, NC);
-      zero(dkr_, n * static_cast<size_t>(KV));
-      cpu::rope_backward(dqr_, dq_, B, T, NH, HS, theta);
-      cpu::rope_backward(dkr_, dk_, B, T, NKV, HS, theta);
-      dq = dqr_;
-      dk = dkr_;
-    }
-    scatter_cols(dqkv_, dq, n, QKV, 0, CQ);
-    scatter_cols(dqkv_, dk, n, QKV, CQ, KV);
-    scatter_cols(dqkv_, static_cast<const F*>(dv_), n, QKV, CQ + KV, KV);
-    zero(dln_, NC);
-    cpu::linear_backward(dln_, g(attn[qkv_weight]), g(attn[qkv_bias]), dqkv_, a.ln1, p(attn[qkv_weight]), N, C, QKV);
-    norm_backward(dres_, exit_tp(dln_, N), res_[l], attn[norm_weight], attn[norm_bias], a.ln1_mean, a.ln1_rstd,
-                  int(R));
+    const int64_t block = static_cast<int64_t>(first_layer_ + l);  // the global block number
+    mlp_layer_backward<F>(*this, la_[l].mlp, ds_, layers_[l].mlp, block, ld, la_[l].mid, dres_);
+    attention_layer_backward<F>(*this, causal_attention(block), la_[l].attention, ds_, layers_[l].attention, block,
+                                ld, res_[l], dres_);
   }
   if (!stage_.first()) return;  // dres_ is stage_input_grad()
-  if (hp > 0) cpu::dropout_forward(dres_, dres_, RC, hp, key(0), first);  // dres_ is not needed after
+  if (hp > 0) cpu::dropout_forward(dres_, dres_, RC, hp, dropout_key(0), first);  // dres_ is not needed after
   embed_backward(B, T);
+}
+
+// ---- the layers' training path -------------------------------------------------------------------
+
+template <typename F>
+CausalAttention<F> GptModel<F>::causal_attention(int64_t block) const {
+  return CausalAttention<F>(B_, T_, config_.uses_rope(), static_cast<F>(config_.rope_theta), fwd_attn_p_,
+                            dropout_key(block_dropout_sites(block) + 1));
+}
+
+template <typename F>
+void GptModel<F>::hidden_dropout(F* branch, int N, uint64_t site) {
+  if (fwd_hidden_p_ > 0)
+    cpu::dropout_forward(branch, branch, rows(N) * size_t(config_.hidden_size), fwd_hidden_p_, dropout_key(site),
+                         first_row(N) * size_t(config_.hidden_size));
+}
+
+// With hidden dropout, the gradient of a branch output is DRES through the branch's mask (in
+// scratch_); the residual path takes DRES itself. The branch's products see all rows.
+template <typename F>
+const F* GptModel<F>::branch_grad(const F* dres, int N, uint64_t site) {
+  const F* d = dres;
+  if (fwd_hidden_p_ > 0) {
+    cpu::dropout_forward(scratch_, dres, rows(N) * size_t(config_.hidden_size), fwd_hidden_p_, dropout_key(site),
+                         first_row(N) * size_t(config_.hidden_size));
+    d = scratch_;
+  }
+  return enter_tp(d, N);
 }
 
 // ---- the tensor-parallel pieces ------------------------------------------------------------------
@@ -430,10 +343,10 @@ F* GptModel<F>::exit_tp(F* parts, int N) {
 template <typename F>
 void GptModel<F>::norm_rows(F* out, F* mean, F* rstd, const F* inp, size_t w, size_t b, int N) {
   if (!sp_) {
-    norm_forward(out, mean, rstd, inp, w, b, N);
+    cpu_norm_forward(config_, out, mean, rstd, inp, p(w), p(b), N);
     return;
   }
-  norm_forward(sp_local_, mean, rstd, inp, w, b, int(rows(N)));
+  cpu_norm_forward(config_, sp_local_, mean, rstd, inp, p(w), p(b), int(rows(N)));
   tp_->all_gather(out, sp_local_, rows(N) * size_t(config_.hidden_size));
 }
 
@@ -487,7 +400,8 @@ void GptModel<F>::embed_backward(int B, int T) {
 // output; the parts are summed over the ranks (with sequence parallelism each keeping its rows),
 // then the bias (replicated) is added once. Returns the output: the residual stream's rows.
 template <typename F>
-F* GptModel<F>::row_parallel_forward(const F* inp, size_t w, size_t b, int N, int in, int OC) {
+F* GptModel<F>::row_parallel_forward(const F* inp, size_t w, size_t b, int N, int in) {
+  const int OC = static_cast<int>(config_.hidden_size);
   if (tp_size() == 1) {
     cpu::linear_forward(scratch_, inp, p(w), p(b), N, in, OC);
     return scratch_;

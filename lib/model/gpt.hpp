@@ -54,6 +54,7 @@
 #include <vector>
 
 #include "model/config.hpp"
+#include "model/cpu_layers.hpp"
 #include "model/init.hpp"  // gpt_init_parameters and gpt_init_local, which the models' users call
 #include "model/param_table.hpp"
 #include "model/param_tensor.hpp"
@@ -71,8 +72,11 @@ namespace meg {
 // replicated tensors' gradients come out the same on every rank. Attention dropout draws its masks
 // by the rank's own head numbers, so with tensor parallelism they differ from one process's (as
 // Megatron's per-rank dropout generators do); hidden dropout is the same.
+//
+// The blocks' layers are those of model/cpu_layers.hpp, which the model runs as their training
+// path (its parameters, its split of the stream, its dropout).
 template <typename F>
-class GptModel {
+class GptModel final : private CpuTrainingPath<F> {
  public:
   // Validates CONFIG (InputError on a bad one, or on one that does not split over TP's ranks) and
   // allocates the parameters (zeroed; call init() for Megatron's initialisation). The gradients
@@ -162,10 +166,11 @@ class GptModel {
   const F* final_hidden() const { return lnf_; }
 
  private:
-  // Pointers into the activation buffer for one block.
+  // Pointers into the activation buffer for one block: its layers' and the stream between them.
   struct LayerActs {
-    F *ln1, *ln1_mean, *ln1_rstd, *qkv, *q, *k, *v, *att, *atty, *mid, *ln2, *ln2_mean, *ln2_rstd,
-        *fc1, *act;
+    AttentionActs<F> attention;
+    F* mid;
+    MlpActs<F> mlp;
   };
 
   // The shapes of one forward/backward of a B x T batch, as the ops take them.
@@ -179,23 +184,27 @@ class GptModel {
 
   void allocate_activations(int B, int T);
   F* ensure_grads();  // the caller's storage, or the model's own, allocated on first use
-  F* p(size_t offset) { return offset == kAbsentTensor ? nullptr : params_ + offset; }
-  F* g(size_t offset) { return offset == kAbsentTensor ? nullptr : grads_ + offset; }
-  void norm_forward(F* out, F* mean, F* rstd, const F* inp, size_t w, size_t b, int N);
+  // The training path of the layers (CpuTrainingPath).
+  const F* p(size_t offset) const override { return offset == kAbsentTensor ? nullptr : params_ + offset; }
+  F* g(size_t offset) override { return offset == kAbsentTensor ? nullptr : grads_ + offset; }
   void norm_backward(F* dinp, const F* dout, const F* inp, size_t w, size_t b, const F* mean,
-                     const F* rstd, int N);
+                     const F* rstd, int N) override;
+  void hidden_dropout(F* branch, int N, uint64_t site) override;
+  const F* branch_grad(const F* dres, int N, uint64_t site) override;
+  cpu::DropoutKey dropout_key(uint64_t site) const { return {fwd_seed_, fwd_step_, fwd_micro_, site}; }
+  CausalAttention<F> causal_attention(int64_t block) const;
   // The tensor-parallel pieces (each the plain op when the group has one rank).
   void embed(const int32_t* tokens, int B, int T);
   void embed_backward(int B, int T);
-  F* row_parallel_forward(const F* inp, size_t w, size_t b, int N, int in, int OC);
+  F* row_parallel_forward(const F* inp, size_t w, size_t b, int N, int in) override;
   // Sequence parallelism: this rank's rows of N and the first of them; all rows from this rank's
   // (all-gather) and this rank's rows of the parts' sum (reduce-scatter; without sequence
   // parallelism an all-reduce in place); a norm on this rank's rows with its output gathered.
-  size_t rows(int N) const;
+  size_t rows(int N) const override;
   size_t first_row(int N) const;
   const F* enter_tp(const F* local, int N);
-  F* exit_tp(F* parts, int N);
-  void norm_rows(F* out, F* mean, F* rstd, const F* inp, size_t w, size_t b, int N);
+  F* exit_tp(F* parts, int N) override;
+  void norm_rows(F* out, F* mean, F* rstd, const F* inp, size_t w, size_t b, int N) override;
   void sum_over_tp(F* data, size_t n);
   double loss_forward(const int32_t* targets, int N);
   // forward_stage()'s work, stopping after the final norm when LOGITS is false.
@@ -223,10 +232,10 @@ class GptModel {
   std::vector<F*> res_;  // res_[l]: input of block l; res_[L]: output of the last block
   F *lnf_ = nullptr, *lnf_mean_ = nullptr, *lnf_rstd_ = nullptr, *logits_ = nullptr,
     *losses_ = nullptr, *scratch_ = nullptr;
-  // Backward scratch (also in acts_).
-  F *dres_ = nullptr, *dln_ = nullptr, *dqkv_ = nullptr, *dq_ = nullptr, *dk_ = nullptr,
-    *dv_ = nullptr, *dqr_ = nullptr, *dkr_ = nullptr, *datty_ = nullptr, *dfc1_ = nullptr,
-    *dact_ = nullptr, *dlogits_ = nullptr;
+  // Backward scratch (also in acts_): the stream's gradient, the layers', the logits'.
+  F* dres_ = nullptr;
+  CpuLayerScratch<F> ds_{};
+  F* dlogits_ = nullptr;
   F *sp_full_ = nullptr, *sp_local_ = nullptr;  // sequence parallelism: all rows, this rank's rows
   std::vector<int32_t> tokens_, targets_;
   std::vector<double> lse_;  // vocabulary-parallel cross-entropy: each row's log-sum-exp
