@@ -160,22 +160,22 @@ void transpose(float* dst, const float* src, size_t rows, size_t cols) {
 std::vector<HfTensorMap> hf_tensor_map(const ModelConfig& config) {
   const HfTensorTable& table = hf_tensor_table(config);
   const std::vector<ParamTensor> tensors = gpt_parameter_table(config);
-  std::map<std::pair<int64_t, TensorRole>, const ParamTensor*> by_role;  // by (layer, role)
-  for (const auto& t : tensors) by_role[{t.layer, t.role}] = &t;
-  // Each block's layer of each kind, by index in the layer sequence.
-  const std::vector<LayerSpec> layers = config.layers();
-  std::vector<std::map<LayerKind, int64_t>> block_layers(size_t(config.num_layers));
-  for (size_t l = 0; l < layers.size(); ++l) block_layers.at(size_t(layers[l].block))[layers[l].kind] = int64_t(l);
+  const TensorIndex index(config, tensors);
+  std::map<size_t, const ParamTensor*> at_offset;
+  for (const auto& t : tensors) at_offset[t.offset] = &t;
 
   std::vector<HfTensorMap> maps;
-  const auto add = [&](const HfTensorSpec& spec, std::string name, int64_t layer) {
-    const auto t = by_role.find({layer, spec.role});
-    if (t != by_role.end()) maps.push_back(map_of(spec, std::move(name), *t->second, config.vocab_size));
+  // OFFSET: where index finds the entry's meg tensor (kAbsentTensor: the config lacks it).
+  const auto add = [&](const HfTensorSpec& spec, std::string name, size_t offset) {
+    if (offset != kAbsentTensor) maps.push_back(map_of(spec, std::move(name), *at_offset.at(offset), config.vocab_size));
   };
-  for (const auto& spec : table.before) add(spec, spec.name, kNoLayer);
-  for (int64_t b = 0; b < config.num_layers; ++b)
-    for (const auto& spec : table.block) add(spec, block_name(spec.name, b), block_layers[size_t(b)].at(spec.kind));
-  for (const auto& spec : table.after) add(spec, spec.name, kNoLayer);
+  for (const auto& spec : table.before) add(spec, spec.name, index.at(kNoLayer, spec.role));
+  for (int64_t b = 0; b < config.num_layers; ++b) {
+    const BlockTensors& block = index.block(b);
+    for (const auto& spec : table.block)
+      add(spec, block_name(spec.name, b), (spec.kind == LayerKind::attention ? block.attention : block.mlp)[spec.role]);
+  }
+  for (const auto& spec : table.after) add(spec, spec.name, index.at(kNoLayer, spec.role));
   return maps;
 }
 

@@ -27,13 +27,18 @@ std::pair<int64_t, int64_t> stage_layers(const ModelConfig& config, const Pipeli
   return {per * stage.stage, per * (stage.stage + 1)};
 }
 
-bool stage_holds(const ModelConfig& config, const PipelineStage& stage, const ParamTensor& t) {
+namespace {
+
+// The layers [begin, end) of the layer sequence STAGE runs: its share, as stage_layers() shares out
+// the blocks.
+std::pair<int64_t, int64_t> stage_layer_range(const ModelConfig& config, const PipelineStage& stage) {
+  const int64_t per = static_cast<int64_t>(config.layers().size()) / stage.stages;
+  return {per * stage.stage, per * (stage.stage + 1)};
+}
+
+bool holds(const PipelineStage& stage, std::pair<int64_t, int64_t> layers, const ParamTensor& t) {
   switch (t.pipeline) {
-    case PipelinePlace::layer: {
-      // The stage's share of the layer sequence, as stage_layers() shares out the blocks.
-      const int64_t per = static_cast<int64_t>(config.layers().size()) / stage.stages;
-      return t.layer >= per * stage.stage && t.layer < per * (stage.stage + 1);
-    }
+    case PipelinePlace::layer: return t.layer >= layers.first && t.layer < layers.second;
     case PipelinePlace::first_stage: return stage.first();
     case PipelinePlace::last_stage: return stage.last();
     case PipelinePlace::first_and_last_stage: return stage.first() || stage.last();
@@ -41,12 +46,19 @@ bool stage_holds(const ModelConfig& config, const PipelineStage& stage, const Pa
   throw std::logic_error("stage_holds: " + t.name + " has no pipeline placement");
 }
 
+}  // namespace
+
+bool stage_holds(const ModelConfig& config, const PipelineStage& stage, const ParamTensor& t) {
+  return holds(stage, stage_layer_range(config, stage), t);
+}
+
 std::vector<ParamTensor> stage_table(const ModelConfig& config, const PipelineStage& stage,
                                      const std::vector<ParamTensor>& table) {
+  const std::pair<int64_t, int64_t> layers = stage_layer_range(config, stage);
   std::vector<ParamTensor> out;
   size_t offset = 0;
   for (const auto& t : table) {
-    if (!stage_holds(config, stage, t)) continue;
+    if (!holds(stage, layers, t)) continue;
     out.push_back(t);
     out.back().offset = offset;
     offset += t.numel;
