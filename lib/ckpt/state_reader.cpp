@@ -6,7 +6,7 @@
 #include <set>
 
 #include "core/error.hpp"
-#include "model/gpt.hpp"
+#include "model/param_table.hpp"
 #include "model/pipeline.hpp"
 #include "model/tensor_parallel.hpp"
 #include "optim/adamw.hpp"

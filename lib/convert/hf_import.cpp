@@ -12,7 +12,7 @@
 #include "convert/hf_config.hpp"
 #include "core/error.hpp"
 #include "core/json_file.hpp"
-#include "model/gpt.hpp"
+#include "model/param_table.hpp"
 
 namespace meg {
 

@@ -11,7 +11,7 @@
 #include <fmt/format.h>
 
 #include "ckpt/state_reader.hpp"
-#include "model/gpt.hpp"
+#include "model/param_table.hpp"
 #include "model/pipeline.hpp"
 #include "model/tensor_parallel.hpp"
 #include "optim/adamw.hpp"

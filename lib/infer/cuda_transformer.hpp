@@ -33,7 +33,7 @@
 #include <vector>
 
 #include "model/config.hpp"
-#include "model/gpt.hpp"
+#include "model/param_table.hpp"
 #include "ops/cuda/device_memory.hpp"
 #include "ops/cuda/gemm.hpp"
 #include "ops/cuda/ops.hpp"

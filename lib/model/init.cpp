@@ -12,7 +12,7 @@
 
 #include "core/parallel.hpp"
 #include "core/philox.hpp"
-#include "model/gpt.hpp"
+#include "model/param_table.hpp"
 #include "model/tensor_parallel.hpp"
 
 namespace meg {

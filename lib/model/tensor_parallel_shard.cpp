@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "core/error.hpp"
-#include "model/gpt.hpp"
 #include "model/tensor_parallel.hpp"
 
 namespace meg {
