@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "convert/hf_config.hpp"
+#include "core/error.hpp"
 #include "core/parallel.hpp"
 #include "model/layer_spec.hpp"
 #include "model/param_table.hpp"
@@ -28,7 +29,7 @@ enum class HfCut { whole, vocabulary, part };
 struct HfTensorSpec {
   const char* name;
   TensorRole role;
-  LayerKind kind = LayerKind::attention;  // in a block only
+  char kind = LayerKind::attention;  // the layer kind's symbol, in a block only
   HfCut cut = HfCut::whole;
   int part = 0;
   bool transpose = false;
@@ -43,7 +44,7 @@ struct HfTensorTable {
   const char* optional_prefix = "";
 };
 
-constexpr LayerKind kAttn = LayerKind::attention, kMlp = LayerKind::mlp;
+constexpr char kAttn = LayerKind::attention, kMlp = LayerKind::mlp;
 
 const HfTensorTable& gpt2_table() {
   using enum TensorRole;
@@ -170,11 +171,21 @@ std::vector<HfTensorMap> hf_tensor_map(const ModelConfig& config) {
     if (offset != kAbsentTensor) maps.push_back(map_of(spec, std::move(name), *at_offset.at(offset), config.vocab_size));
   };
   for (const auto& spec : table.before) add(spec, spec.name, index.at(kNoLayer, spec.role));
-  for (int64_t b = 0; b < config.num_layers; ++b) {
-    const BlockTensors& block = index.block(b);
-    for (const auto& spec : table.block)
-      add(spec, block_name(spec.name, b), (spec.kind == LayerKind::attention ? block.attention : block.mlp)[spec.role]);
+  // Each block's layers by kind; a kind the architecture has no names for cannot be exported.
+  std::vector<std::map<char, int64_t>> blocks(size_t(config.num_layers));
+  const std::vector<LayerSpec> layers = config.layers();
+  for (size_t l = 0; l < layers.size(); ++l) {
+    const char kind = layers[l].kind;
+    if (std::none_of(table.block.begin(), table.block.end(), [&](const HfTensorSpec& s) { return s.kind == kind; }))
+      input_error("model config: Hugging Face {} has no {} layer '{}' (hybrid-layer-pattern \"{}\")",
+                  hf_architecture(config).name, layer_kind(kind).name, kind, config.layer_pattern());
+    blocks.at(size_t(layers[l].block))[kind] = int64_t(l);
   }
+  for (int64_t b = 0; b < config.num_layers; ++b)
+    for (const auto& spec : table.block) {
+      const auto layer = blocks[size_t(b)].find(spec.kind);
+      if (layer != blocks[size_t(b)].end()) add(spec, block_name(spec.name, b), index.at(layer->second, spec.role));
+    }
   for (const auto& spec : table.after) add(spec, spec.name, index.at(kNoLayer, spec.role));
   return maps;
 }

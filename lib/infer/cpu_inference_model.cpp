@@ -45,13 +45,18 @@ CpuInferenceModel::CpuInferenceModel(const ModelConfig& config, std::vector<floa
   CQ_ = NH_ * HS_;
   KV_ = NKV_ * HS_;
   QKV_ = CQ_ + 2 * KV_;
-  FF_ = static_cast<int>(config_.ffn_hidden_size) / tp_size_;
-  FC_ = (config_.activation == Activation::swiglu ? 2 : 1) * FF_;
   V_ = static_cast<int>(config_.vocab_size);
   Vp_ = static_cast<int>(config_.padded_vocab_size) / tp_size_;
   V0_ = Vp_ * tp_rank_;
+  specs_ = config_.layers();
+  layers_ = make_cpu_layers<float>(config_, tp_size_, 0, int64_t(specs_.size()));
+  size_t attention_layers = 0;
+  for (const LayerSpec& l : specs_) {
+    cache_layer_.push_back(attention_layers);
+    attention_layers += l.kind == LayerKind::attention;
+  }
   lengths_.assign(size_t(slots_), 0);
-  const size_t cache = size_t(config_.num_layers) * size_t(slots_) * size_t(max_length_) * size_t(KV_);
+  const size_t cache = attention_layers * size_t(slots_) * size_t(max_length_) * size_t(KV_);
   k_cache_.assign(cache, 0.0f);
   v_cache_.assign(cache, 0.0f);
   logits_.resize(size_t(slots_) * size_t(Vp_));
@@ -73,10 +78,7 @@ float* CpuInferenceModel::cache(std::vector<float>& kv, size_t l, int s) const {
 void CpuInferenceModel::reserve(int N, size_t scores) {
   const size_t n = size_t(N);
   for (auto* v : {&x_, &ln_, &branch_, &last_}) grow(*v, n * C_);
-  for (auto* v : {&q_, &atty_}) grow(*v, n * CQ_);
-  grow(qkv_, n * QKV_);
-  grow(fc1_, n * FC_);
-  grow(act_, n * FF_);
+  for (const auto& layer : layers_) grow(layer_acts_, layer->activation_size({N}));
   grow(scores_, scores);
 }
 
@@ -86,6 +88,11 @@ const float* CpuInferenceModel::p(size_t offset) const {
 
 void CpuInferenceModel::norm_rows(float* out, float* mean, float* rstd, const float* inp, size_t w, size_t b, int N) {
   cpu_norm_forward(config_, out, mean, rstd, inp, p(w), p(b), N);
+}
+
+AttentionCore<float>& CpuInferenceModel::attention_core(const CpuLayerPlace& at) {
+  core_.l_ = cache_layer_[size_t(at.layer)];
+  return core_;
 }
 
 void CpuInferenceModel::attend(size_t l, std::span<const AppendRequest> requests, const AttentionActs<float>& a) {
@@ -179,17 +186,12 @@ void CpuInferenceModel::append(std::span<const AppendRequest> requests, float* l
   reserve(N, scores);
 
   embed(requests, N);
-  // The layers' activations are scratch, the same for every block: nothing here runs a backward.
-  AttentionActs<float> attention{ln_.data(), nullptr, nullptr, qkv_.data(), q_.data(), nullptr, nullptr, nullptr,
-                                 atty_.data()};
-  MlpActs<float> mlp{ln_.data(), nullptr, nullptr, fc1_.data(), act_.data()};
-  const CpuLayerDims d = cpu_layer_dims(config_, tp_size_, N);
-  for (size_t l = 0; l < size_t(config_.num_layers); ++l) {
-    const BlockTensors& block = w_.block(int64_t(l));
-    CachedAttention core(*this, l, requests);
-    attention_layer_forward<float>(*this, core, attention, block.attention, int64_t(l), d, x_.data(), x_.data());
-    mlp_layer_forward<float>(*this, mlp, block.mlp, int64_t(l), d, x_.data(), x_.data());
-  }
+  // The layers' activations are scratch, the same for every layer: nothing here runs a backward.
+  requests_ = requests;
+  for (size_t l = 0; l < layers_.size(); ++l)
+    layers_[l]->forward(*this, {w_.layer(int64_t(l)), int64_t(l), specs_[l].block}, {N}, layer_acts_.data(),
+                        x_.data(), x_.data());
+  requests_ = {};
 
   // The output layer on each request's last row only.
   const int R = static_cast<int>(requests.size());

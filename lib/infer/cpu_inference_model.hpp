@@ -2,14 +2,15 @@
 // ops/cpu/ops.hpp) run over the new tokens only, against a cache of every earlier token's keys and
 // values.
 //
-// The cache is one array for keys and one for values, [layer][slot][position][NKV*HS]: the keys
+// The cache is one array for keys and one for values, [attention layer][slot][position][NKV*HS]: the keys
 // of a slot's positions in one layer are contiguous rows, which the attention reads with one GEMM
 // per head. Llama's keys are cached after their rotation (RoPE at their own positions), so a key
 // is rotated once. GPT-2 adds its learned position embedding at each token's position; its slots
 // hold at most seq_length tokens (the learned positions), Llama's any number.
 //
-// The blocks' layers are those of model/cpu_layers.hpp, the model their generation path: its
-// row-parallel sums, no dropout, and the attention's core over the cache (CachedAttention).
+// The layers are those of model/cpu_layers.hpp, one per entry of the layer sequence, the model
+// their generation path: its row-parallel sums, no dropout, and the attention's core over the
+// cache (CachedAttention).
 //
 // One append() packs the tokens of all its requests into the rows of one batch: the norms, the
 // linear layers and the MLP run over all rows at once (one GEMM each); only the attention runs
@@ -26,6 +27,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -58,22 +60,22 @@ class CpuInferenceModel final : public InferenceModel, private CpuLayerPath<floa
   // OUT [N, C] = INP [N, IN] @ W^T + B: a row-parallel layer, its parts summed over the group (into branch_).
   float* row_parallel_forward(const float* inp, size_t w, size_t b, int N, int in) override;
   void hidden_dropout(float*, int, uint64_t) override {}
-  // The attention's core of layer L over the requests' slots.
+  AttentionCore<float>& attention_core(const CpuLayerPlace& at) override;
+  // The attention's core of cache layer L over the requests of the append running.
   class CachedAttention final : public AttentionCore<float> {
    public:
-    CachedAttention(CpuInferenceModel& model, size_t l, std::span<const AppendRequest> requests)
-        : model_(model), l_(l), requests_(requests) {}
-    void forward(AttentionActs<float>& a, const CpuLayerDims&) override { model_.attend(l_, requests_, a); }
+    explicit CachedAttention(CpuInferenceModel& model) : model_(model) {}
+    void forward(AttentionActs<float>& a, const CpuLayerDims&) override { model_.attend(l_, model_.requests_, a); }
+    size_t l_ = 0;
 
    private:
     CpuInferenceModel& model_;
-    size_t l_;
-    std::span<const AppendRequest> requests_;
   };
 
-  // The cached keys (or values) of layer L, slot S, from position 0.
+  // The cached keys (or values) of attention layer L (counting the attention layers), slot S, from
+  // position 0.
   float* cache(std::vector<float>& kv, size_t l, int s) const;
-  // Layer L's attention over the packed rows of A.qkv: caches the new keys and values and writes
+  // Attention layer L's attention over the packed rows of A.qkv: caches the new keys and values and writes
   // the attention output of each row into A.atty (A.q the queries' scratch).
   void attend(size_t l, std::span<const AppendRequest> requests, const AttentionActs<float>& a);
   // Grows every scratch array to hold N rows and a score matrix of SCORES values.
@@ -89,17 +91,22 @@ class CpuInferenceModel final : public InferenceModel, private CpuLayerPath<floa
   int tp_size_ = 1, tp_rank_ = 0;
   std::vector<float> params_;
   TensorIndex w_;  // this rank's tensors
+  std::vector<std::unique_ptr<CpuLayer<float>>> layers_;
+  std::vector<LayerSpec> specs_;
+  std::vector<size_t> cache_layer_;  // by layer: an attention layer's layer of the cache
+  CachedAttention core_{*this};
+  std::span<const AppendRequest> requests_;  // of the append running
   int slots_ = 0, max_length_ = 0;
-  // This rank's sizes: NH, NKV query and key/value heads, CQ = NH * HS, FF the MLP's hidden width
-  // and FC its first product's, Vp the vocabulary rows from V0 on; C and the real V are the model's.
-  int C_ = 0, NH_ = 0, NKV_ = 0, HS_ = 0, CQ_ = 0, KV_ = 0, QKV_ = 0, FF_ = 0, FC_ = 0, V_ = 0, Vp_ = 0, V0_ = 0;
+  // This rank's sizes: NH, NKV query and key/value heads, CQ = NH * HS, Vp the vocabulary rows from
+  // V0 on; C and the real V are the model's.
+  int C_ = 0, NH_ = 0, NKV_ = 0, HS_ = 0, CQ_ = 0, KV_ = 0, QKV_ = 0, V_ = 0, Vp_ = 0, V0_ = 0;
   std::vector<int> lengths_;
   std::vector<float> k_cache_, v_cache_;
 
-  // Scratch of one append, grown as needed: the residual stream, its norm, and the products of
-  // one block over N packed rows; scores_ holds one head's attention scores; gathered_ every
-  // rank's logits.
-  std::vector<float> x_, ln_, qkv_, q_, atty_, branch_, fc1_, act_, scores_, last_, logits_, gathered_;
+  // Scratch of one append, grown as needed: the residual stream, the final norm, a row-parallel
+  // product's output and the activations of one layer (the same for every layer) over N packed
+  // rows; scores_ holds one head's attention scores; gathered_ every rank's logits.
+  std::vector<float> x_, ln_, branch_, layer_acts_, scores_, last_, logits_, gathered_;
 };
 
 }  // namespace meg

@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "core/error.hpp"
+#include "model/layer_spec.hpp"
 #include "model/tensor_parallel.hpp"
 #include "model/tensor_parallel_shard.hpp"
 #include "ops/cuda/check.hpp"
@@ -69,6 +70,9 @@ CudaTransformer<X>::CudaTransformer(const ModelConfig& config, const std::vector
       dims_(dims_of<X>(config_, tp_)),
       max_rows_(max_rows),
       gemm_(stream_.get()) {
+  if (config_.layer_pattern() != default_layer_pattern(config_.num_layers))
+    input_error("model config: hybrid-layer-pattern \"{}\": the CUDA transformer runs \"*-\" blocks only",
+                config_.layer_pattern());
   offsets_ = TensorIndex(config_, gpt_parameter_table(config_, size_of(tp_)));
   const cudaStream_t s = stream_.get();
   std::vector<float> shard;
@@ -144,8 +148,8 @@ void CudaTransformer<X>::blocks(X* x, int N, const Attention& attention, const K
   using enum TensorRole;
   const size_t L = size_t(config_.num_layers);
   for (size_t l = 0; l < L; ++l) {
-    const LayerTensors& attn = offsets_.block(int64_t(l)).attention;
-    const LayerTensors& mlp = offsets_.block(int64_t(l)).mlp;
+    const LayerTensors& attn = offsets_.layer(int64_t(2 * l));
+    const LayerTensors& mlp = offsets_.layer(int64_t(2 * l + 1));
     // Attention: x = x + proj(attention(qkv(norm1(x)))), the keys and values cached first.
     if (cache) {
       const auto [k, v] = cache->arrays(l);

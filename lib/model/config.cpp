@@ -213,11 +213,10 @@ void ModelConfig::validate(const std::string& where) const {
     if (value <= 0) input_error("{}: {} must be positive, got {}", where, name, value);
     if (value > kMaxSize) input_error("{}: {} {} is too large (at most {})", where, name, value, kMaxSize);
   }
-  // "*-" pairs, the only pattern parse_layer_pattern accepts.
-  const size_t blocks = parse_layer_pattern(layer_pattern(), where).size() / 2;
-  if (int64_t(blocks) != num_layers)
-    input_error("{}: hybrid-layer-pattern \"{}\" has {} blocks \"*-\", but num-layers is {}", where,
-                hybrid_layer_pattern, blocks, num_layers);
+  const int64_t blocks = count_blocks(parse_layer_pattern(layer_pattern(), where));
+  if (blocks != num_layers)
+    input_error("{}: hybrid-layer-pattern \"{}\" has {} blocks, but num-layers is {}", where, hybrid_layer_pattern,
+                blocks, num_layers);
   if (vocab_size == 0)
     input_error("{}: vocab-size is not set (give --vocab-size, or a tokenizer)", where);
   if (vocab_size < 0) input_error("{}: vocab-size must be positive, got {}", where, vocab_size);
@@ -263,7 +262,9 @@ std::vector<LayerSpec> ModelConfig::layers() const { return parse_layer_pattern(
 int64_t ModelConfig::num_parameters() const { return static_cast<int64_t>(table_size(gpt_parameter_table(*this))); }
 
 int64_t ModelConfig::flops_per_token(int64_t T) const {
-  return 6 * num_parameters() + 12 * num_layers * hidden_size * T;
+  int64_t attention_layers = 0;
+  for (const LayerSpec& l : layers()) attention_layers += l.kind == LayerKind::attention;
+  return 6 * num_parameters() + 12 * attention_layers * hidden_size * T;
 }
 
 nlohmann::ordered_json ModelConfig::to_json() const {
@@ -344,7 +345,7 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& w
   // the default pattern is stored as "" so that it follows a later num-layers.
   if (has("hybrid-layer-pattern")) {
     const std::string pattern = get_string(j, "hybrid-layer-pattern", where);
-    const int64_t blocks = static_cast<int64_t>(parse_layer_pattern(pattern, where).size() / 2);
+    const int64_t blocks = count_blocks(parse_layer_pattern(pattern, where));
     if (!has("num-layers")) c.num_layers = blocks;
     c.hybrid_layer_pattern = pattern == default_layer_pattern(c.num_layers) ? "" : pattern;
   }

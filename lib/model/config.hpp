@@ -12,10 +12,11 @@
 //   family                        "gpt2" | "llama": the family whose defaults (below) the config
 //                                 starts from, and the Hugging Face architecture it converts to;
 //                                 no feature is read from it
-//   num-layers                    transformer blocks L
+//   num-layers                    blocks L (a GPT block is an attention and an MLP layer)
 //   hybrid-layer-pattern          the layer sequence, one symbol a layer (model/layer_spec.hpp):
-//                                 "*" attention, "-" MLP; default "*-" repeated num-layers times,
-//                                 the only pattern implemented ("M" Mamba and "E" MoE are refused)
+//                                 "*" attention, "-" MLP (completing the attention before it);
+//                                 default "*-" repeated num-layers times ("M" Mamba and "E" MoE
+//                                 are refused until they are implemented)
 //   hidden-size                   model width C
 //   num-heads                     query heads NH; head size HS = C / NH
 //   num-kv-heads                  key/value heads NKV (grouped-query attention); default NH
@@ -142,7 +143,8 @@ struct ModelConfig {
   // Exact parameter count of the model as built (padded vocabulary; a tied embedding once): the
   // size of its parameter table (model/param_table.hpp).
   int64_t num_parameters() const;
-  // Training FLOPs per token at sequence length T: 6 N + 12 L C T (N from num_parameters()).
+  // Training FLOPs per token at sequence length T: 6 N + 12 A C T (N from num_parameters(), A the
+  // attention layers).
   int64_t flops_per_token(int64_t seq_length) const;
 
   nlohmann::ordered_json to_json() const;

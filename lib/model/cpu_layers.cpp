@@ -1,8 +1,15 @@
-// The CPU layers (see cpu_layers.hpp): the block of gpt.hpp, one layer kind at a time.
+// The CPU layers (see cpu_layers.hpp): the attention and MLP kinds, and the registry of kinds.
 #include "model/cpu_layers.hpp"
 
 #include <algorithm>
 #include <cstring>
+#include <map>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "core/error.hpp"
+#include "model/layer_spec.hpp"
 
 namespace meg {
 
@@ -29,6 +36,36 @@ void zero(F* a, size_t n) {
 template <typename F>
 void residual_add(F* out, const F* x, const F* branch, size_t n) {
   for (size_t i = 0; i < n; ++i) out[i] = x[i] + branch[i];
+}
+
+// The start of a pre-norm branch: LN = norm(X) (all N rows), OUT = LN @ W^T + B, the product
+// column-parallel (this rank's OC columns).
+template <typename F>
+void norm_linear_forward(CpuLayerPath<F>& path, F* ln, F* mean, F* rstd, F* out, const F* x, size_t norm_w,
+                         size_t norm_b, size_t w, size_t b, int N, int C, int OC) {
+  path.norm_rows(ln, mean, rstd, x, norm_w, norm_b, N);
+  cpu::linear_forward(out, ln, path.p(w), path.p(b), N, C, OC);
+}
+
+// Its backward: from DOUT, the gradient of OUT, the weights' gradients and X's, added to DRES
+// (DLN is scratch of N x C).
+template <typename F>
+void norm_linear_backward(CpuTrainingPath<F>& path, F* dln, const F* dout, const F* ln, const F* mean,
+                          const F* rstd, const F* x, size_t norm_w, size_t norm_b, size_t w, size_t b, int N, int C,
+                          int OC, F* dres) {
+  zero(dln, size_t(N) * size_t(C));
+  cpu::linear_backward(dln, path.g(w), path.g(b), dout, ln, path.p(w), N, C, OC);
+  path.norm_backward(dres, path.exit_tp(dln, N), x, norm_w, norm_b, mean, rstd, int(path.rows(N)));
+}
+
+// The end of a branch: OUT = X + dropout(INP @ W^T + B), the product row-parallel (INP this
+// rank's IN columns), over the stream's rows.
+template <typename F>
+void residual_branch_forward(CpuLayerPath<F>& path, const F* inp, size_t w, size_t b, int N, int in, int C,
+                             uint64_t site, const F* x, F* out) {
+  F* branch = path.row_parallel_forward(inp, w, b, N, in);
+  path.hidden_dropout(branch, N, site);
+  residual_add(out, x, branch, path.rows(N) * size_t(C));
 }
 
 }  // namespace
@@ -74,7 +111,7 @@ void CausalAttention<F>::forward(AttentionActs<F>& a, const CpuLayerDims& d) {
 }
 
 template <typename F>
-void CausalAttention<F>::backward(const AttentionActs<F>& a, const CpuLayerScratch<F>& s,
+void CausalAttention<F>::backward(const AttentionActs<F>& a, const AttentionGrads<F>& s,
                                   const CpuLayerDims& d) const {
   const size_t n = size_t(d.N), NC = n * size_t(d.C), nkv = n * size_t(d.KV);
   zero(s.dq, NC);
@@ -96,84 +133,255 @@ void CausalAttention<F>::backward(const AttentionActs<F>& a, const CpuLayerScrat
   scatter_cols(s.dqkv, static_cast<const F*>(s.dv), n, size_t(d.QKV), size_t(d.CQ + d.KV), size_t(d.KV));
 }
 
+namespace {
+
+// Hands out consecutive stretches of BASE (null: only counts them).
 template <typename F>
-void attention_layer_forward(CpuLayerPath<F>& path, AttentionCore<F>& core, AttentionActs<F>& a,
-                             const LayerTensors& t, int64_t block, const CpuLayerDims& d, const F* x, F* out) {
-  using enum TensorRole;
-  path.norm_rows(a.ln, a.ln_mean, a.ln_rstd, x, t[norm_weight], t[norm_bias], d.N);
-  cpu::linear_forward(a.qkv, a.ln, path.p(t[qkv_weight]), path.p(t[qkv_bias]), d.N, d.C, d.QKV);
-  core.forward(a, d);
-  F* branch = path.row_parallel_forward(a.atty, t[proj_weight], t[proj_bias], d.N, d.CQ);
-  path.hidden_dropout(branch, d.N, block_dropout_sites(block) + 2);
-  residual_add(out, x, branch, path.rows(d.N) * size_t(d.C));
+class Carver {
+ public:
+  explicit Carver(F* base) : base_(base) {}
+  F* take(size_t n) {
+    F* p = base_ ? base_ + used_ : nullptr;
+    used_ += n;
+    return p;
+  }
+  size_t used() const { return used_; }
+
+ private:
+  F* base_;
+  size_t used_ = 0;
+};
+
+// A layer whose activations and backward scratch are structs of pointers (ACTS, GRADS) carved out
+// of the model's buffers: their sizes are those of the carving.
+template <typename F, typename Acts, typename Grads>
+class CarvedCpuLayer : public CpuLayer<F> {
+ public:
+  CarvedCpuLayer(const ModelConfig& config, int tp_size) : config_(config), tp_size_(tp_size) {}
+  size_t activation_size(const CpuRows& rows) const final {
+    Carver<F> c(nullptr);
+    acts(c, rows);
+    return c.used();
+  }
+  size_t scratch_size(int N) const final {
+    Carver<F> c(nullptr);
+    grads(c, N);
+    return c.used();
+  }
+
+ protected:
+  virtual Acts acts(Carver<F>& c, const CpuRows& rows) const = 0;
+  virtual Grads grads(Carver<F>& c, int N) const = 0;
+  // This rank's sizes over N rows.
+  CpuLayerDims dims(int N) const { return cpu_layer_dims(config_, tp_size_, N); }
+
+ private:
+  ModelConfig config_;
+  int tp_size_;
+};
+
+// The attention layer: OUT = X + dropout(proj(core(qkv(norm(X))))), over the stream's rows.
+template <typename F>
+class CpuAttentionLayer final : public CarvedCpuLayer<F, AttentionActs<F>, AttentionGrads<F>> {
+ public:
+  using CarvedCpuLayer<F, AttentionActs<F>, AttentionGrads<F>>::CarvedCpuLayer;
+
+  void forward(CpuLayerPath<F>& path, const CpuLayerPlace& at, const CpuRows& rows, F* acts_base, const F* x,
+               F* out) const override {
+    using enum TensorRole;
+    const LayerTensors& t = at.tensors;
+    const CpuLayerDims d = this->dims(rows.N);
+    Carver<F> c(acts_base);
+    AttentionActs<F> a = this->acts(c, rows);
+    norm_linear_forward(path, a.ln, a.ln_mean, a.ln_rstd, a.qkv, x, t[norm_weight], t[norm_bias], t[qkv_weight],
+                        t[qkv_bias], d.N, d.C, d.QKV);
+    path.attention_core(at).forward(a, d);
+    residual_branch_forward(path, a.atty, t[proj_weight], t[proj_bias], d.N, d.CQ, d.C,
+                            block_dropout_sites(at.block) + 2, x, out);
+  }
+
+  void backward(CpuTrainingPath<F>& path, const CpuLayerPlace& at, const CpuRows& rows, F* acts_base, F* scratch,
+                const F* x, F* dres) const override {
+    using enum TensorRole;
+    const LayerTensors& t = at.tensors;
+    const CpuLayerDims d = this->dims(rows.N);
+    Carver<F> c(acts_base), cs(scratch);
+    const AttentionActs<F> a = this->acts(c, rows);
+    const AttentionGrads<F> s = this->grads(cs, rows.N);
+    const size_t NC = size_t(d.N) * size_t(d.C);
+    const F* dbranch = path.branch_grad(dres, d.N, block_dropout_sites(at.block) + 2);
+    zero(s.datty, NC);
+    cpu::linear_backward(s.datty, path.g(t[proj_weight]), path.g(t[proj_bias]), dbranch, a.atty,
+                         path.p(t[proj_weight]), d.N, d.CQ, d.C);
+    path.causal_attention(at).backward(a, s, d);
+    norm_linear_backward(path, s.dln, s.dqkv, a.ln, a.ln_mean, a.ln_rstd, x, t[norm_weight], t[norm_bias],
+                         t[qkv_weight], t[qkv_bias], d.N, d.C, d.QKV, dres);
+  }
+
+ private:
+  // The activations over ROWS, with the attention probabilities in training.
+  AttentionActs<F> acts(Carver<F>& c, const CpuRows& rows) const override {
+    const CpuLayerDims d = this->dims(rows.N);
+    const size_t N = size_t(d.N), C = size_t(d.C), KV = size_t(d.KV);
+    const size_t scores = rows.training() ? size_t(rows.B) * size_t(d.NH) * size_t(rows.T) * size_t(rows.T) : 0;
+    AttentionActs<F> a;
+    a.ln = c.take(N * C);
+    a.ln_mean = c.take(N);
+    a.ln_rstd = c.take(N);
+    a.qkv = c.take(N * size_t(d.QKV));
+    a.q = c.take(N * C);
+    a.k = c.take(N * KV);
+    a.v = c.take(N * KV);
+    a.att = c.take(scores);
+    a.atty = c.take(N * C);
+    return a;
+  }
+  AttentionGrads<F> grads(Carver<F>& c, int n) const override {
+    const CpuLayerDims d = this->dims(n);
+    const size_t N = size_t(d.N), C = size_t(d.C), KV = size_t(d.KV);
+    AttentionGrads<F> s;
+    s.dln = c.take(N * C);
+    s.dqkv = c.take(N * size_t(d.QKV));
+    s.dq = c.take(N * C);
+    s.dk = c.take(N * KV);
+    s.dv = c.take(N * KV);
+    s.dqr = c.take(N * C);
+    s.dkr = c.take(N * KV);
+    s.datty = c.take(N * C);
+    return s;
+  }
+};
+
+// The MLP layer's activations and backward scratch.
+template <typename F>
+struct MlpActs {
+  F *ln, *ln_mean, *ln_rstd, *fc1, *act;
+};
+template <typename F>
+struct MlpGrads {
+  F *dln, *dact, *dfc1;
+};
+
+// The MLP layer: OUT = X + dropout(fc2(act(fc1(norm(X))))).
+template <typename F>
+class CpuMlpLayer final : public CarvedCpuLayer<F, MlpActs<F>, MlpGrads<F>> {
+ public:
+  using CarvedCpuLayer<F, MlpActs<F>, MlpGrads<F>>::CarvedCpuLayer;
+
+  void forward(CpuLayerPath<F>& path, const CpuLayerPlace& at, const CpuRows& rows, F* acts_base, const F* x,
+               F* out) const override {
+    using enum TensorRole;
+    const LayerTensors& t = at.tensors;
+    const CpuLayerDims d = this->dims(rows.N);
+    Carver<F> c(acts_base);
+    const Acts a = this->acts(c, rows);
+    norm_linear_forward(path, a.ln, a.ln_mean, a.ln_rstd, a.fc1, x, t[norm_weight], t[norm_bias], t[fc1_weight],
+                        t[fc1_bias], d.N, d.C, d.FC);
+    if (d.activation == Activation::swiglu)
+      cpu::swiglu_forward(a.act, a.fc1, d.N, d.Fh);
+    else
+      cpu::gelu_forward(a.act, a.fc1, size_t(d.N) * size_t(d.Fh));
+    residual_branch_forward(path, a.act, t[fc2_weight], t[fc2_bias], d.N, d.Fh, d.C, block_dropout_sites(at.block) + 3,
+                            x, out);
+  }
+
+  void backward(CpuTrainingPath<F>& path, const CpuLayerPlace& at, const CpuRows& rows, F* acts_base, F* scratch,
+                const F* x, F* dres) const override {
+    using enum TensorRole;
+    const LayerTensors& t = at.tensors;
+    const CpuLayerDims d = this->dims(rows.N);
+    Carver<F> c(acts_base), cs(scratch);
+    const Acts a = this->acts(c, rows);
+    const Grads s = this->grads(cs, rows.N);
+    const size_t n = size_t(d.N);
+    const F* dbranch = path.branch_grad(dres, d.N, block_dropout_sites(at.block) + 3);
+    zero(s.dact, n * size_t(d.Fh));
+    cpu::linear_backward(s.dact, path.g(t[fc2_weight]), path.g(t[fc2_bias]), dbranch, a.act, path.p(t[fc2_weight]),
+                         d.N, d.Fh, d.C);
+    zero(s.dfc1, n * size_t(d.FC));
+    if (d.activation == Activation::swiglu)
+      cpu::swiglu_backward(s.dfc1, s.dact, a.fc1, d.N, d.Fh);
+    else
+      cpu::gelu_backward(s.dfc1, s.dact, a.fc1, n * size_t(d.Fh));
+    norm_linear_backward(path, s.dln, s.dfc1, a.ln, a.ln_mean, a.ln_rstd, x, t[norm_weight], t[norm_bias],
+                         t[fc1_weight], t[fc1_bias], d.N, d.C, d.FC, dres);
+  }
+
+ private:
+  using Acts = MlpActs<F>;
+  using Grads = MlpGrads<F>;
+  Acts acts(Carver<F>& c, const CpuRows& rows) const override {
+    const CpuLayerDims d = this->dims(rows.N);
+    const size_t N = size_t(d.N);
+    Acts a;
+    a.ln = c.take(N * size_t(d.C));
+    a.ln_mean = c.take(N);
+    a.ln_rstd = c.take(N);
+    a.fc1 = c.take(N * size_t(d.FC));
+    a.act = c.take(N * size_t(d.Fh));
+    return a;
+  }
+  Grads grads(Carver<F>& c, int n) const override {
+    const CpuLayerDims d = this->dims(n);
+    const size_t N = size_t(d.N);
+    Grads s;
+    s.dln = c.take(N * size_t(d.C));
+    s.dact = c.take(N * size_t(d.Fh));
+    s.dfc1 = c.take(N * size_t(d.FC));
+    return s;
+  }
+};
+
+template <template <typename> class Layer, typename F>
+std::unique_ptr<CpuLayer<F>> make(const ModelConfig& config, int tp_size) {
+  return std::make_unique<Layer<F>>(config, tp_size);
+}
+
+struct CpuFactories {
+  CpuLayerFactory<float> make_float;
+  CpuLayerFactory<double> make_double;
+  template <typename F>
+  const CpuLayerFactory<F>& get() const {
+    if constexpr (std::is_same_v<F, float>) return make_float;
+    else return make_double;
+  }
+};
+
+std::map<char, CpuFactories>& cpu_registry() {
+  static std::map<char, CpuFactories> kinds = {
+      {LayerKind::attention, {make<CpuAttentionLayer, float>, make<CpuAttentionLayer, double>}},
+      {LayerKind::mlp, {make<CpuMlpLayer, float>, make<CpuMlpLayer, double>}},
+  };
+  return kinds;
+}
+
+}  // namespace
+
+void register_cpu_layer(char symbol, CpuLayerFactory<float> make_float, CpuLayerFactory<double> make_double) {
+  if (!cpu_registry().emplace(symbol, CpuFactories{std::move(make_float), std::move(make_double)}).second)
+    throw std::logic_error(std::string("layer kind '") + symbol + "' has a CPU implementation already");
 }
 
 template <typename F>
-void attention_layer_backward(CpuTrainingPath<F>& path, const CausalAttention<F>& core, const AttentionActs<F>& a,
-                              const CpuLayerScratch<F>& s, const LayerTensors& t, int64_t block,
-                              const CpuLayerDims& d, const F* x, F* dres) {
-  using enum TensorRole;
-  const size_t NC = size_t(d.N) * size_t(d.C);
-  const F* dbranch = path.branch_grad(dres, d.N, block_dropout_sites(block) + 2);
-  zero(s.datty, NC);
-  cpu::linear_backward(s.datty, path.g(t[proj_weight]), path.g(t[proj_bias]), dbranch, a.atty,
-                       path.p(t[proj_weight]), d.N, d.CQ, d.C);
-  core.backward(a, s, d);
-  zero(s.dln, NC);
-  cpu::linear_backward(s.dln, path.g(t[qkv_weight]), path.g(t[qkv_bias]), s.dqkv, a.ln, path.p(t[qkv_weight]), d.N,
-                       d.C, d.QKV);
-  path.norm_backward(dres, path.exit_tp(s.dln, d.N), x, t[norm_weight], t[norm_bias], a.ln_mean, a.ln_rstd,
-                     int(path.rows(d.N)));
+std::vector<std::unique_ptr<CpuLayer<F>>> make_cpu_layers(const ModelConfig& config, int tp_size, int64_t begin,
+                                                          int64_t end) {
+  const std::vector<LayerSpec> specs = config.layers();
+  std::vector<std::unique_ptr<CpuLayer<F>>> layers;
+  for (int64_t l = begin; l < end; ++l) {
+    const char kind = specs.at(size_t(l)).kind;
+    const auto it = cpu_registry().find(kind);
+    if (it == cpu_registry().end())
+      input_error("model config: the {} layer '{}' has no CPU implementation", layer_kind(kind).name, kind);
+    layers.push_back(it->second.get<F>()(config, tp_size));
+  }
+  return layers;
 }
 
-template <typename F>
-void mlp_layer_forward(CpuLayerPath<F>& path, MlpActs<F>& a, const LayerTensors& t, int64_t block,
-                       const CpuLayerDims& d, const F* x, F* out) {
-  using enum TensorRole;
-  path.norm_rows(a.ln, a.ln_mean, a.ln_rstd, x, t[norm_weight], t[norm_bias], d.N);
-  cpu::linear_forward(a.fc1, a.ln, path.p(t[fc1_weight]), path.p(t[fc1_bias]), d.N, d.C, d.FC);
-  if (d.activation == Activation::swiglu)
-    cpu::swiglu_forward(a.act, a.fc1, d.N, d.Fh);
-  else
-    cpu::gelu_forward(a.act, a.fc1, size_t(d.N) * size_t(d.Fh));
-  F* branch = path.row_parallel_forward(a.act, t[fc2_weight], t[fc2_bias], d.N, d.Fh);
-  path.hidden_dropout(branch, d.N, block_dropout_sites(block) + 3);
-  residual_add(out, x, branch, path.rows(d.N) * size_t(d.C));
-}
-
-template <typename F>
-void mlp_layer_backward(CpuTrainingPath<F>& path, const MlpActs<F>& a, const CpuLayerScratch<F>& s,
-                        const LayerTensors& t, int64_t block, const CpuLayerDims& d, const F* x, F* dres) {
-  using enum TensorRole;
-  const size_t n = size_t(d.N);
-  const F* dbranch = path.branch_grad(dres, d.N, block_dropout_sites(block) + 3);
-  zero(s.dact, n * size_t(d.Fh));
-  cpu::linear_backward(s.dact, path.g(t[fc2_weight]), path.g(t[fc2_bias]), dbranch, a.act, path.p(t[fc2_weight]),
-                       d.N, d.Fh, d.C);
-  zero(s.dfc1, n * size_t(d.FC));
-  if (d.activation == Activation::swiglu)
-    cpu::swiglu_backward(s.dfc1, s.dact, a.fc1, d.N, d.Fh);
-  else
-    cpu::gelu_backward(s.dfc1, s.dact, a.fc1, n * size_t(d.Fh));
-  zero(s.dln, n * size_t(d.C));
-  cpu::linear_backward(s.dln, path.g(t[fc1_weight]), path.g(t[fc1_bias]), s.dfc1, a.ln, path.p(t[fc1_weight]), d.N,
-                       d.C, d.FC);
-  path.norm_backward(dres, path.exit_tp(s.dln, d.N), x, t[norm_weight], t[norm_bias], a.ln_mean, a.ln_rstd,
-                     int(path.rows(d.N)));
-}
-
-#define MEG_CPU_LAYERS(F)                                                                                      \
-  template void cpu_norm_forward<F>(const ModelConfig&, F*, F*, F*, const F*, const F*, const F*, int);       \
-  template class CausalAttention<F>;                                                                           \
-  template void attention_layer_forward<F>(CpuLayerPath<F>&, AttentionCore<F>&, AttentionActs<F>&,             \
-                                           const LayerTensors&, int64_t, const CpuLayerDims&, const F*, F*);   \
-  template void attention_layer_backward<F>(CpuTrainingPath<F>&, const CausalAttention<F>&,                    \
-                                            const AttentionActs<F>&, const CpuLayerScratch<F>&,                \
-                                            const LayerTensors&, int64_t, const CpuLayerDims&, const F*, F*);  \
-  template void mlp_layer_forward<F>(CpuLayerPath<F>&, MlpActs<F>&, const LayerTensors&, int64_t,              \
-                                     const CpuLayerDims&, const F*, F*);                                       \
-  template void mlp_layer_backward<F>(CpuTrainingPath<F>&, const MlpActs<F>&, const CpuLayerScratch<F>&,       \
-                                      const LayerTensors&, int64_t, const CpuLayerDims&, const F*, F*);
+#define MEG_CPU_LAYERS(F)                                                                                  \
+  template void cpu_norm_forward<F>(const ModelConfig&, F*, F*, F*, const F*, const F*, const F*, int);   \
+  template class CausalAttention<F>;                                                                       \
+  template std::vector<std::unique_ptr<CpuLayer<F>>> make_cpu_layers<F>(const ModelConfig&, int, int64_t,  \
+                                                                        int64_t);
 MEG_CPU_LAYERS(float)
 MEG_CPU_LAYERS(double)
 #undef MEG_CPU_LAYERS

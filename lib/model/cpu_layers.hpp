@@ -1,7 +1,9 @@
 // The CPU implementation of each layer kind of model/layer_spec.hpp, shared by training
 // (GptModel, model/gpt.hpp) and generation (CpuInferenceModel, infer/cpu_inference_model.hpp):
 // each kind's forward, its backward and the activations it keeps, over N rows of the residual
-// stream.
+// stream. The models run their stage's layers in order through the CpuLayer interface below,
+// one object per layer made by the kind's registered factory; a kind defined elsewhere (a test's)
+// registers its factory with register_cpu_layer().
 //
 // What differs between the two paths is theirs, behind CpuLayerPath: where the parameters are,
 // how the residual stream is split over the tensor-parallel group (sequence parallelism) and how a
@@ -13,6 +15,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
 
 #include "model/config.hpp"
 #include "model/param_table.hpp"
@@ -28,11 +33,39 @@ struct CpuLayerDims {
 };
 CpuLayerDims cpu_layer_dims(const ModelConfig& config, int tp_size, int N);
 
+// The rows a forward runs over: N rows, in training a batch of B sequences of T (N = B T); in
+// generation (B = T = 0) packed new tokens of several sequences, and nothing kept for a backward.
+struct CpuRows {
+  int N = 0, B = 0, T = 0;
+  bool training() const { return B > 0; }
+};
+
+// Where a layer is: its tensors, its index in the layer sequence and its block.
+struct CpuLayerPlace {
+  const LayerTensors& tensors;
+  int64_t layer, block;
+};
+
 // The config's norm (LayerNorm or RMSNorm) of N rows; MEAN and RSTD (kept for the backward) may be
 // null.
 template <typename F>
 void cpu_norm_forward(const ModelConfig& config, F* out, F* mean, F* rstd, const F* inp, const F* w, const F* b,
                       int N);
+
+// The attention layer's activations (generation points them at scratch) and its core: from
+// a.qkv [N, QKV] the attention output a.atty [N, CQ].
+template <typename F>
+struct AttentionActs {
+  F *ln, *ln_mean, *ln_rstd, *qkv, *q, *k, *v, *att, *atty;
+};
+template <typename F>
+class AttentionCore {
+ public:
+  virtual void forward(AttentionActs<F>& a, const CpuLayerDims& d) = 0;
+
+ protected:
+  ~AttentionCore() = default;
+};
 
 // What a path gives the layers' forwards.
 template <typename F>
@@ -48,9 +81,36 @@ class CpuLayerPath {
   virtual F* row_parallel_forward(const F* inp, size_t w, size_t b, int N, int in) = 0;
   // Hidden dropout of SITE on a branch output of the stream's rows, in place.
   virtual void hidden_dropout(F* branch, int N, uint64_t site) = 0;
+  // The core of the attention layer AT.
+  virtual AttentionCore<F>& attention_core(const CpuLayerPlace& at) = 0;
 
  protected:
   ~CpuLayerPath() = default;
+};
+
+// The backwards' scratch of the attention layer.
+template <typename F>
+struct AttentionGrads {
+  F *dln, *dqkv, *dq, *dk, *dv, *dqr, *dkr, *datty;
+};
+
+// Training's core: causal attention over a batch of B sequences of T (N = B*T rows), RoPE at the
+// rows' positions, attention dropout P with KEY's masks.
+template <typename F>
+class CausalAttention final : public AttentionCore<F> {
+ public:
+  CausalAttention(int B, int T, bool rope, F theta, double p, const cpu::DropoutKey& key)
+      : B_(B), T_(T), rope_(rope), theta_(theta), p_(p), key_(key) {}
+  void forward(AttentionActs<F>& a, const CpuLayerDims& d) override;
+  // S.dqkv = the gradient of a.qkv from S.datty, the attention output's.
+  void backward(const AttentionActs<F>& a, const AttentionGrads<F>& s, const CpuLayerDims& d) const;
+
+ private:
+  int B_, T_;
+  bool rope_;
+  F theta_;
+  double p_;
+  cpu::DropoutKey key_;
 };
 
 // What the backwards need besides.
@@ -68,106 +128,48 @@ class CpuTrainingPath : public CpuLayerPath<F> {
   // Adds to DINP the gradient of the stream's R = rows(N) rows through the layer's norm.
   virtual void norm_backward(F* dinp, const F* dout, const F* inp, size_t w, size_t b, const F* mean, const F* rstd,
                              int R) = 0;
+  // The core of the attention layer AT, as attention_core() gave it to its forward.
+  virtual const CausalAttention<F>& causal_attention(const CpuLayerPlace& at) = 0;
 
  protected:
   ~CpuTrainingPath() = default;
 };
 
-// The activations each layer keeps for its backward (generation points them at scratch).
-template <typename F>
-struct AttentionActs {
-  F *ln, *ln_mean, *ln_rstd, *qkv, *q, *k, *v, *att, *atty;
-};
-template <typename F>
-struct MlpActs {
-  F *ln, *ln_mean, *ln_rstd, *fc1, *act;
-};
-
-// Each layer's activations over D's rows carved by TAKE(n) (a pointer to n values; the caller's
-// buffer), the attention's with SCORES values of attention probabilities (none in generation).
-template <typename F, typename Take>
-AttentionActs<F> attention_acts(Take&& take, const CpuLayerDims& d, size_t scores) {
-  const size_t N = size_t(d.N), C = size_t(d.C), KV = size_t(d.KV);
-  AttentionActs<F> a;
-  a.ln = take(N * C);
-  a.ln_mean = take(N);
-  a.ln_rstd = take(N);
-  a.qkv = take(N * size_t(d.QKV));
-  a.q = take(N * C);
-  a.k = take(N * KV);
-  a.v = take(N * KV);
-  a.att = take(scores);
-  a.atty = take(N * C);
-  return a;
-}
-template <typename F, typename Take>
-MlpActs<F> mlp_acts(Take&& take, const CpuLayerDims& d) {
-  const size_t N = size_t(d.N);
-  MlpActs<F> a;
-  a.ln = take(N * size_t(d.C));
-  a.ln_mean = take(N);
-  a.ln_rstd = take(N);
-  a.fc1 = take(N * size_t(d.FC));
-  a.act = take(N * size_t(d.Fh));
-  return a;
-}
-
-// The backwards' scratch, shared by all layers.
-template <typename F>
-struct CpuLayerScratch {
-  F *dln, *dqkv, *dq, *dk, *dv, *dqr, *dkr, *datty, *dfc1, *dact;
-};
-
-// The attention's core: from a.qkv [N, QKV] the attention output a.atty [N, CQ].
-template <typename F>
-class AttentionCore {
- public:
-  virtual void forward(AttentionActs<F>& a, const CpuLayerDims& d) = 0;
-
- protected:
-  ~AttentionCore() = default;
-};
-
-// Training's core: causal attention over a batch of B sequences of T (N = B*T rows), RoPE at the
-// rows' positions, attention dropout P with KEY's masks.
-template <typename F>
-class CausalAttention final : public AttentionCore<F> {
- public:
-  CausalAttention(int B, int T, bool rope, F theta, double p, const cpu::DropoutKey& key)
-      : B_(B), T_(T), rope_(rope), theta_(theta), p_(p), key_(key) {}
-  void forward(AttentionActs<F>& a, const CpuLayerDims& d) override;
-  // S.dqkv = the gradient of a.qkv from S.datty, the attention output's.
-  void backward(const AttentionActs<F>& a, const CpuLayerScratch<F>& s, const CpuLayerDims& d) const;
-
- private:
-  int B_, T_;
-  bool rope_;
-  F theta_;
-  double p_;
-  cpu::DropoutKey key_;
-};
-
 // The dropout sites of block BLOCK (gpt.hpp) are this + 1 for the attention probabilities, + 2
-// for the attention layer's output, + 3 for the MLP layer's.
+// for the attention layer's output, + 3 for the MLP layer's; a kind with a block of its own may
+// use all three.
 inline uint64_t block_dropout_sites(int64_t block) { return 3 * static_cast<uint64_t>(block); }
 
-// The attention layer: OUT = X + dropout(proj(core(qkv(norm(X))))), over the stream's rows (OUT
-// may be X). T: the layer's tensors.
+// One layer kind's implementation for a model (made for its config and tensor-parallel size).
 template <typename F>
-void attention_layer_forward(CpuLayerPath<F>& path, AttentionCore<F>& core, AttentionActs<F>& a,
-                             const LayerTensors& t, int64_t block, const CpuLayerDims& d, const F* x, F* out);
-// Adds to DRES (the gradient of OUT, becoming X's) and to the gradients of T the layer's gradient.
-template <typename F>
-void attention_layer_backward(CpuTrainingPath<F>& path, const CausalAttention<F>& core, const AttentionActs<F>& a,
-                              const CpuLayerScratch<F>& s, const LayerTensors& t, int64_t block,
-                              const CpuLayerDims& d, const F* x, F* dres);
+class CpuLayer {
+ public:
+  virtual ~CpuLayer() = default;
+  // The values of the activations one such layer keeps over ROWS: what its backward reads in
+  // training, its forward's scratch in generation (where one set serves every layer in turn).
+  virtual size_t activation_size(const CpuRows& rows) const = 0;
+  // The values of its backward's scratch over N rows (one scratch serves every layer in turn).
+  virtual size_t scratch_size(int N) const = 0;
+  // OUT = the layer applied to the stream X (the path's rows of N; OUT may be X), keeping its
+  // activations in ACTS (activation_size(ROWS) values).
+  virtual void forward(CpuLayerPath<F>& path, const CpuLayerPlace& at, const CpuRows& rows, F* acts, const F* x,
+                       F* out) const = 0;
+  // The backward of the last forward of ACTS on X: DRES, the gradient of its output, becomes X's,
+  // and the gradients of the layer's tensors accumulate.
+  virtual void backward(CpuTrainingPath<F>& path, const CpuLayerPlace& at, const CpuRows& rows, F* acts,
+                        F* scratch, const F* x, F* dres) const = 0;
+};
 
-// The MLP layer: OUT = X + dropout(fc2(act(fc1(norm(X))))).
+// The registry of the kinds' CPU implementations, by symbol: factories of a kind's layer for a
+// config and tensor-parallel size, float and double. The attention and MLP kinds are registered
+// from the start; register_cpu_layer adds others (std::logic_error for a symbol taken).
 template <typename F>
-void mlp_layer_forward(CpuLayerPath<F>& path, MlpActs<F>& a, const LayerTensors& t, int64_t block,
-                       const CpuLayerDims& d, const F* x, F* out);
+using CpuLayerFactory = std::function<std::unique_ptr<CpuLayer<F>>(const ModelConfig& config, int tp_size)>;
+void register_cpu_layer(char symbol, CpuLayerFactory<float> make_float, CpuLayerFactory<double> make_double);
+// The layers of CONFIG's layer sequence [BEGIN, END); InputError for a kind without a CPU
+// implementation.
 template <typename F>
-void mlp_layer_backward(CpuTrainingPath<F>& path, const MlpActs<F>& a, const CpuLayerScratch<F>& s,
-                        const LayerTensors& t, int64_t block, const CpuLayerDims& d, const F* x, F* dres);
+std::vector<std::unique_ptr<CpuLayer<F>>> make_cpu_layers(const ModelConfig& config, int tp_size, int64_t begin,
+                                                          int64_t end);
 
 }  // namespace meg

@@ -39,7 +39,12 @@ GptModel<F>::GptModel(const ModelConfig& config, Comm* tp, PipelineStage stage, 
   lnf_w_ = index.at(kNoLayer, TensorRole::final_norm_weight);
   lnf_b_ = index.at(kNoLayer, TensorRole::final_norm_bias);
   out_w_ = index.output_weight();
-  for (int64_t b = first_layer; b < end_layer; ++b) layers_.push_back(index.block(b));
+  const std::vector<LayerSpec> specs = config_.layers();
+  for (int64_t l = first_layer; l < end_layer; ++l) {
+    specs_.push_back(specs[size_t(l)]);
+    layer_tensors_.push_back(index.layer(l));
+  }
+  layers_ = make_cpu_layers<F>(config_, tp_size(), first_layer, end_layer);
   num_parameters_ = tensors_.empty() ? 0 : tensors_.back().offset + tensors_.back().numel;
   if (!params) {
     own_params_.assign(num_parameters_, F(0));
@@ -78,11 +83,11 @@ F* GptModel<F>::ensure_grads() {
 template <typename F>
 void GptModel<F>::allocate_activations(int B, int T) {
   const Dims d = dims(B, T);
-  const size_t N = size_t(d.N), C = size_t(d.C), NH = size_t(d.NH), KV = size_t(d.KV), QKV = size_t(d.QKV),
-               Fh = size_t(d.Fh), FC = size_t(d.FC), Vp = size_t(d.Vp);
-  const size_t L = layers_.size();  // this stage's blocks
-  const CpuLayerDims layer = cpu_layer_dims(config_, tp_size(), B * T);
-  const size_t BTT = static_cast<size_t>(B) * NH * static_cast<size_t>(T) * static_cast<size_t>(T);
+  const size_t N = size_t(d.N), C = size_t(d.C), Vp = size_t(d.Vp);
+  const size_t L = layers_.size();  // this stage's layers
+  const CpuRows rows{B * T, B, T};
+  size_t layer_scratch = 0;
+  for (const auto& layer : layers_) layer_scratch = std::max(layer_scratch, layer->scratch_size(B * T));
 
   // Two passes over the same carving: the first (base null) only counts.
   auto carve = [&](F* base) {
@@ -92,13 +97,11 @@ void GptModel<F>::allocate_activations(int B, int T) {
       used += n;
       return ptr;
     };
-    la_.assign(L, LayerActs{});
+    layer_acts_.assign(L, nullptr);
     res_.assign(L + 1, nullptr);
     res_[0] = take(N * C);
     for (size_t l = 0; l < L; ++l) {
-      la_[l].attention = attention_acts<F>(take, layer, BTT);
-      la_[l].mid = take(N * C);
-      la_[l].mlp = mlp_acts<F>(take, layer);
+      layer_acts_[l] = take(layers_[l]->activation_size(rows));
       res_[l + 1] = take(N * C);
     }
     lnf_ = take(N * C);
@@ -108,16 +111,8 @@ void GptModel<F>::allocate_activations(int B, int T) {
     losses_ = take(N);
     scratch_ = take(N * C);
     dres_ = take(N * C);
-    ds_.dln = take(N * C);
-    ds_.dqkv = take(N * QKV);
-    ds_.dq = take(N * C);
-    ds_.dk = take(N * KV);
-    ds_.dv = take(N * KV);
-    ds_.dqr = take(N * C);
-    ds_.dkr = take(N * KV);
-    ds_.datty = take(N * C);
-    ds_.dfc1 = take(N * FC);
-    ds_.dact = take(N * Fh);
+    dlnf_ = take(N * C);
+    layer_scratch_ = take(layer_scratch);
     dlogits_ = take(N * Vp);
     sp_full_ = take(sp_ ? N * C : 0);
     sp_local_ = take(sp_ ? N * C : 0);
@@ -147,18 +142,9 @@ void GptModel<F>::norm_backward(F* dinp, const F* dout, const F* inp, size_t w, 
 template <typename F>
 typename GptModel<F>::Dims GptModel<F>::dims(int B, int T) const {
   const int tp = tp_size();
-  const CpuLayerDims l = cpu_layer_dims(config_, tp, B * T);
   Dims d;
-  d.N = l.N;
-  d.C = l.C;
-  d.NH = l.NH;
-  d.NKV = l.NKV;
-  d.HS = l.HS;
-  d.KV = l.KV;
-  d.CQ = l.CQ;
-  d.QKV = l.QKV;
-  d.Fh = l.Fh;
-  d.FC = l.FC;
+  d.N = B * T;
+  d.C = static_cast<int>(config_.hidden_size);
   d.V = static_cast<int>(config_.vocab_size);
   d.Vp = static_cast<int>(config_.padded_vocab_size) / tp;
   d.V0 = tp > 1 ? d.Vp * tp_->rank() : 0;
@@ -196,7 +182,7 @@ double GptModel<F>::run_forward(const int32_t* tokens, const F* hidden, const in
     input_error("model forward: sequence length {} exceeds the {} learned positions", T,
                 config_.seq_length);
   allocate_activations(B, T);
-  const auto [N, C, NH, NKV, HS, KV, CQ, QKV, Fh, FC, V, Vp, V0, NC] = dims(B, T);
+  const auto [N, C, V, Vp, V0, NC] = dims(B, T);
 
   have_targets_ = false;  // set only once a forward with targets has succeeded
   tokens_.assign(tokens, tokens + N);
@@ -218,13 +204,9 @@ double GptModel<F>::run_forward(const int32_t* tokens, const F* hidden, const in
   } else {
     std::copy_n(hidden, RC, res_[0]);
   }
-  const CpuLayerDims ld = cpu_layer_dims(config_, tp_size(), N);
-  for (size_t l = 0; l < layers_.size(); ++l) {
-    const int64_t block = static_cast<int64_t>(first_layer_ + l);  // the global block number
-    CausalAttention<F> core = causal_attention(block);
-    attention_layer_forward<F>(*this, core, la_[l].attention, layers_[l].attention, block, ld, res_[l], la_[l].mid);
-    mlp_layer_forward<F>(*this, la_[l].mlp, layers_[l].mlp, block, ld, la_[l].mid, res_[l + 1]);
-  }
+  const CpuRows rows{N, B, T};
+  for (size_t l = 0; l < layers_.size(); ++l)
+    layers_[l]->forward(*this, place(l), rows, layer_acts_[l], res_[l], res_[l + 1]);
   forward_done_ = true;
   if (!stage_.last()) return 0.0;  // the output is stage_output()
   norm_rows(lnf_, lnf_mean_, lnf_rstd_, res_[layers_.size()], lnf_w_, lnf_b_, N);
@@ -246,30 +228,26 @@ void GptModel<F>::backward_stage(const F* dout) {
     throw std::logic_error("GptModel::backward: the last forward had no targets");
   ensure_grads();
   const int B = B_, T = T_;
-  const auto [N, C, NH, NKV, HS, KV, CQ, QKV, Fh, FC, V, Vp, V0, NC] = dims(B, T);
+  const auto [N, C, V, Vp, V0, NC] = dims(B, T);
   const double hp = fwd_hidden_p_;
 
   const size_t R = rows(N), RC = R * size_t(C), first = first_row(N) * size_t(C);
   if (stage_.last()) {
     // Loss and output layer (for tied embeddings, g(out_w_) is the embedding's gradient).
     loss_backward(N);
-    zero(ds_.dln, NC);
-    cpu::linear_backward(ds_.dln, g(out_w_), nullptr, dlogits_, lnf_, p(out_w_), N, C, Vp);
-    const F* dl = exit_tp(ds_.dln, N);  // the vocabulary-parallel output layer's input gradient
+    zero(dlnf_, NC);
+    cpu::linear_backward(dlnf_, g(out_w_), nullptr, dlogits_, lnf_, p(out_w_), N, C, Vp);
+    const F* dl = exit_tp(dlnf_, N);  // the vocabulary-parallel output layer's input gradient
     zero(dres_, RC);
     norm_backward(dres_, dl, res_[layers_.size()], lnf_w_, lnf_b_, lnf_mean_, lnf_rstd_, int(R));
   } else {
     std::copy_n(dout, RC, dres_);  // the next stage's gradient of this stage's output
   }
 
-  // dres_ holds the gradient of the residual stream (this rank's rows), flowing down the blocks.
-  const CpuLayerDims ld = cpu_layer_dims(config_, tp_size(), N);
-  for (size_t l = layers_.size(); l-- > 0;) {
-    const int64_t block = static_cast<int64_t>(first_layer_ + l);  // the global block number
-    mlp_layer_backward<F>(*this, la_[l].mlp, ds_, layers_[l].mlp, block, ld, la_[l].mid, dres_);
-    attention_layer_backward<F>(*this, causal_attention(block), la_[l].attention, ds_, layers_[l].attention, block,
-                                ld, res_[l], dres_);
-  }
+  // dres_ holds the gradient of the residual stream (this rank's rows), flowing down the layers.
+  const CpuRows rows{N, B, T};
+  for (size_t l = layers_.size(); l-- > 0;)
+    layers_[l]->backward(*this, place(l), rows, layer_acts_[l], layer_scratch_, res_[l], dres_);
   if (!stage_.first()) return;  // dres_ is stage_input_grad()
   if (hp > 0) cpu::dropout_forward(dres_, dres_, RC, hp, dropout_key(0), first);  // dres_ is not needed after
   embed_backward(B, T);
@@ -278,9 +256,10 @@ void GptModel<F>::backward_stage(const F* dout) {
 // ---- the layers' training path -------------------------------------------------------------------
 
 template <typename F>
-CausalAttention<F> GptModel<F>::causal_attention(int64_t block) const {
-  return CausalAttention<F>(B_, T_, config_.uses_rope(), static_cast<F>(config_.rope_theta), fwd_attn_p_,
-                            dropout_key(block_dropout_sites(block) + 1));
+CausalAttention<F>& GptModel<F>::causal_attention_of(int64_t block) {
+  core_.emplace(B_, T_, config_.uses_rope(), static_cast<F>(config_.rope_theta), fwd_attn_p_,
+                dropout_key(block_dropout_sites(block) + 1));
+  return *core_;
 }
 
 template <typename F>
@@ -355,7 +334,7 @@ void GptModel<F>::norm_rows(F* out, F* mean, F* rstd, const F* inp, size_t w, si
 // it); then the (replicated) position embedding.
 template <typename F>
 void GptModel<F>::embed(const int32_t* tokens, int B, int T) {
-  const auto [N, C, NH, NKV, HS, KV, CQ, QKV, Fh, FC, V, Vp, V0, NC] = dims(B, T);
+  const auto [N, C, V, Vp, V0, NC] = dims(B, T);
   if (tp_size() == 1) {
     cpu::embedding_forward(res_[0], tokens, p(wte_), p(wpe_), B, T, C, V);
     return;
@@ -379,7 +358,7 @@ void GptModel<F>::embed(const int32_t* tokens, int B, int T) {
 // the backend sums such gradients over the group (the entries' sequence_parallel).
 template <typename F>
 void GptModel<F>::embed_backward(int B, int T) {
-  const auto [N, C, NH, NKV, HS, KV, CQ, QKV, Fh, FC, V, Vp, V0, NC] = dims(B, T);
+  const auto [N, C, V, Vp, V0, NC] = dims(B, T);
   if (tp_size() == 1) {
     cpu::embedding_backward(g(wte_), g(wpe_), dres_, tokens_.data(), B, T, C);
     return;
@@ -419,7 +398,7 @@ F* GptModel<F>::row_parallel_forward(const F* inp, size_t w, size_t b, int N, in
 // that holds it. Padded columns (>= V) take no part, as in the single-rank op.
 template <typename F>
 double GptModel<F>::loss_forward(const int32_t* targets, int N) {
-  const auto [n_, C, NH, NKV, HS, KV, CQ, QKV, Fh, FC, V, Vp, V0, NC] = dims(N, 1);
+  const auto [n_, C, V, Vp, V0, NC] = dims(N, 1);
   if (tp_size() == 1) return cpu::cross_entropy_forward(losses_, logits_, targets, N, V, Vp);
   const int real = std::clamp(V - V0, 0, Vp);  // this rank's columns inside the vocabulary
   std::vector<double> maxima(size_t(N), -INFINITY), sums(size_t(N), 0.0), target_logit(size_t(N), 0.0);
@@ -452,7 +431,7 @@ double GptModel<F>::loss_forward(const int32_t* targets, int N) {
 
 template <typename F>
 void GptModel<F>::loss_backward(int N) {
-  const auto [n_, C, NH, NKV, HS, KV, CQ, QKV, Fh, FC, V, Vp, V0, NC] = dims(N, 1);
+  const auto [n_, C, V, Vp, V0, NC] = dims(N, 1);
   if (tp_size() == 1) {
     cpu::cross_entropy_backward(dlogits_, logits_, targets_.data(), N, V, Vp);
     return;

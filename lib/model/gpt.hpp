@@ -50,6 +50,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -73,8 +75,9 @@ namespace meg {
 // by the rank's own head numbers, so with tensor parallelism they differ from one process's (as
 // Megatron's per-rank dropout generators do); hidden dropout is the same.
 //
-// The blocks' layers are those of model/cpu_layers.hpp, which the model runs as their training
-// path (its parameters, its split of the stream, its dropout).
+// The stage's layers are those of model/cpu_layers.hpp, one per entry of its part of the layer
+// sequence, which the model runs in order as their training path (its parameters, its split of
+// the stream, its dropout, causal attention over its batch).
 template <typename F>
 class GptModel final : private CpuTrainingPath<F> {
  public:
@@ -166,19 +169,12 @@ class GptModel final : private CpuTrainingPath<F> {
   const F* final_hidden() const { return lnf_; }
 
  private:
-  // Pointers into the activation buffer for one block: its layers' and the stream between them.
-  struct LayerActs {
-    AttentionActs<F> attention;
-    F* mid;
-    MlpActs<F> mlp;
-  };
-
-  // The shapes of one forward/backward of a B x T batch, as the ops take them.
-  // With tensor parallelism NH, NKV, KV, CQ, QKV, Fh, FC and Vp are this rank's; V is the whole
-  // vocabulary and V0 the first of this rank's vocabulary rows.
+  // The shapes of one forward/backward of a B x T batch outside the layers (model/cpu_layers.hpp
+  // has theirs): N rows of C; V the whole vocabulary, of which this rank holds the Vp padded rows
+  // from V0 on; NC = N * C, the size of the residual stream.
   struct Dims {
-    int N, C, NH, NKV, HS, KV, CQ, QKV, Fh, FC, V, Vp, V0;
-    size_t NC;  // N * C, the size of the residual stream
+    int N, C, V, Vp, V0;
+    size_t NC;
   };
   Dims dims(int B, int T) const;
 
@@ -191,8 +187,14 @@ class GptModel final : private CpuTrainingPath<F> {
                      const F* rstd, int N) override;
   void hidden_dropout(F* branch, int N, uint64_t site) override;
   const F* branch_grad(const F* dres, int N, uint64_t site) override;
+  AttentionCore<F>& attention_core(const CpuLayerPlace& at) override { return causal_attention_of(at.block); }
+  const CausalAttention<F>& causal_attention(const CpuLayerPlace& at) override { return causal_attention_of(at.block); }
+  CausalAttention<F>& causal_attention_of(int64_t block);
   cpu::DropoutKey dropout_key(uint64_t site) const { return {fwd_seed_, fwd_step_, fwd_micro_, site}; }
-  CausalAttention<F> causal_attention(int64_t block) const;
+  // Where the stage's layer L is.
+  CpuLayerPlace place(size_t l) const {
+    return {layer_tensors_[l], static_cast<int64_t>(first_layer_ + l), specs_[l].block};
+  }
   // The tensor-parallel pieces (each the plain op when the group has one rank).
   void embed(const int32_t* tokens, int B, int T);
   void embed_backward(int B, int T);
@@ -215,7 +217,7 @@ class GptModel final : private CpuTrainingPath<F> {
   Comm* tp_ = nullptr;
   PipelineStage stage_;
   bool sp_ = false;
-  size_t first_layer_ = 0;  // the global number of the stage's first block
+  size_t first_layer_ = 0;  // the index of the stage's first layer in the whole model's sequence
   bool forward_done_ = false;
   std::vector<ParamTensor> tensors_;
   std::vector<F> own_params_, own_grads_;  // unless the caller gave the storage
@@ -223,18 +225,22 @@ class GptModel final : private CpuTrainingPath<F> {
   F* grads_ = nullptr;
   size_t num_parameters_ = 0;
   size_t wte_ = 0, wpe_ = kAbsentTensor, lnf_w_ = 0, lnf_b_ = kAbsentTensor, out_w_ = 0;
-  std::vector<BlockTensors> layers_;  // this stage's blocks' tensors
+  // The stage's layers: their entries of the sequence, their tensors, their implementations.
+  std::vector<LayerSpec> specs_;
+  std::vector<LayerTensors> layer_tensors_;
+  std::vector<std::unique_ptr<CpuLayer<F>>> layers_;
+  std::optional<CausalAttention<F>> core_;  // the attention core of the layer running
 
   // Activations for (B_, T_), carved out of acts_ (which grows when a forward needs more).
   std::vector<F> acts_;
   int B_ = 0, T_ = 0;
-  std::vector<LayerActs> la_;
-  std::vector<F*> res_;  // res_[l]: input of block l; res_[L]: output of the last block
+  std::vector<F*> layer_acts_;  // each layer's activations
+  std::vector<F*> res_;  // res_[l]: input of layer l; res_[L]: output of the last layer
   F *lnf_ = nullptr, *lnf_mean_ = nullptr, *lnf_rstd_ = nullptr, *logits_ = nullptr,
     *losses_ = nullptr, *scratch_ = nullptr;
-  // Backward scratch (also in acts_): the stream's gradient, the layers', the logits'.
-  F* dres_ = nullptr;
-  CpuLayerScratch<F> ds_{};
+  // Backward scratch (also in acts_): the stream's gradient, the final norm's output's, the
+  // layers' (one for all), the logits'.
+  F *dres_ = nullptr, *dlnf_ = nullptr, *layer_scratch_ = nullptr;
   F* dlogits_ = nullptr;
   F *sp_full_ = nullptr, *sp_local_ = nullptr;  // sequence parallelism: all rows, this rank's rows
   std::vector<int32_t> tokens_, targets_;

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "core/error.hpp"
+#include "model/layer_spec.hpp"
 #include "model/tensor_parallel.hpp"
 #include "ops/cpu/ops.hpp"
 #include "ops/cuda/check.hpp"
@@ -141,9 +142,12 @@ GptCudaModel<X>::GptCudaModel(const ModelConfig& config, cuda::DeviceAllocator& 
   lnf_w_ = index.at(kNoLayer, TensorRole::final_norm_weight);
   lnf_b_ = index.at(kNoLayer, TensorRole::final_norm_bias);
   out_w_ = index.output_weight();
+  if (config_.layer_pattern() != default_layer_pattern(config_.num_layers))
+    input_error("model config: hybrid-layer-pattern \"{}\": the CUDA model runs \"*-\" blocks only",
+                config_.layer_pattern());
   const auto [first_layer, end_layer] = stage_layers(config_, stage_);
-  first_layer_ = static_cast<size_t>(first_layer);
-  for (int64_t block = first_layer; block < end_layer; ++block) layers_.push_back(index.block(block));
+  first_layer_ = static_cast<size_t>(first_layer / 2);
+  for (int64_t l = first_layer; l < end_layer; l += 2) layers_.push_back({index.layer(l), index.layer(l + 1)});
 
   if (storage.params_x) {
     params_x_ = storage.params_x;

@@ -247,6 +247,9 @@ class GptCudaModel {
   cuda::DeviceArray<X> own_params_x_;
   cuda::DeviceArray<float> own_grads_;
   size_t wte_ = 0, wpe_ = 0, lnf_w_ = 0, lnf_b_ = 0, out_w_ = 0;
+  struct BlockTensors {
+    LayerTensors attention, mlp;
+  };
   std::vector<BlockTensors> layers_;  // this stage's blocks' tensors
   cuda::DeviceArray<float> rope_table_;
 

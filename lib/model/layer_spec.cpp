@@ -1,7 +1,8 @@
-// What each part of the model contributes to the parameter table (see layer_spec.hpp), and the
-// hybrid layer pattern's symbols.
+// The layer kinds' registry, the hybrid layer pattern's symbols, and what each part of the model
+// contributes to the parameter table (see layer_spec.hpp).
 #include "model/layer_spec.hpp"
 
+#include <map>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -11,10 +12,8 @@
 
 namespace meg {
 
-namespace {
-
-// Builds tensors with their shape, role and the properties that follow from the role.
-ParamTensor tensor(std::string name, TensorRole role, std::vector<int64_t> shape, ParamInit init, TpSplitOf tp = {}) {
+ParamTensor make_param_tensor(std::string name, TensorRole role, std::vector<int64_t> shape, ParamInit init,
+                              TpSplitOf tp) {
   ParamTensor t;
   t.name = std::move(name);
   t.role = role;
@@ -27,28 +26,102 @@ ParamTensor tensor(std::string name, TensorRole role, std::vector<int64_t> shape
   return t;
 }
 
-// A norm's weight and (LayerNorm only) bias, replicated; with sequence parallelism their gradients
-// cover this rank's rows.
-void add_norm(std::vector<ParamTensor>& out, const ModelConfig& c, const std::string& prefix, TensorRole weight,
-              TensorRole bias) {
-  out.push_back(tensor(prefix + ".weight", weight, {c.hidden_size}, ParamInit::ones));
+// With sequence parallelism a norm's gradients cover this rank's rows.
+void add_norm_tensors(std::vector<ParamTensor>& out, const ModelConfig& c, const std::string& prefix,
+                      TensorRole weight, TensorRole bias) {
+  out.push_back(make_param_tensor(prefix + ".weight", weight, {c.hidden_size}, ParamInit::ones));
   out.back().sequence_parallel = true;
   if (c.norm != NormKind::layernorm) return;
-  out.push_back(tensor(prefix + ".bias", bias, {c.hidden_size}, ParamInit::zeros));
+  out.push_back(make_param_tensor(prefix + ".bias", bias, {c.hidden_size}, ParamInit::zeros));
   out.back().sequence_parallel = true;
 }
 
-// A linear layer's weight [OUT, IN] and (use-bias only) bias [OUT]. A column-parallel layer's bias
-// splits with its rows; a row-parallel layer's is replicated.
-void add_linear(std::vector<ParamTensor>& out, const ModelConfig& c, const std::string& prefix, TensorRole weight,
-                TensorRole bias, int64_t rows, int64_t cols, ParamInit init, const TpSplitOf& tp) {
-  out.push_back(tensor(prefix + ".weight", weight, {rows, cols}, init, tp));
+void add_linear_tensors(std::vector<ParamTensor>& out, const ModelConfig& c, const std::string& prefix,
+                        TensorRole weight, TensorRole bias, int64_t rows, int64_t cols, ParamInit init,
+                        const TpSplitOf& tp) {
+  out.push_back(make_param_tensor(prefix + ".weight", weight, {rows, cols}, init, tp));
   if (c.use_bias)
-    out.push_back(tensor(prefix + ".bias", bias, {rows}, ParamInit::zeros,
-                         tp.split == TpSplit::column_parallel ? tp : TpSplitOf{}));
+    out.push_back(make_param_tensor(prefix + ".bias", bias, {rows}, ParamInit::zeros,
+                                    tp.split == TpSplit::column_parallel ? tp : TpSplitOf{}));
+}
+
+namespace {
+
+std::vector<ParamTensor> attention_tensors(const ModelConfig& c, const std::string& pre) {
+  using enum TensorRole;
+  const int64_t C = c.hidden_size, HS = c.head_size(), Q = c.num_heads * HS, KV = c.num_kv_heads * HS;
+  std::vector<ParamTensor> out;
+  add_norm_tensors(out, c, pre + "input_layernorm", norm_weight, norm_bias);
+  add_linear_tensors(out, c, pre + "self_attention.linear_qkv", qkv_weight, qkv_bias, Q + 2 * KV, C,
+                     ParamInit::normal, {TpSplit::column_parallel, {Q, KV, KV}});
+  add_linear_tensors(out, c, pre + "self_attention.linear_proj", proj_weight, proj_bias, C, Q,
+                     ParamInit::normal_scaled, {TpSplit::row_parallel, {Q}});
+  return out;
+}
+
+std::vector<ParamTensor> mlp_tensors(const ModelConfig& c, const std::string& pre) {
+  using enum TensorRole;
+  const int64_t C = c.hidden_size, F = c.ffn_hidden_size;
+  const bool gated = c.activation == Activation::swiglu;
+  std::vector<ParamTensor> out;
+  add_norm_tensors(out, c, pre + "pre_mlp_layernorm", norm_weight, norm_bias);
+  add_linear_tensors(out, c, pre + "mlp.linear_fc1", fc1_weight, fc1_bias, (gated ? 2 : 1) * F, C,
+                     ParamInit::normal,
+                     {TpSplit::column_parallel, gated ? std::vector<int64_t>{F, F} : std::vector<int64_t>{F}});
+  add_linear_tensors(out, c, pre + "mlp.linear_fc2", fc2_weight, fc2_bias, C, F, ParamInit::normal_scaled,
+                     {TpSplit::row_parallel, {F}});
+  return out;
+}
+
+// The registry, by symbol, starting with the kinds lib/ implements.
+std::map<char, LayerKind>& registry() {
+  static std::map<char, LayerKind> kinds = {
+      {LayerKind::attention, {LayerKind::attention, "attention", 0, attention_tensors}},
+      {LayerKind::mlp, {LayerKind::mlp, "MLP", LayerKind::attention, mlp_tensors}},
+  };
+  return kinds;
+}
+
+// The kind that completes the block of SYMBOL's, if any.
+const LayerKind* completer_of(char symbol) {
+  for (const auto& [s, kind] : registry())
+    if (kind.completes == symbol) return &kind;
+  return nullptr;
+}
+
+std::string describe(const LayerKind& kind) { return fmt::format("{} layer '{}'", kind.name, kind.symbol); }
+
+// The registered kinds, for messages: "'*' attention, '-' MLP (after '*')".
+std::string valid_kinds() {
+  std::string out;
+  for (const auto& [s, kind] : registry()) {
+    if (!out.empty()) out += ", ";
+    out += fmt::format("'{}' {}", s, kind.name);
+    if (kind.completes) out += fmt::format(" (after '{}')", kind.completes);
+  }
+  return out;
 }
 
 }  // namespace
+
+void register_layer_kind(LayerKind kind) {
+  auto& kinds = registry();
+  if (kinds.count(kind.symbol)) throw std::logic_error(fmt::format("layer kind '{}' is registered twice", kind.symbol));
+  if (kind.completes && !kinds.count(kind.completes))
+    throw std::logic_error(fmt::format("layer kind '{}' completes unregistered kind '{}'", kind.symbol, kind.completes));
+  if (kind.completes && completer_of(kind.completes))
+    throw std::logic_error(fmt::format("layer kind '{}' already has a kind completing it", kind.completes));
+  if (!kind.tensors) throw std::logic_error(fmt::format("layer kind '{}' has no tensors", kind.symbol));
+  const char symbol = kind.symbol;
+  kinds.emplace(symbol, std::move(kind));
+}
+
+const LayerKind& layer_kind(char symbol) {
+  const auto& kinds = registry();
+  const auto it = kinds.find(symbol);
+  if (it == kinds.end()) throw std::logic_error(fmt::format("layer kind '{}' is not registered", symbol));
+  return it->second;
+}
 
 std::string default_layer_pattern(int64_t blocks) {
   std::string pattern;
@@ -57,39 +130,49 @@ std::string default_layer_pattern(int64_t blocks) {
 }
 
 std::vector<LayerSpec> parse_layer_pattern(const std::string& pattern, const std::string& where) {
+  const auto& kinds = registry();
   std::vector<LayerSpec> layers;
+  const LayerKind* needed = nullptr;  // the kind the previous layer's block still needs
+  int64_t block = -1;
   for (size_t i = 0; i < pattern.size(); ++i) {
     const char s = pattern[i];
     const auto refuse = [&](const std::string& why) {
-      input_error("{}: hybrid-layer-pattern \"{}\": {} at position {} ({})", where, pattern, why, i + 1,
-                  "only \"*-\" blocks, attention then MLP, are implemented");
+      input_error("{}: hybrid-layer-pattern \"{}\": {} at position {} (layer kinds: {})", where, pattern, why, i + 1,
+                  valid_kinds());
     };
-    if (s == 'M') refuse("layer kind 'M' (Mamba) is not implemented");
-    if (s == 'E') refuse("layer kind 'E' (mixture of experts) is not implemented");
-    if (s != '*' && s != '-') refuse(fmt::format("unknown layer symbol '{}' (valid: * attention, - MLP)", s));
-    const LayerKind kind = s == '*' ? LayerKind::attention : LayerKind::mlp;
-    if (kind != (i % 2 == 0 ? LayerKind::attention : LayerKind::mlp))
-      refuse(kind == LayerKind::mlp ? "an MLP layer '-' without its attention layer '*' before it"
-                                    : "an attention layer '*' without its MLP layer '-' after it");
-    layers.push_back({kind, static_cast<int64_t>(i / 2)});
+    const auto it = kinds.find(s);
+    if (it == kinds.end()) {
+      if (s == 'M') refuse("layer kind 'M' (Mamba) is not implemented");
+      if (s == 'E') refuse("layer kind 'E' (mixture of experts) is not implemented");
+      refuse(fmt::format("unknown layer symbol '{}'", s));
+    }
+    const LayerKind& kind = it->second;
+    if (needed && s != needed->symbol)
+      refuse(fmt::format("an {} without its {} after it", describe(layer_kind(needed->completes)), describe(*needed)));
+    if (kind.completes && !needed)
+      refuse(fmt::format("an {} without its {} before it", describe(kind), describe(layer_kind(kind.completes))));
+    if (!kind.completes) ++block;
+    needed = completer_of(s);
+    layers.push_back({s, block});
   }
-  if (layers.size() % 2 != 0)
-    input_error("{}: hybrid-layer-pattern \"{}\": the last attention layer '*' has no MLP layer '-' after it (only "
-                "\"*-\" blocks, attention then MLP, are implemented)",
-                where, pattern);
+  if (needed)
+    input_error("{}: hybrid-layer-pattern \"{}\": the last {} has no {} after it (layer kinds: {})", where, pattern,
+                describe(layer_kind(needed->completes)), describe(*needed), valid_kinds());
   return layers;
 }
 
+int64_t count_blocks(const std::vector<LayerSpec>& layers) { return layers.empty() ? 0 : layers.back().block + 1; }
+
 std::vector<ParamTensor> embedding_tensors(const ModelConfig& c) {
   std::vector<ParamTensor> out;
-  out.push_back(tensor("embedding.word_embeddings.weight", TensorRole::word_embeddings,
-                       {c.padded_vocab_size, c.hidden_size}, ParamInit::normal,
-                       {TpSplit::vocab_parallel, {c.padded_vocab_size}}));
+  out.push_back(make_param_tensor("embedding.word_embeddings.weight", TensorRole::word_embeddings,
+                                  {c.padded_vocab_size, c.hidden_size}, ParamInit::normal,
+                                  {TpSplit::vocab_parallel, {c.padded_vocab_size}}));
   // A tied word embedding also serves as the output layer, on the last stage.
   out.back().pipeline = c.tie_embeddings ? PipelinePlace::first_and_last_stage : PipelinePlace::first_stage;
   if (c.position_embedding == PositionEmbedding::learned_absolute) {
-    out.push_back(tensor("embedding.position_embeddings.weight", TensorRole::position_embeddings,
-                         {c.seq_length, c.hidden_size}, ParamInit::normal));
+    out.push_back(make_param_tensor("embedding.position_embeddings.weight", TensorRole::position_embeddings,
+                                    {c.seq_length, c.hidden_size}, ParamInit::normal));
     out.back().pipeline = PipelinePlace::first_stage;
     out.back().sequence_parallel = true;
   }
@@ -97,39 +180,16 @@ std::vector<ParamTensor> embedding_tensors(const ModelConfig& c) {
 }
 
 std::vector<ParamTensor> layer_tensors(const ModelConfig& c, const LayerSpec& layer) {
-  const int64_t C = c.hidden_size, HS = c.head_size(), Q = c.num_heads * HS, KV = c.num_kv_heads * HS;
-  const int64_t F = c.ffn_hidden_size;
-  const std::string pre = "decoder.layers." + std::to_string(layer.block) + ".";
-  std::vector<ParamTensor> out;
-  switch (layer.kind) {
-    case LayerKind::attention:
-      add_norm(out, c, pre + "input_layernorm", TensorRole::norm_weight, TensorRole::norm_bias);
-      add_linear(out, c, pre + "self_attention.linear_qkv", TensorRole::qkv_weight, TensorRole::qkv_bias, Q + 2 * KV, C,
-                 ParamInit::normal, {TpSplit::column_parallel, {Q, KV, KV}});
-      add_linear(out, c, pre + "self_attention.linear_proj", TensorRole::proj_weight, TensorRole::proj_bias, C, Q,
-                 ParamInit::normal_scaled, {TpSplit::row_parallel, {Q}});
-      break;
-    case LayerKind::mlp: {
-      const bool gated = c.activation == Activation::swiglu;
-      add_norm(out, c, pre + "pre_mlp_layernorm", TensorRole::norm_weight, TensorRole::norm_bias);
-      add_linear(out, c, pre + "mlp.linear_fc1", TensorRole::fc1_weight, TensorRole::fc1_bias, (gated ? 2 : 1) * F, C,
-                 ParamInit::normal,
-                 {TpSplit::column_parallel, gated ? std::vector<int64_t>{F, F} : std::vector<int64_t>{F}});
-      add_linear(out, c, pre + "mlp.linear_fc2", TensorRole::fc2_weight, TensorRole::fc2_bias, C, F,
-                 ParamInit::normal_scaled, {TpSplit::row_parallel, {F}});
-      break;
-    }
-    default: throw std::logic_error("layer_tensors: unknown layer kind");
-  }
-  return out;
+  return layer_kind(layer.kind).tensors(c, "decoder.layers." + std::to_string(layer.block) + ".");
 }
 
 std::vector<ParamTensor> head_tensors(const ModelConfig& c) {
   std::vector<ParamTensor> out;
-  add_norm(out, c, "decoder.final_layernorm", TensorRole::final_norm_weight, TensorRole::final_norm_bias);
+  add_norm_tensors(out, c, "decoder.final_layernorm", TensorRole::final_norm_weight, TensorRole::final_norm_bias);
   if (!c.tie_embeddings)
-    out.push_back(tensor("output_layer.weight", TensorRole::output_layer_weight, {c.padded_vocab_size, c.hidden_size},
-                         ParamInit::normal, {TpSplit::vocab_parallel, {c.padded_vocab_size}}));
+    out.push_back(make_param_tensor("output_layer.weight", TensorRole::output_layer_weight,
+                                    {c.padded_vocab_size, c.hidden_size}, ParamInit::normal,
+                                    {TpSplit::vocab_parallel, {c.padded_vocab_size}}));
   for (auto& t : out) t.pipeline = PipelinePlace::last_stage;
   return out;
 }

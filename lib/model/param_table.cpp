@@ -39,12 +39,6 @@ TensorIndex::TensorIndex(const ModelConfig& config, const std::vector<ParamTenso
     if (slot != kAbsentTensor) throw std::logic_error("TensorIndex: " + t.name + " repeats a role of its layer");
     slot = t.offset;
   }
-  for (size_t l = 0; l < specs.size(); ++l) {
-    const LayerSpec& s = specs[l];
-    if (static_cast<size_t>(s.block) >= blocks_.size()) blocks_.resize(static_cast<size_t>(s.block) + 1);
-    BlockTensors& b = blocks_[static_cast<size_t>(s.block)];
-    (s.kind == LayerKind::attention ? b.attention : b.mlp) = layers_[l];
-  }
 }
 
 size_t TensorIndex::at(int64_t layer, TensorRole role) const {

@@ -30,11 +30,6 @@ struct LayerTensors {
   size_t operator[](TensorRole role) const { return offsets[static_cast<size_t>(role)]; }
 };
 
-// One block's tensors (the "*-" pair of layer_spec.hpp): its attention layer's and its MLP layer's.
-struct BlockTensors {
-  LayerTensors attention, mlp;
-};
-
 // The offsets of a table's tensors (the full table, a tensor-parallel rank's, a stage's) by layer
 // and role. std::logic_error for a table that is not CONFIG's (a layer the pattern lacks, a role
 // twice in one layer).
@@ -46,8 +41,8 @@ class TensorIndex {
   // The tensor of ROLE in LAYER (an index in the layer sequence, or kNoLayer for the embeddings
   // and the head); kAbsentTensor when the table has none.
   size_t at(int64_t layer, TensorRole role) const;
-  // Block BLOCK's layers (BLOCK counts the whole model's blocks).
-  const BlockTensors& block(int64_t block) const { return blocks_.at(static_cast<size_t>(block)); }
+  // The tensors of LAYER (an index in the whole model's layer sequence).
+  const LayerTensors& layer(int64_t layer) const { return layers_.at(static_cast<size_t>(layer)); }
   // The output layer's weight: output_layer.weight, or the word embedding when tied.
   size_t output_weight() const;
 
@@ -55,7 +50,6 @@ class TensorIndex {
   bool tied_ = false;
   LayerTensors outside_;             // the embeddings and the head
   std::vector<LayerTensors> layers_;  // by index in the layer sequence
-  std::vector<BlockTensors> blocks_;
 };
 
 }  // namespace meg

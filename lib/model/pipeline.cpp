@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "core/error.hpp"
+#include "model/layer_spec.hpp"
 
 namespace meg {
 
@@ -23,18 +24,17 @@ std::vector<PipelineStage> rank_chunks(int rank, int stages, int chunks) {
 }
 
 std::pair<int64_t, int64_t> stage_layers(const ModelConfig& config, const PipelineStage& stage) {
-  const int64_t per = config.num_layers / stage.stages;
-  return {per * stage.stage, per * (stage.stage + 1)};
+  const int64_t per = config.num_layers / stage.stages;  // blocks
+  const int64_t first = per * stage.stage, end = per * (stage.stage + 1);
+  const std::vector<LayerSpec> layers = config.layers();
+  int64_t begin = 0;
+  while (begin < int64_t(layers.size()) && layers[size_t(begin)].block < first) ++begin;
+  int64_t stop = begin;
+  while (stop < int64_t(layers.size()) && layers[size_t(stop)].block < end) ++stop;
+  return {begin, stop};
 }
 
 namespace {
-
-// The layers [begin, end) of the layer sequence STAGE runs: its share, as stage_layers() shares out
-// the blocks.
-std::pair<int64_t, int64_t> stage_layer_range(const ModelConfig& config, const PipelineStage& stage) {
-  const int64_t per = static_cast<int64_t>(config.layers().size()) / stage.stages;
-  return {per * stage.stage, per * (stage.stage + 1)};
-}
 
 bool holds(const PipelineStage& stage, std::pair<int64_t, int64_t> layers, const ParamTensor& t) {
   switch (t.pipeline) {
@@ -49,12 +49,12 @@ bool holds(const PipelineStage& stage, std::pair<int64_t, int64_t> layers, const
 }  // namespace
 
 bool stage_holds(const ModelConfig& config, const PipelineStage& stage, const ParamTensor& t) {
-  return holds(stage, stage_layer_range(config, stage), t);
+  return holds(stage, stage_layers(config, stage), t);
 }
 
 std::vector<ParamTensor> stage_table(const ModelConfig& config, const PipelineStage& stage,
                                      const std::vector<ParamTensor>& table) {
-  const std::pair<int64_t, int64_t> layers = stage_layer_range(config, stage);
+  const std::pair<int64_t, int64_t> layers = stage_layers(config, stage);
   std::vector<ParamTensor> out;
   size_t offset = 0;
   for (const auto& t : table) {

@@ -1,5 +1,5 @@
-// How the GPT model splits over pipeline stages: stage s of S runs blocks [s L/S, (s+1) L/S), i.e.
-// the same share of the layer sequence; the first stage also holds the embeddings, the last the
+// How the GPT model splits over pipeline stages: stage s of S runs blocks [s L/S, (s+1) L/S) (the
+// layers of those blocks, model/layer_spec.hpp); the first stage also holds the embeddings, the last the
 // final norm and the output layer (each tensor's PipelinePlace, model/param_tensor.hpp). With tied
 // embeddings the last stage keeps its own copy of the word embeddings for the output layer, and the
 // two copies' gradients are summed between the first and last stages (Megatron's embedding group),
@@ -37,7 +37,7 @@ void check_pipeline_parallel(const ModelConfig& config, int stages, int virtual_
 // of STAGES CHUNKS); with one chunk, the rank's stage.
 std::vector<PipelineStage> rank_chunks(int rank, int stages, int chunks);
 
-// The blocks [begin, end) of STAGE.
+// The layers [begin, end) of STAGE: indices in the whole model's layer sequence, those of its blocks.
 std::pair<int64_t, int64_t> stage_layers(const ModelConfig& config, const PipelineStage& stage);
 
 // Whether STAGE holds the tensor T (by its entry's placement and layer).

@@ -96,3 +96,34 @@ require_gpus() {
     exit 77
   fi
 }
+
+# require_golden_platform WHAT: for tests that compare bits computed by the CPU with committed
+# files (golden losses, checkpoint fixtures). The bits depend on the compiler and the BLAS kernels
+# as well as on meg: the files were written on the platform tests/data/golden/cpu-platform.txt
+# names. OpenBLAS picks its kernels by the CPU it finds; this asks for the kernels the file names
+# (OPENBLAS_CORETYPE), so that any x86 machine with that build of OpenBLAS computes the same
+# bits. On another platform, says WHAT was skipped and ends the test with status 77. With
+# MEG_GOLDEN_WRITE=1 it records this platform instead.
+require_golden_platform() {
+  local file="$MEG_TEST_DATA/golden/cpu-platform.txt"
+  if [ "${MEG_GOLDEN_WRITE:-0}" != 1 ] && [ -f "$file" ]; then
+    OPENBLAS_CORETYPE="$(sed -n 's/.*; core //p' "$file")"
+    export OPENBLAS_CORETYPE
+  fi
+  local platform
+  platform=$(python3 - <<'PY'
+import ctypes, platform
+os_release = dict(l.rstrip("\n").split("=", 1) for l in open("/etc/os-release") if "=" in l)
+blas = ctypes.CDLL("libopenblas.so.0")
+blas.openblas_get_config.restype = blas.openblas_get_corename.restype = ctypes.c_char_p
+print(f'{os_release.get("ID", "?")} {os_release.get("VERSION_ID", "?").strip(chr(34))} {platform.machine()}; '
+      f'{blas.openblas_get_config().decode()}; core {blas.openblas_get_corename().decode()}')
+PY
+)
+  if [ "${MEG_GOLDEN_WRITE:-0}" = 1 ]; then
+    echo "$platform" >"$file"
+  elif [ "$platform" != "$(cat "$file")" ]; then
+    echo "$1: skipped, written on '$(cat "$file")', this is '$platform'"
+    exit 77
+  fi
+}

@@ -2,13 +2,15 @@
 # small GPT trained in one process, one of a small Llama trained under mpirun with --tp 2 (a file a
 # shard), and the Hugging Face exports of both (bf16), all in tests/data/checkpoints/, written by
 # the build of 75e7cfe. Each must give that build's greedy completion, perplexity and, resumed for
-# two more iterations, its losses, to the last bit; the exports, imported, its completions.
+# two more iterations, its losses, to the last bit; the exports, imported, its completions. The
+# bits are those of the platform of the golden values (require_golden_platform, tests/tools/lib.sh).
 #
 # With MEG_FIXTURE_WRITE=1 the test writes the files instead (with the build of the commit that
 # is to write them; the commit says which).
 HERE=$(cd "$(dirname "$0")" && pwd)
 source "$HERE/lib.sh"
 export MEG_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+[ "${MEG_FIXTURE_WRITE:-0}" = 1 ] || require_golden_platform "checkpoint fixtures"
 M=$MEG_TEST_DATA/megatron
 C=$MEG_TEST_DATA/checkpoints
 T="--tokenizer $M/fortunes_spm.model"

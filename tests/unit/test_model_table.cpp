@@ -159,21 +159,21 @@ TEST_CASE("model table: tensors found by layer and role", "[model]") {
         if (t.name == name) return t.offset;
       return kAbsentTensor;
     };
-    CHECK(index.block(1).attention[TensorRole::qkv_weight] ==
+    CHECK(index.layer(2)[TensorRole::qkv_weight] ==
           offset_of("decoder.layers.1.self_attention.linear_qkv.weight"));
-    CHECK(index.block(1).mlp[TensorRole::norm_weight] == offset_of("decoder.layers.1.pre_mlp_layernorm.weight"));
-    CHECK(index.block(0).attention[TensorRole::fc1_weight] == kAbsentTensor);  // an MLP role
+    CHECK(index.layer(3)[TensorRole::norm_weight] == offset_of("decoder.layers.1.pre_mlp_layernorm.weight"));
+    CHECK(index.layer(0)[TensorRole::fc1_weight] == kAbsentTensor);  // an MLP role
     CHECK(index.output_weight() ==
           offset_of(c.tie_embeddings ? "embedding.word_embeddings.weight" : "output_layer.weight"));
     CHECK((index.at(kNoLayer, TensorRole::position_embeddings) == kAbsentTensor) == !c.learned_positions());
   }
-  // A stage's table: its own blocks only, offsets into its own array.
+  // A stage's table: its own blocks' layers only, offsets into its own array.
   const ModelConfig c = with_vocab("tiny", 1000);
   const auto last = stage_table(c, {1, 2}, gpt_parameter_table(c));
   const TensorIndex index(c, last);
-  CHECK(index.block(0).attention[TensorRole::qkv_weight] == kAbsentTensor);
+  CHECK(index.layer(0)[TensorRole::qkv_weight] == kAbsentTensor);
   CHECK(index.output_weight() == 0);  // the tied copy of the word embedding, first
-  CHECK(index.block(1).attention[TensorRole::norm_weight] == 1024 * 64);
+  CHECK(index.layer(2)[TensorRole::norm_weight] == 1024 * 64);
 }
 
 TEST_CASE("model table: pipeline placement", "[model]") {
