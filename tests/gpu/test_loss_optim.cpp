@@ -393,10 +393,7 @@ TEST_CASE("CUDA sum_squares over more than 2^31 elements", "[gpu][loss]") {
   const size_t n = (size_t(1) << 31) + 1029;
   size_t free_bytes = 0, total_bytes = 0;
   MEG_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-  if (free_bytes < n * sizeof(float) + (size_t(1) << 30)) {
-    WARN("skipped: " << free_bytes << " bytes free on the GPU");
-    return;
-  }
+  if (free_bytes < n * sizeof(float) + (size_t(1) << 30)) SKIP(free_bytes << " bytes free on the GPU");
   DeviceBuffer<float> d(n);
   MEG_CUDA_CHECK(cudaMemset(d.get(), 0x3F, n * sizeof(float)));
   float fill;
