@@ -31,7 +31,8 @@
 // fixed device arrays before each replay; a chained step (queue_choices) reads its tokens where the
 // last step's choice left them, through a graph of its own.
 //
-// The KV cache: per layer K and V [slots, NKV, max_length, HS] of X, allocated in full up front.
+// The KV cache: per attention layer K and V [slots, NKV, max_length, HS] of X, allocated in full
+// up front.
 //
 // Tensor parallelism (a group of T > 1 processes, one GPU each, through NCCL): each member holds
 // its shard of the weights and the cache of its NKV/T key/value heads; the embedding and the

@@ -147,6 +147,7 @@ class CudaInferenceModelImpl final : public CudaInferenceModel {
                     const int32_t* last);
   void merge_split_top_k(int k, int32_t* tokens, float* logits);
   void gather_logits(float* out, int R);
+  // The cache of attention layer LAYER (counting the attention layers).
   X* k_cache(size_t layer) const { return cache_.get() + 2 * layer * layer_elements_; }
   X* v_cache(size_t layer) const { return cache_.get() + (2 * layer + 1) * layer_elements_; }
 
@@ -158,7 +159,7 @@ class CudaInferenceModelImpl final : public CudaInferenceModel {
   std::vector<int> lengths_;
   // The last call's passes that had outputs: (first output, outputs), in order.
   std::vector<std::pair<int, int>> output_passes_;
-  size_t layer_elements_;  // of one layer's K (or V) cache
+  size_t layer_elements_;  // of one attention layer's K (or V) cache
   cuda::DeviceArray<X> cache_, x_, rows_, logits_;
   // logits_f32_ [slots, V]: the logits the caller gets; with tensor parallelism, shard_f32_ this
   // member's [slots, Vp] and gathered_ every member's.
@@ -213,7 +214,7 @@ CudaInferenceModelImpl<X>::CudaInferenceModelImpl(const CheckpointModel& checkpo
   }
   auto& alloc = net_.allocator();
   layer_elements_ = size_t(slots) * d.NKV * size_t(max_length_) * d.HS;
-  cache_ = cuda::DeviceArray<X>(alloc, 2 * size_t(config().num_layers) * layer_elements_);
+  cache_ = cuda::DeviceArray<X>(alloc, 2 * net_.attention_layers() * layer_elements_);
   const size_t rows = size_t(pass_rows_);
   x_ = cuda::DeviceArray<X>(alloc, rows * d.C);
   rows_ = cuda::DeviceArray<X>(alloc, rows * d.C);
@@ -550,8 +551,8 @@ void CudaInferenceModelImpl<X>::forward(const Pass& pass, Readout readout) {
   }
   const typename CudaTransformer<X>::KvCache cache{
       [&](size_t l) { return std::make_pair(k_cache(l), v_cache(l)); }, slots, positions, max_length_};
-  // The blocks cache each layer's keys and values first: a fresh prompt then attends within
-  // itself, every other row against its slot's cache.
+  // The layers cache each attention layer's keys and values first: a fresh prompt then attends
+  // within itself, every other row against its slot's cache.
   const auto attention = [&](size_t l, X* qkv, X* out) {
     for (const Prompts& p : pass.prompts)
       cuda::attention_forward(out + size_t(p.row) * d.CQ, lse_.get(), qkv + size_t(p.row) * d.QKV, p.count, p.length,

@@ -1,20 +1,22 @@
-// The transformer of the GPU inference paths (infer/cuda_inference_model.hpp, eval's CUDA scorer):
-// a checkpoint's weights converted once to the activation type X, and the forward of the blocks
-// and of the output layer over N rows of the residual stream, the attention left to the caller
-// (against a KV cache, or within whole sequences).
+// The transformer of the GPU inference paths (infer/cuda_inference_model.hpp, eval's CUDA scorer,
+// RETRO's embedder): a checkpoint's weights converted once to the activation type X, and the
+// forward of the layers and of the output layer over N rows of the residual stream, the attention
+// left to the caller (against a KV cache, or within whole sequences).
 //
-// The block is the training model's (model/gpt.hpp, model/gpt_cuda.hpp) with the same ops, less
-// what only training needs: no dropout, no activations kept for a backward (one set of buffers
-// serves every layer in turn), no pipeline or sequence parallelism. Forwards of a few rows (the
-// decode steps of generation) fuse instead: each linear layer is one small_linear launch
+// The layers are those of model/cuda_layers.hpp, one per entry of the layer sequence, the ones the
+// training model (model/gpt_cuda.hpp) runs, and the transformer is their inference path, which
+// leaves out what only training needs: no dropout, no activations kept for a backward (one set of
+// buffers serves every layer in turn), no pipeline or sequence parallelism. Forwards of a few rows
+// (the decode steps of generation) fuse instead: each linear layer is one small_linear launch
 // (ops/cuda/ops.hpp) that applies the norm before it and the bias, activation or residual add
-// after it, streaming its weights once; a layer is then four such launches and the attention.
+// after it, streaming its weights once; a GPT block is then four such launches and the attention.
 // Forwards of more rows run the norm kernels, cuBLASLt products and activation kernels, and each
-// branch's residual add is done by the launch of the norm after it (add_layernorm_forward).
+// branch's residual add is done by the launch of the norm after it (add_layernorm_forward), but
+// the last layer's.
 //
 // Tensor parallelism, as training's: over a group of T > 1 ranks (an NcclComm, one GPU each), a
 // member holds its shard of the weights (its heads, MLP columns and vocabulary rows), and the
-// blocks sum the row-parallel layers' parts over the group (in X, as training does), rank 0's part
+// layers sum the row-parallel products' parts over the group (in X, as training does), rank 0's part
 // carrying the bias: through NCCL, or where the caller gives them PeerSums (parallel/peer_sums.hpp)
 // and the parts fit, by one kernel that also adds the sum to the residual stream. The caller sums
 // the embedding and reads the logits out (vocabulary-parallel: gathered, or their candidates).
@@ -29,10 +31,12 @@
 
 #include <cstddef>
 #include <functional>
+#include <memory>
 #include <utility>
 #include <vector>
 
 #include "model/config.hpp"
+#include "model/cuda_layers.hpp"
 #include "model/param_table.hpp"
 #include "ops/cuda/device_memory.hpp"
 #include "ops/cuda/gemm.hpp"
@@ -62,7 +66,7 @@ class PinnedArray {
 };
 
 template <typename X>
-class CudaTransformer {
+class CudaTransformer final : private CudaLayerPath<X> {
  public:
   // The shapes the ops take, a member's with tensor parallelism: C hidden, NH/NKV heads, HS head
   // size, CQ = NH * HS, QKV the fused projection's width, Fh the MLP's hidden width and FC its
@@ -77,7 +81,7 @@ class CudaTransformer {
   // forward of up to MAX_ROWS rows. POSITIONS: the positions the RoPE table covers (Llama).
   // TP: the tensor-parallel group (null, or a group of one: the whole model), collective over it;
   // this member uploads its shard (infer/inference_model.hpp), and config() is the group's (its
-  // vocabulary padded for it).
+  // vocabulary padded for it). InputError for a layer kind without a CUDA implementation.
   CudaTransformer(const ModelConfig& config, const std::vector<float>& params, int max_rows, int positions,
                   NcclComm* tp = nullptr);
   ~CudaTransformer();  // waits for the stream
@@ -86,28 +90,31 @@ class CudaTransformer {
 
   const ModelConfig& config() const { return config_; }
   const Dims& dims() const { return dims_; }
-  cudaStream_t stream() const { return stream_.get(); }
+  cudaStream_t stream() const override { return stream_.get(); }
   cuda::DeviceAllocator& allocator() { return alloc_; }
   int max_rows() const { return max_rows_; }
 
-  const X* wte() const { return px(offsets_.at(kNoLayer, TensorRole::word_embeddings)); }
+  const X* wte() const { return p(offsets_.at(kNoLayer, TensorRole::word_embeddings)); }
   // Null without learned positions.
-  const X* wpe() const { return px(offsets_.at(kNoLayer, TensorRole::position_embeddings)); }
+  const X* wpe() const { return p(offsets_.at(kNoLayer, TensorRole::position_embeddings)); }
   const float* rope_table() const { return rope_table_.get(); }  // null without RoPE
+  // The attention layers of the layer sequence (the layers of a KV cache).
+  size_t attention_layers() const { return attention_layers_; }
 
-  // The attention of block LAYER over the rows of blocks(): from qkv [N, QKV] (the fused
-  // projection, which it may rotate in place) to out [N, CQ].
+  // The attention of attention layer LAYER (counting the sequence's attention layers from 0) over
+  // the rows of blocks(): from qkv [N, QKV] (the fused projection, which it may rotate in place)
+  // to out [N, CQ].
   using Attention = std::function<void(size_t layer, X* qkv, X* out)>;
 
-  // A KV cache the blocks write each layer's new keys and values into (kv_cache_append's
+  // A KV cache the layers write each attention layer's new keys and values into (kv_cache_append's
   // arguments, ops/cuda/ops.hpp), before the attention, which then finds them there.
   struct KvCache {
-    std::function<std::pair<X*, X*>(size_t layer)> arrays;  // the layer's K and V arrays
+    std::function<std::pair<X*, X*>(size_t layer)> arrays;  // attention layer LAYER's K and V arrays
     const int32_t *slots, *positions;                       // of the rows
     int max_length;
   };
 
-  // Runs every block on the residual stream x [N, C] (N <= max_rows()), in place. With CACHE, the
+  // Runs every layer on the residual stream x [N, C] (N <= max_rows()), in place. With CACHE, the
   // rows' keys and values go to it first (rotated by their positions with RoPE), fused into the
   // QKV projection's epilogue for a few rows.
   void blocks(X* x, int N, const Attention& attention, const KvCache* cache = nullptr);
@@ -134,22 +141,42 @@ class CudaTransformer {
   void set_peer_sums(PeerSums* sums) { peer_sums_ = sums; }
 
  private:
-  X* px(size_t offset) const { return offset == kAbsentTensor ? nullptr : weights_.get() + offset; }
+  // The inference path of the layers (CudaLayerPath), during blocks().
+  const X* p(size_t offset) const override { return offset == kAbsentTensor ? nullptr : weights_.get() + offset; }
+  cuda::Gemm& gemm() override { return gemm_; }
+  bool fused_epilogues() const override { return true; }
+  // fused_norm_linear(), adding the part the branch before left pending.
+  void norm_linear(const CudaNormLinear<X>& op) override;
+  // residual_add() on the stream (OUT, which must be X), deferring the add where it may.
+  void residual_linear(const CudaLayerPlace& at, const X* inp, size_t w, size_t b, int N, int in, uint64_t site,
+                       const X* x, X* out) override;
+  // The caller's attention and KV cache, for attention layer AT.
+  CudaAttentionCore<X>& attention_core(const CudaLayerPlace& at) override;
+  // blocks()'s attention core: the caller's callback, after the cache append of the QKV product.
+  class CallerAttention final : public CudaAttentionCore<X> {
+   public:
+    const cuda::SmallLinearKvAppend<X>* kv_append() const override { return cached ? &append : nullptr; }
+    void forward(const CudaAttentionActs<X>& a, const CudaLayerDims&) override { (*attention)(layer, a.qkv, a.atty); }
+    const Attention* attention = nullptr;
+    size_t layer = 0;  // the attention layer's number among the attention layers
+    bool cached = false;
+    cuda::SmallLinearKvAppend<X> append;
+  };
+
   void norm(X* out, const X* inp, size_t w, size_t b, int N);
   // X += PART (a branch's output, rounded as an add), then OUT = norm(X), in one launch.
   void add_norm(X* out, X* x, const X* part, size_t w, size_t b, int N);
-  // OUT = EPILOGUE(norm(X) @ W^T + B), X [N, C], for the layers that follow a norm (the fused
-  // QKV, the MLP's first layer and its activation, the output layer). RESIDUAL, where given, is X
-  // itself, with the part residual_linear() left in branch_ still to be added: the norm's launch
-  // adds it (X is written). ARGMAX goes with the argmax epilogue, which the separate launches
-  // run as store: returns whether small_linear's launch took the whole call.
-  bool norm_linear(X* out, const X* x, size_t norm_w, size_t norm_b, size_t w, size_t b, int N, int OC,
-                   cuda::SmallLinearEpilogue epilogue, const cuda::SmallLinearKvAppend<X>* kv_append = nullptr,
-                   X* residual = nullptr, const cuda::SmallLinearArgmax* argmax = nullptr);
+  // OP (CudaNormLinear) for the layers that follow a norm (the fused QKV, the MLP's first layer
+  // and its activation, the output layer), its epilogue any of small_linear's but residual.
+  // RESIDUAL, where given, is OP.x itself, with the part residual_add() left in branch_ still to
+  // be added: the norm's launch adds it (OP.x is written). ARGMAX goes with the argmax epilogue,
+  // which the separate launches run as store: returns whether small_linear's launch took the
+  // whole call.
+  bool fused_norm_linear(const CudaNormLinear<X>& op, X* residual, const cuda::SmallLinearArgmax* argmax = nullptr);
   // X [N, C] += INP [N, IN] @ W^T + B: the layers that end a branch (a row-parallel layer, its
   // parts summed over the group). Where the product and the add are separate launches and
   // DEFER_ADD, the part is left in branch_ for the next norm to add, and the call returns true.
-  bool residual_linear(X* x, const X* inp, size_t w, size_t b, int N, int in, bool defer_add);
+  bool residual_add(X* x, const X* inp, size_t w, size_t b, int N, int in, bool defer_add);
 
   NcclComm* tp_;  // null for the whole model
   PeerSums* peer_sums_ = nullptr;
@@ -157,14 +184,29 @@ class CudaTransformer {
   Dims dims_;
   int max_rows_;
   bool small_linear_ = true;
+  // The layer sequence: the layers, their entries, and by layer its number among the attention
+  // layers (for an attention layer).
+  std::vector<std::unique_ptr<CudaLayer<X>>> layers_;
+  std::vector<LayerSpec> specs_;
+  std::vector<size_t> attention_layer_;
+  size_t attention_layers_ = 0;
   cuda::Stream stream_;  // first in, last out: the members below queue work on it
   cuda::DeviceAllocator alloc_;
   cuda::Gemm gemm_;
   TensorIndex offsets_;  // this rank's tensors
   cuda::DeviceArray<X> weights_;
   cuda::DeviceArray<float> rope_table_;
-  // One layer's activations, reused by every layer.
-  cuda::DeviceArray<X> ln_, qkv_, atty_, branch_, fc1_, act_;
+  // The output layer's norm, a row-parallel product's output, and one layer's activations (each
+  // layer's arrays, layer_acts_, carved from its start), reused by every layer.
+  cuda::DeviceArray<X> ln_, branch_;
+  cuda::DeviceArray<char> acts_;
+  std::vector<std::vector<void*>> layer_acts_;
+  // During blocks(): whether a branch may leave its residual add to the next norm's launch, the
+  // stream a part left in branch_ is still to be added to (null: none), and the attention core.
+  bool defer_adds_ = false;
+  X* pending_ = nullptr;
+  CallerAttention core_;
+  const KvCache* cache_ = nullptr;
 };
 
 }  // namespace meg

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <stdexcept>
 #include <type_traits>
+#include <utility>
 
 #include "core/error.hpp"
 #include "model/layer_spec.hpp"
@@ -70,9 +71,12 @@ CudaTransformer<X>::CudaTransformer(const ModelConfig& config, const std::vector
       dims_(dims_of<X>(config_, tp_)),
       max_rows_(max_rows),
       gemm_(stream_.get()) {
-  if (config_.layer_pattern() != default_layer_pattern(config_.num_layers))
-    input_error("model config: hybrid-layer-pattern \"{}\": the CUDA transformer runs \"*-\" blocks only",
-                config_.layer_pattern());
+  specs_ = config_.layers();
+  layers_ = make_cuda_layers<X>(config_, size_of(tp_), 0, int64_t(specs_.size()));
+  for (const LayerSpec& l : specs_) {
+    attention_layer_.push_back(attention_layers_);
+    attention_layers_ += l.kind == LayerKind::attention;
+  }
   offsets_ = TensorIndex(config_, gpt_parameter_table(config_, size_of(tp_)));
   const cudaStream_t s = stream_.get();
   std::vector<float> shard;
@@ -104,11 +108,24 @@ CudaTransformer<X>::CudaTransformer(const ModelConfig& config, const std::vector
   }
   const size_t N = size_t(max_rows);
   ln_ = cuda::DeviceArray<X>(alloc_, N * dims_.C);
-  qkv_ = cuda::DeviceArray<X>(alloc_, N * dims_.QKV);
-  atty_ = cuda::DeviceArray<X>(alloc_, N * dims_.CQ);
   branch_ = cuda::DeviceArray<X>(alloc_, N * dims_.C);
-  fc1_ = cuda::DeviceArray<X>(alloc_, N * dims_.FC);
-  act_ = cuda::DeviceArray<X>(alloc_, N * dims_.Fh);
+  // One set of activations, as large as the largest layer's, from whose start each layer carves
+  // its arrays.
+  const CudaRows rows{max_rows, 0, 0, max_rows};
+  std::vector<std::vector<CudaActArray>> arrays;
+  size_t bytes = 0;
+  for (const auto& layer : layers_) {
+    arrays.push_back(layer->activations(rows));
+    CudaCarver c(nullptr);
+    for (const CudaActArray& a : arrays.back()) c.take<char>(a.bytes);
+    bytes = std::max(bytes, c.used());
+  }
+  acts_ = cuda::DeviceArray<char>(alloc_, bytes);
+  for (const auto& layer_arrays : arrays) {
+    CudaCarver c(acts_.get());
+    layer_acts_.emplace_back();
+    for (const CudaActArray& a : layer_arrays) layer_acts_.back().push_back(c.take<char>(a.bytes));
+  }
   MEG_CUDA_CHECK(cudaStreamSynchronize(s));  // the host's params and table may go once we return
 }
 
@@ -121,84 +138,80 @@ template <typename X>
 void CudaTransformer<X>::norm(X* out, const X* inp, size_t w, size_t b, int N) {
   const float eps = float(config_.norm_eps);
   if (config_.norm == NormKind::layernorm)
-    cuda::layernorm_forward(out, nullptr, nullptr, inp, px(w), px(b), N, dims_.C, eps, stream());
+    cuda::layernorm_forward(out, nullptr, nullptr, inp, p(w), p(b), N, dims_.C, eps, stream());
   else
-    cuda::rmsnorm_forward(out, nullptr, inp, px(w), N, dims_.C, eps, stream());
+    cuda::rmsnorm_forward(out, nullptr, inp, p(w), N, dims_.C, eps, stream());
 }
 
 template <typename X>
 void CudaTransformer<X>::add_norm(X* out, X* x, const X* part, size_t w, size_t b, int N) {
   const float eps = float(config_.norm_eps);
   if (config_.norm == NormKind::layernorm)
-    cuda::add_layernorm_forward(out, x, part, px(w), px(b), N, dims_.C, eps, stream());
+    cuda::add_layernorm_forward(out, x, part, p(w), p(b), N, dims_.C, eps, stream());
   else
-    cuda::add_rmsnorm_forward(out, x, part, px(w), N, dims_.C, eps, stream());
+    cuda::add_rmsnorm_forward(out, x, part, p(w), N, dims_.C, eps, stream());
 }
 
 template <typename X>
 void CudaTransformer<X>::blocks(X* x, int N, const Attention& attention, const KvCache* cache) {
   if (N > max_rows_) throw std::invalid_argument("CudaTransformer: more rows than allocated");
-  const auto [C, NH, NKV, HS, CQ, QKV, Fh, FC, V, Vp, V0] = dims_;
-  const auto activation =
-      config_.activation == Activation::swiglu ? cuda::SmallLinearEpilogue::swiglu : cuda::SmallLinearEpilogue::gelu;
-  // Whether branch_ holds a part residual_linear() left for the next norm to add into x: only
-  // where that norm is a launch of its own (too many rows for small_linear, or small_linear off).
-  const bool unfused = !small_linear_ || N > cuda::kSmallLinearMaxRows;
-  bool pending = false;
-  using enum TensorRole;
-  const size_t L = size_t(config_.num_layers);
-  for (size_t l = 0; l < L; ++l) {
-    const LayerTensors& attn = offsets_.layer(int64_t(2 * l));
-    const LayerTensors& mlp = offsets_.layer(int64_t(2 * l + 1));
-    // Attention: x = x + proj(attention(qkv(norm1(x)))), the keys and values cached first.
-    if (cache) {
-      const auto [k, v] = cache->arrays(l);
-      const cuda::SmallLinearKvAppend<X> append{k,  v,  cache->slots, cache->positions, rope_table(),
-                                                NH, NKV, HS, cache->max_length};
-      norm_linear(qkv_.get(), x, attn[norm_weight], attn[norm_bias], attn[qkv_weight], attn[qkv_bias], N, QKV,
-                  cuda::SmallLinearEpilogue::kv_append, &append, pending ? x : nullptr);
-    } else {
-      norm_linear(qkv_.get(), x, attn[norm_weight], attn[norm_bias], attn[qkv_weight], attn[qkv_bias], N, QKV,
-                  cuda::SmallLinearEpilogue::store, nullptr, pending ? x : nullptr);
-    }
-    attention(l, qkv_.get(), atty_.get());
-    pending = residual_linear(x, atty_.get(), attn[proj_weight], attn[proj_bias], N, CQ, unfused);
-    // MLP: x = x + fc2(act(fc1(norm2(x)))).
-    norm_linear(act_.get(), x, mlp[norm_weight], mlp[norm_bias], mlp[fc1_weight], mlp[fc1_bias], N, FC, activation,
-                nullptr, pending ? x : nullptr);
-    pending = residual_linear(x, act_.get(), mlp[fc2_weight], mlp[fc2_bias], N, Fh, unfused && l + 1 < L);
+  // Whether a branch may leave its part in branch_ for the next norm to add into x: only where
+  // that norm is a launch of its own (too many rows for small_linear, or small_linear off).
+  defer_adds_ = !small_linear_ || N > cuda::kSmallLinearMaxRows;
+  pending_ = nullptr;
+  core_.attention = &attention;
+  cache_ = cache;
+  const CudaRows rows{N, 0, 0, N};
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const CudaLayerPlace at{offsets_.layer(int64_t(l)), int64_t(l), specs_[l].block};
+    layers_[l]->forward(*this, at, rows, layer_acts_[l], x, x);
   }
+  core_.attention = nullptr;
+  cache_ = nullptr;
+}
+
+template <typename X>
+CudaAttentionCore<X>& CudaTransformer<X>::attention_core(const CudaLayerPlace& at) {
+  core_.layer = attention_layer_[size_t(at.layer)];
+  core_.cached = cache_ != nullptr;
+  if (cache_) {
+    const auto [k, v] = cache_->arrays(core_.layer);
+    core_.append = {k, v, cache_->slots, cache_->positions, rope_table(), dims_.NH, dims_.NKV, dims_.HS,
+                    cache_->max_length};
+  }
+  return core_;
+}
+
+template <typename X>
+void CudaTransformer<X>::norm_linear(const CudaNormLinear<X>& op) {
+  X* residual = std::exchange(pending_, nullptr);
+  if (residual && residual != op.x) throw std::logic_error("CudaTransformer: a pending add to another stream");
+  fused_norm_linear(op, residual);
+}
+
+template <typename X>
+void CudaTransformer<X>::residual_linear(const CudaLayerPlace& at, const X* inp, size_t w, size_t b, int N, int in,
+                                         uint64_t, const X* x, X* out) {
+  if (out != x) throw std::logic_error("CudaTransformer: a residual add out of place");
+  // The last layer's add is never left pending: the stream is the caller's after it.
+  if (residual_add(out, inp, w, b, N, in, defer_adds_ && size_t(at.layer) + 1 < layers_.size())) pending_ = out;
 }
 
 // A few rows take one small_linear launch; more take the norm kernel (which adds a pending part of
 // the residual stream first), the cuBLASLt product and the activation's kernel (GELU in cuBLASLt's
 // epilogue where it has one).
 template <typename X>
-bool CudaTransformer<X>::norm_linear(X* out, const X* x, size_t norm_w, size_t norm_b, size_t w, size_t b, int N,
-                                     int OC, cuda::SmallLinearEpilogue epilogue,
-                                     const cuda::SmallLinearKvAppend<X>* kv_append, X* residual,
-                                     const cuda::SmallLinearArgmax* argmax) {
-  using E = cuda::SmallLinearEpilogue;
-  const int C = dims_.C;
-  const cuda::SmallLinearNorm<X> n{px(norm_w), px(norm_b), float(config_.norm_eps), config_.norm == NormKind::rmsnorm};
+bool CudaTransformer<X>::fused_norm_linear(const CudaNormLinear<X>& op, X* residual,
+                                           const cuda::SmallLinearArgmax* argmax) {
+  const cuda::SmallLinearNorm<X> n{p(op.norm_w), p(op.norm_b), float(config_.norm_eps),
+                                   config_.norm == NormKind::rmsnorm};
   if (!residual && small_linear_ &&
-      cuda::small_linear(out, x, px(w), px(b), N, C, OC, n, epilogue, stream(), kv_append, argmax))
+      cuda::small_linear(op.out, op.x, p(op.w), p(op.b), op.N, op.C, op.OC, n, op.epilogue, stream(), op.kv_append,
+                         argmax))
     return true;
-  if (residual) add_norm(ln_.get(), residual, branch_.get(), norm_w, norm_b, N);
-  else norm(ln_.get(), x, norm_w, norm_b, N);
-  if (epilogue == E::store || epilogue == E::kv_append || epilogue == E::argmax) {
-    gemm_.linear_forward(out, ln_.get(), px(w), px(b), N, C, OC);
-    if (kv_append)
-      cuda::kv_cache_append(out, kv_append->k_cache, kv_append->v_cache, kv_append->slots, kv_append->positions,
-                            kv_append->rope_table, N, kv_append->NH, kv_append->NKV, kv_append->HS,
-                            kv_append->max_length, stream());
-  } else if (epilogue == E::swiglu) {
-    gemm_.linear_forward(fc1_.get(), ln_.get(), px(w), px(b), N, C, OC);
-    cuda::swiglu_forward(out, fc1_.get(), N, OC / 2, stream());
-  } else if (!gemm_.linear_gelu_forward(out, fc1_.get(), ln_.get(), px(w), px(b), N, C, OC)) {
-    gemm_.linear_forward(fc1_.get(), ln_.get(), px(w), px(b), N, C, OC);
-    cuda::gelu_forward(out, fc1_.get(), size_t(N) * OC, stream());
-  }
+  if (residual) add_norm(op.ln, residual, branch_.get(), op.norm_w, op.norm_b, op.N);
+  else norm(op.ln, op.x, op.norm_w, op.norm_b, op.N);
+  linear_epilogue_forward<X>(*this, op);
   return false;
 }
 
@@ -206,17 +219,17 @@ bool CudaTransformer<X>::norm_linear(X* out, const X* x, size_t norm_w, size_t n
 // sum over the group (the peer sum's kernel adds it); without, a few rows add it in small_linear's
 // epilogue. Otherwise the add is its own launch, or with DEFER_ADD the next norm's.
 template <typename X>
-bool CudaTransformer<X>::residual_linear(X* x, const X* inp, size_t w, size_t b, int N, int in, bool defer_add) {
+bool CudaTransformer<X>::residual_add(X* x, const X* inp, size_t w, size_t b, int N, int in, bool defer_add) {
   using E = cuda::SmallLinearEpilogue;
-  if (!tp_ && small_linear_ && cuda::small_linear(x, inp, px(w), px(b), N, in, dims_.C, {}, E::residual, stream()))
+  if (!tp_ && small_linear_ && cuda::small_linear(x, inp, p(w), p(b), N, in, dims_.C, {}, E::residual, stream()))
     return false;
   // Each member's input columns times its weight columns is a part of the output; rank 0's part
   // carries the (replicated) bias, so that the sum adds it once.
-  const X* bias = !tp_ || tp_->rank() == 0 ? px(b) : nullptr;
+  const X* bias = !tp_ || tp_->rank() == 0 ? p(b) : nullptr;
   X* part = branch_.get();
   const size_t n = size_t(N) * dims_.C;
-  if (!(tp_ && small_linear_ && cuda::small_linear(part, inp, px(w), bias, N, in, dims_.C, {}, E::store, stream())))
-    gemm_.linear_forward(part, inp, px(w), bias, N, in, dims_.C);
+  if (!(tp_ && small_linear_ && cuda::small_linear(part, inp, p(w), bias, N, in, dims_.C, {}, E::store, stream())))
+    gemm_.linear_forward(part, inp, p(w), bias, N, in, dims_.C);
   if (tp_) {
     if (peer_sums_ && peer_sums_->add_sum(x, part, n, stream())) return false;
     tp_->all_reduce_sum(part, n, stream());
@@ -231,9 +244,17 @@ bool CudaTransformer<X>::logits(X* out, const X* x, int N, const cuda::SmallLine
   if (N > max_rows_) throw std::invalid_argument("CudaTransformer: more rows than allocated");
   if (argmax && tp_) throw std::invalid_argument("CudaTransformer: an argmax of a vocabulary shard");
   using E = cuda::SmallLinearEpilogue;
-  const bool one_launch = norm_linear(out, x, offsets_.at(kNoLayer, TensorRole::final_norm_weight),
-                                     offsets_.at(kNoLayer, TensorRole::final_norm_bias), offsets_.output_weight(),
-                                     kAbsentTensor, N, dims_.Vp, argmax ? E::argmax : E::store, nullptr, nullptr, argmax);
+  const CudaNormLinear<X> op{.out = out,
+                             .ln = ln_.get(),
+                             .x = x,
+                             .norm_w = offsets_.at(kNoLayer, TensorRole::final_norm_weight),
+                             .norm_b = offsets_.at(kNoLayer, TensorRole::final_norm_bias),
+                             .w = offsets_.output_weight(),
+                             .N = N,
+                             .C = dims_.C,
+                             .OC = dims_.Vp,
+                             .epilogue = argmax ? E::argmax : E::store};
+  const bool one_launch = fused_norm_linear(op, nullptr, argmax);
   return argmax && one_launch;
 }
 

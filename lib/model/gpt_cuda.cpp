@@ -14,31 +14,6 @@
 
 namespace meg {
 
-namespace {
-
-constexpr size_t kAlign = 256;  // bytes: every carved array starts on a 16-byte vector boundary and more
-
-size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
-
-// Hands out consecutive aligned pieces of one allocation; with a null base it only counts.
-class Carver {
- public:
-  explicit Carver(char* base) : base_(base) {}
-  template <typename T>
-  T* take(size_t n) {
-    T* p = base_ ? reinterpret_cast<T*>(base_ + used_) : nullptr;
-    used_ += align_up(n * sizeof(T));
-    return p;
-  }
-  size_t used() const { return used_; }
-
- private:
-  char* base_;
-  size_t used_ = 0;
-};
-
-}  // namespace
-
 Recompute parse_recompute(const std::string& name) {
   if (name == "none") return Recompute::none;
   if (name == "selective") return Recompute::selective;
@@ -49,25 +24,25 @@ Recompute parse_recompute(const std::string& name) {
 // Activations and backward buffers of one (B, T), carved out of one device allocation.
 template <typename X>
 struct GptCudaModel<X>::Acts {
-  struct Block {
-    X *ln1, *qkv, *atty, *mid, *ln2, *fc1, *act, *out;
-    float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd, *lse;
-  };
   int B = 0, T = 0;
   cuda::DeviceArray<char> store;
-  X* embedded = nullptr;  // the input of block 0: the embedding's output, or the previous stage's
+  X* embedded = nullptr;  // the input of layer 0: the embedding's output, or the previous stage's
   int groups = 0;         // distinct tokens of the batch (the embedding backward's groups)
   // The dropout of the forward, for its backward.
   double hidden_p = 0, attn_p = 0;
   uint64_t drop_seed = 0, drop_step = 0, drop_micro = 0;
-  std::vector<Block> blocks;
+  // By layer: its activation arrays (CudaLayer::activations, aliased under recomputation) and its
+  // output, the next layer's input (R x C).
+  std::vector<std::vector<void*>> layer_acts;
+  std::vector<X*> outs;
   X *lnf = nullptr, *logits = nullptr;
   float *lnf_mean = nullptr, *lnf_rstd = nullptr, *losses = nullptr;
   // Vocabulary-parallel cross-entropy: this rank's row partials, and all ranks' gathered.
   float *partial = nullptr, *partials = nullptr;
-  // Backward.
-  X *dres = nullptr, *dln = nullptr, *dqkv = nullptr, *datty = nullptr, *dact = nullptr, *dfc1 = nullptr,
-    *branch = nullptr;
+  // Backward: the stream's gradient, the output layer's input gradient, the layers' scratch (each
+  // layer's in turn), a branch's gradient or partial output, the reductions' scratch.
+  X *dres = nullptr, *dln = nullptr, *branch = nullptr;
+  void* layer_scratch = nullptr;
   float* scratch = nullptr;
   // Device copies of the batch: tokens, targets, and the token groups of the embedding backward.
   int32_t *tokens = nullptr, *targets = nullptr, *unique = nullptr, *starts = nullptr, *positions = nullptr;
@@ -142,12 +117,18 @@ GptCudaModel<X>::GptCudaModel(const ModelConfig& config, cuda::DeviceAllocator& 
   lnf_w_ = index.at(kNoLayer, TensorRole::final_norm_weight);
   lnf_b_ = index.at(kNoLayer, TensorRole::final_norm_bias);
   out_w_ = index.output_weight();
-  if (config_.layer_pattern() != default_layer_pattern(config_.num_layers))
-    input_error("model config: hybrid-layer-pattern \"{}\": the CUDA model runs \"*-\" blocks only",
-                config_.layer_pattern());
   const auto [first_layer, end_layer] = stage_layers(config_, stage_);
-  first_layer_ = static_cast<size_t>(first_layer / 2);
-  for (int64_t l = first_layer; l < end_layer; l += 2) layers_.push_back({index.layer(l), index.layer(l + 1)});
+  first_layer_ = first_layer;
+  layers_ = make_cuda_layers<X>(config_, tp_size(), first_layer, end_layer);
+  const std::vector<LayerSpec> specs = config_.layers();
+  specs_.assign(specs.begin() + first_layer, specs.begin() + end_layer);
+  for (size_t l = 0; l < specs_.size(); ++l) {
+    layer_tensors_.push_back(index.layer(first_layer + int64_t(l)));
+    size_t first = 0;
+    while (specs_[first].kind != specs_[l].kind) ++first;
+    first_of_kind_.push_back(first);
+    ends_block_.push_back(l + 1 == specs_.size() || specs_[l + 1].block != specs_[l].block);
+  }
 
   if (storage.params_x) {
     params_x_ = storage.params_x;
@@ -176,7 +157,7 @@ GptCudaModel<X>::~GptCudaModel() {
 }
 
 template <typename X>
-X* GptCudaModel<X>::px(size_t offset) const {
+const X* GptCudaModel<X>::p(size_t offset) const {
   return offset == kAbsentTensor ? nullptr : params_x_ + offset;
 }
 
@@ -226,40 +207,37 @@ void GptCudaModel<X>::allocate_activations(int B, int T) {
   Acts& a = *acts_;
   if (a.B == B && a.T == T) return;
   const Dims d = dims(B, T);
-  const size_t N = size_t(d.N), C = size_t(d.C), NH = size_t(d.NH), CQ = size_t(d.CQ), QKV = size_t(d.QKV),
-               Fh = size_t(d.Fh), FC = size_t(d.FC), Vp = size_t(d.Vp), L = layers_.size();
+  const size_t N = size_t(d.N), C = size_t(d.C), Vp = size_t(d.Vp), L = layers_.size();
   const size_t R = rows(d.N);  // the residual stream's rows on this rank
-  const int n = static_cast<int>(N);
-  const size_t scratch = std::max({cuda::layernorm_backward_scratch(n, int(C)), cuda::rmsnorm_backward_scratch(n, int(C)),
-                                   cuda::bias_backward_scratch(n, int(std::max({QKV, FC, C}))),
-                                   cuda::attention_backward_scratch(B, T, int(NH))});
-  const bool gelu_in_place = config_.activation != Activation::swiglu;
+  const CudaRows lr = layer_rows(B, T);
+  // One backward scratch and one reduction scratch serve every layer in turn (and the final norm).
+  size_t layer_scratch = 0;
+  size_t scratch = std::max(cuda::layernorm_backward_scratch(d.N, d.C), cuda::rmsnorm_backward_scratch(d.N, d.C));
+  std::vector<std::vector<CudaActArray>> arrays;
+  for (const auto& layer : layers_) {
+    layer_scratch = std::max(layer_scratch, layer->scratch_bytes(lr));
+    scratch = std::max(scratch, layer->reduction_floats(lr));
+    arrays.push_back(layer->activations(lr));
+  }
 
-  // With recomputation, what a block recomputes lives in one buffer shared by all blocks (taken
-  // by the first block, aliased by the others).
-  const bool share_all = recompute_ == Recompute::full;
-  const bool share_wide = recompute_ != Recompute::none;
+  // With recomputation, what a layer recomputes lives in arrays shared by all layers of its kind
+  // (taken by the stage's first, aliased by the others): under selective recomputation the
+  // recomputed arrays, under full all, and the outputs of layers that do not end a block.
+  auto shared = [&](size_t l, bool recomputed) {
+    return first_of_kind_[l] != l &&
+           (recompute_ == Recompute::full || (recompute_ == Recompute::selective && recomputed));
+  };
   auto carve = [&](char* base) {
-    Carver c(base);
-    a.blocks.assign(L, {});
+    CudaCarver c(base);
+    a.layer_acts.assign(L, {});
+    a.outs.assign(L, nullptr);
     a.embedded = c.take<X>(R * C);
     for (size_t l = 0; l < L; ++l) {
-      auto& b = a.blocks[l];
-      const auto& first = a.blocks[0];
-      const bool alias_all = share_all && l > 0, alias_wide = share_wide && l > 0;
-      b.ln1 = alias_wide ? first.ln1 : c.take<X>(N * C);
-      b.ln1_mean = alias_all ? first.ln1_mean : c.take<float>(R);
-      b.ln1_rstd = alias_all ? first.ln1_rstd : c.take<float>(R);
-      b.qkv = alias_all ? first.qkv : c.take<X>(N * QKV);
-      b.lse = alias_all ? first.lse : c.take<float>(size_t(B) * NH * T);
-      b.atty = alias_all ? first.atty : c.take<X>(N * CQ);
-      b.mid = alias_all ? first.mid : c.take<X>(R * C);
-      b.ln2 = alias_wide ? first.ln2 : c.take<X>(N * C);
-      b.ln2_mean = alias_all ? first.ln2_mean : c.take<float>(R);
-      b.ln2_rstd = alias_all ? first.ln2_rstd : c.take<float>(R);
-      b.fc1 = alias_all ? first.fc1 : c.take<X>(N * FC);
-      b.act = alias_wide ? first.act : c.take<X>(N * Fh);
-      b.out = c.take<X>(R * C);
+      const size_t first = first_of_kind_[l];
+      for (size_t i = 0; i < arrays[l].size(); ++i)
+        a.layer_acts[l].push_back(shared(l, arrays[l][i].recomputed) ? a.layer_acts[first][i]
+                                                                     : c.take<char>(arrays[l][i].bytes));
+      a.outs[l] = shared(l, false) && !ends_block_[l] ? a.outs[first] : c.take<X>(R * C);
     }
     if (stage_.last()) {
       a.lnf = c.take<X>(N * C);
@@ -269,10 +247,7 @@ void GptCudaModel<X>::allocate_activations(int B, int T) {
     }
     a.dres = c.take<X>(R * C);
     a.dln = c.take<X>(N * C);
-    a.dqkv = c.take<X>(N * QKV);
-    a.datty = c.take<X>(N * CQ);
-    a.dact = c.take<X>(N * Fh);
-    a.dfc1 = gelu_in_place ? a.dact : c.take<X>(N * FC);
+    a.layer_scratch = c.take<char>(layer_scratch);
     a.branch = c.take<X>(N * C);
     a.scratch = c.take<float>(scratch);
     a.tokens = c.take<int32_t>(N);
@@ -350,19 +325,19 @@ void GptCudaModel<X>::norm_forward(X* out, float* mean, float* rstd, const X* in
   const int C = static_cast<int>(config_.hidden_size);
   const float eps = static_cast<float>(config_.norm_eps);
   if (config_.norm == NormKind::layernorm)
-    cuda::layernorm_forward(out, mean, rstd, inp, px(w), px(b), N, C, eps, stream_);
+    cuda::layernorm_forward(out, mean, rstd, inp, p(w), p(b), N, C, eps, stream_);
   else
-    cuda::rmsnorm_forward(out, rstd, inp, px(w), N, C, eps, stream_);
+    cuda::rmsnorm_forward(out, rstd, inp, p(w), N, C, eps, stream_);
 }
 
 template <typename X>
 void GptCudaModel<X>::norm_backward(X* dinp, const X* dout, const X* inp, size_t w, size_t b, const float* mean,
-                                    const float* rstd, int N) {
+                                    const float* rstd, int R) {
   const int C = static_cast<int>(config_.hidden_size);
   if (config_.norm == NormKind::layernorm)
-    cuda::layernorm_backward(dinp, g(w), g(b), dout, inp, px(w), mean, rstd, N, C, acts_->scratch, stream_);
+    cuda::layernorm_backward(dinp, g(w), g(b), dout, inp, p(w), mean, rstd, R, C, acts_->scratch, stream_);
   else
-    cuda::rmsnorm_backward(dinp, g(w), dout, inp, px(w), rstd, N, C, acts_->scratch, stream_);
+    cuda::rmsnorm_backward(dinp, g(w), dout, inp, p(w), rstd, R, C, acts_->scratch, stream_);
 }
 
 template <typename X>
@@ -378,22 +353,29 @@ void GptCudaModel<X>::dropout(X* out, const X* inp, size_t n, double p, uint64_t
 
 template <typename X>
 typename GptCudaModel<X>::Dims GptCudaModel<X>::dims(int B, int T) const {
-  const int tp = tp_size();
   Dims d;
   d.N = B * T;
   d.C = static_cast<int>(config_.hidden_size);
-  d.NH = static_cast<int>(config_.num_heads) / tp;
-  d.NKV = static_cast<int>(config_.num_kv_heads) / tp;
-  d.HS = static_cast<int>(config_.head_size());
-  d.CQ = d.NH * d.HS;
-  d.QKV = d.CQ + 2 * d.NKV * d.HS;
-  d.Fh = static_cast<int>(config_.ffn_hidden_size) / tp;
-  d.FC = (config_.activation == Activation::swiglu ? 2 : 1) * d.Fh;
-  d.Vp = static_cast<int>(config_.padded_vocab_size) / tp;
+  d.Vp = static_cast<int>(config_.padded_vocab_size) / tp_size();
   d.V0 = tp_ ? d.Vp * tp_->rank() : 0;
   d.V = std::clamp(static_cast<int>(config_.vocab_size) - d.V0, 0, d.Vp);
   d.NC = static_cast<size_t>(d.N) * static_cast<size_t>(d.C);
   return d;
+}
+
+template <typename X>
+CudaRows GptCudaModel<X>::layer_rows(int B, int T) const {
+  return {B * T, B, T, static_cast<int>(rows(B * T)), recompute_};
+}
+
+template <typename X>
+CudaLayerPlace GptCudaModel<X>::place(size_t l) const {
+  return {layer_tensors_[l], first_layer_ + int64_t(l), specs_[l].block};
+}
+
+template <typename X>
+const X* GptCudaModel<X>::layer_input(size_t l) const {
+  return l > 0 ? acts_->outs[l - 1] : acts_->embedded;
 }
 
 // The forward of the whole model on the batch staged by prepare_batch; the loss (and, when DLOSS
@@ -401,7 +383,7 @@ typename GptCudaModel<X>::Dims GptCudaModel<X>::dims(int B, int T) const {
 template <typename X>
 void GptCudaModel<X>::run_forward(int B, int T, float dloss) {
   Acts& a = *acts_;
-  const auto [N, C, NH, NKV, HS, CQ, QKV, Fh, FC, V, Vp, V0, NC] = dims(B, T);
+  const auto [N, C, V, Vp, V0, NC] = dims(B, T);
   // What the backward (perhaps after other micro-batches' forwards) must drop the same way.
   a.hidden_p = training_ ? config_.hidden_dropout : 0.0;
   a.attn_p = training_ ? config_.attention_dropout : 0.0;
@@ -415,21 +397,19 @@ void GptCudaModel<X>::run_forward(int B, int T, float dloss) {
     const bool first_rank = !tp_ || tp_->rank() == 0;  // adds the position embedding, once
     // With sequence parallelism every rank looks up all rows and keeps its rows of the sum.
     X* lookup = sp_ ? a.branch : a.embedded;
-    cuda::embedding_forward(lookup, a.tokens, px(wte_), first_rank ? px(wpe_) : nullptr, B, T, C, V0, Vp, stream_);
+    cuda::embedding_forward(lookup, a.tokens, p(wte_), first_rank ? p(wpe_) : nullptr, B, T, C, V0, Vp, stream_);
     if (sp_)
       tp_->reduce_scatter_sum(a.embedded, lookup, RC, stream_);
     else
       sum_over_tp(a.embedded, NC);
     if (hp > 0) dropout(a.embedded, a.embedded, RC, hp, 0, first);
   }
-  const X* x = a.embedded;
-  for (size_t l = 0; l < layers_.size(); ++l) {
-    block_forward(l, x, B, T);
-    x = a.blocks[l].out;
-  }
+  const CudaRows lr = layer_rows(B, T);
+  for (size_t l = 0; l < layers_.size(); ++l)
+    layers_[l]->forward(*this, place(l), lr, a.layer_acts[l], layer_input(l), a.outs[l]);
   if (!stage_.last()) return;  // the output is stage_output()
-  norm_rows(a.lnf, a.lnf_mean, a.lnf_rstd, x, lnf_w_, lnf_b_, N);
-  gemm_.linear_forward(a.logits, a.lnf, px(out_w_), static_cast<const X*>(nullptr), N, C, Vp);
+  norm_rows(a.lnf, a.lnf_mean, a.lnf_rstd, layer_input(layers_.size()), lnf_w_, lnf_b_, N);
+  gemm_.linear_forward(a.logits, a.lnf, p(out_w_), static_cast<const X*>(nullptr), N, C, Vp);
   loss_forward(N, dloss);
 }
 
@@ -454,8 +434,8 @@ void GptCudaModel<X>::sum_over_tp(X* data, size_t n) {
 }
 
 template <typename X>
-X* GptCudaModel<X>::row_parallel_bias(size_t b) const {
-  return !tp_ || tp_->rank() == 0 ? px(b) : nullptr;
+const X* GptCudaModel<X>::row_parallel_bias(size_t b) const {
+  return !tp_ || tp_->rank() == 0 ? p(b) : nullptr;
 }
 
 template <typename X>
@@ -483,12 +463,12 @@ void GptCudaModel<X>::norm_rows(X* out, float* mean, float* rstd, const X* inp, 
 }
 
 template <typename X>
-const X* GptCudaModel<X>::dropout_input_grad(uint64_t site, int N) {
+const X* GptCudaModel<X>::branch_grad(const X* dres, int N, uint64_t site) {
   Acts& a = *acts_;
   const size_t RC = rows(N) * size_t(config_.hidden_size), first = first_row(N) * size_t(config_.hidden_size);
-  const X* d = a.dres;
+  const X* d = dres;
   if (a.hidden_p > 0) {
-    dropout(a.branch + first, a.dres, RC, a.hidden_p, site, first);
+    dropout(a.branch + first, dres, RC, a.hidden_p, site, first);
     d = a.branch + first;
   }
   if (!sp_) return d;
@@ -496,49 +476,31 @@ const X* GptCudaModel<X>::dropout_input_grad(uint64_t site, int N) {
   return a.branch;
 }
 
-// Block L on its input X, writing the block's activations and its output.
 template <typename X>
-void GptCudaModel<X>::block_forward(size_t l, const X* x, int B, int T) {
-  Acts& a = *acts_;
-  const auto [N, C, NH, NKV, HS, CQ, QKV, Fh, FC, V, Vp, V0, NC] = dims(B, T);
-  const double hp = a.hidden_p;
-  using enum TensorRole;
-  const LayerTensors& attn = layers_[l].attention;
-  const LayerTensors& mlp = layers_[l].mlp;
-  auto& b = a.blocks[l];
-  const uint64_t site = 3 * static_cast<uint64_t>(first_layer_ + l);  // the global block number
-  // The residual stream's rows on this rank (x, mid, out): all N, or R with sequence parallelism.
-  const size_t RC = rows(N) * size_t(C), first = first_row(N) * size_t(C);
-  norm_rows(b.ln1, b.ln1_mean, b.ln1_rstd, x, attn[norm_weight], attn[norm_bias], N);
-  gemm_.linear_forward(b.qkv, b.ln1, px(attn[qkv_weight]), px(attn[qkv_bias]), N, C, QKV);
-  if (config_.uses_rope()) cuda::rope_forward(b.qkv, rope_table_.get(), B, T, NH, NKV, HS, stream_);
-  cuda::attention_forward(b.atty, b.lse, b.qkv, B, T, NH, NKV, HS, stream_, a.attn_p, dropout_key(site + 1));
-  gemm_.linear_forward(a.branch, b.atty, px(attn[proj_weight]), row_parallel_bias(attn[proj_bias]), N, CQ, C);
-  X* branch = exit_tp(a.branch, N);
-  if (hp > 0) dropout(branch, branch, RC, hp, site + 2, first);
-  cuda::add(b.mid, x, branch, RC, stream_);
-  norm_rows(b.ln2, b.ln2_mean, b.ln2_rstd, b.mid, mlp[norm_weight], mlp[norm_bias], N);
-  // Selective recomputation computes the activation again with the GELU kernel, so the forward
-  // must use that kernel too: cuBLASLt's GELU may round differently in the last bit.
-  const bool fuse_gelu = config_.activation != Activation::swiglu && fused_ && recompute_ != Recompute::selective;
-  if (!(fuse_gelu &&
-        gemm_.linear_gelu_forward(b.act, b.fc1, b.ln2, px(mlp[fc1_weight]), px(mlp[fc1_bias]), N, C, FC))) {
-    gemm_.linear_forward(b.fc1, b.ln2, px(mlp[fc1_weight]), px(mlp[fc1_bias]), N, C, FC);
-    activation_forward(b.act, b.fc1, N);
-  }
-  gemm_.linear_forward(a.branch, b.act, px(mlp[fc2_weight]), row_parallel_bias(mlp[fc2_bias]), N, Fh, C);
-  branch = exit_tp(a.branch, N);
-  if (hp > 0) dropout(branch, branch, RC, hp, site + 3, first);
-  cuda::add(b.out, b.mid, branch, RC, stream_);
+void GptCudaModel<X>::norm_linear(const CudaNormLinear<X>& op) {
+  norm_rows(op.ln, op.mean, op.rstd, op.x, op.norm_w, op.norm_b, op.N);
+  linear_epilogue_forward<X>(*this, op);
 }
 
 template <typename X>
-void GptCudaModel<X>::activation_forward(X* out, const X* inp, int N) {
-  const int Fh = dims(N, 1).Fh;
-  if (config_.activation == Activation::swiglu)
-    cuda::swiglu_forward(out, inp, N, Fh, stream_);
-  else
-    cuda::gelu_forward(out, inp, size_t(N) * Fh, stream_);
+void GptCudaModel<X>::residual_linear(const CudaLayerPlace&, const X* inp, size_t w, size_t b, int N, int in,
+                                      uint64_t site, const X* x, X* out) {
+  Acts& a = *acts_;
+  const int C = static_cast<int>(config_.hidden_size);
+  // The residual stream's rows on this rank (x, out): all N, or R with sequence parallelism.
+  const size_t RC = rows(N) * size_t(C), first = first_row(N) * size_t(C);
+  gemm_.linear_forward(a.branch, inp, p(w), row_parallel_bias(b), N, in, C);
+  X* branch = exit_tp(a.branch, N);
+  if (a.hidden_p > 0) dropout(branch, branch, RC, a.hidden_p, site, first);
+  cuda::add(out, x, branch, RC, stream_);
+}
+
+template <typename X>
+CudaCausalAttention<X>& GptCudaModel<X>::causal_attention_of(int64_t block) {
+  const Acts& a = *acts_;
+  core_.emplace(a.B, a.T, rope_table_.get(), a.attn_p, dropout_key(block_dropout_sites(block) + 1), a.scratch,
+                stream_);
+  return *core_;
 }
 
 // The weight and bias gradients of a linear layer (weight at offset W, bias at B or kAbsentTensor)
@@ -553,21 +515,19 @@ void GptCudaModel<X>::weight_backward(size_t w, size_t b, const X* dout, const X
 // accumulates into grads_.
 template <typename X>
 void GptCudaModel<X>::run_backward(int B, int T) {
-  using enum TensorRole;
   Acts& a = *acts_;
-  const auto [N, C, NH, NKV, HS, CQ, QKV, Fh, FC, V, Vp, V0, NC] = dims(B, T);
-  const int L = static_cast<int>(layers_.size());
+  const auto [N, C, V, Vp, V0, NC] = dims(B, T);
+  const size_t L = layers_.size();
   const int R = static_cast<int>(rows(N));  // the residual stream's rows on this rank
 
   // Output layer (for tied embeddings g(out_w_) is the embedding's gradient) and final norm; on
   // the other stages a.dres holds the next stage's gradient (stage_output_grad()).
   if (stage_.last()) {
-    gemm_.linear_backward_input(a.dln, a.logits, px(out_w_), N, C, Vp);
+    gemm_.linear_backward_input(a.dln, a.logits, p(out_w_), N, C, Vp);
     const X* dl = exit_tp(a.dln, N);
     gemm_.linear_backward_weight(g(out_w_), a.logits, a.lnf, N, C, Vp);
     MEG_CUDA_CHECK(cudaMemsetAsync(a.dres, 0, size_t(R) * C * sizeof(X), stream_));
-    const X* last = L > 0 ? a.blocks[L - 1].out : a.embedded;
-    norm_backward(a.dres, dl, last, lnf_w_, lnf_b_, a.lnf_mean, a.lnf_rstd, R);
+    norm_backward(a.dres, dl, layer_input(L), lnf_w_, lnf_b_, a.lnf_mean, a.lnf_rstd, R);
     // The final norm and the untied output layer are done. A tied output layer's gradient is the
     // word embedding's (or, on a later last stage, its copy's), first in the table: reported with
     // the rest at the end.
@@ -575,54 +535,33 @@ void GptCudaModel<X>::run_backward(int B, int T) {
   }
 
   // a.dres holds the gradient of the residual stream (this rank's rows), flowing down through the
-  // blocks; a branch takes it through its hidden dropout's mask, gathered to all rows.
-  for (int l = L - 1; l >= 0; --l) {
-    const LayerTensors& attn = layers_[size_t(l)].attention;
-    const LayerTensors& mlp = layers_[size_t(l)].mlp;
-    const auto& b = a.blocks[l];
-    const X* x = l > 0 ? a.blocks[l - 1].out : a.embedded;
-    const uint64_t site = 3 * static_cast<uint64_t>(first_layer_ + size_t(l));
-    if (recompute_ == Recompute::full) {
-      block_forward(size_t(l), x, B, T);
-    } else if (recompute_ == Recompute::selective) {
-      norm_rows(b.ln1, b.ln1_mean, b.ln1_rstd, x, attn[norm_weight], attn[norm_bias], N);
-      norm_rows(b.ln2, b.ln2_mean, b.ln2_rstd, b.mid, mlp[norm_weight], mlp[norm_bias], N);
-      activation_forward(b.act, b.fc1, N);
+  // layers; a branch takes it through its hidden dropout's mask, gathered to all rows. Block by
+  // block, [begin, end): its layers' forwards run again (full recomputation) or recompute what
+  // they did not keep (selective), in order, then their backwards in reverse.
+  const CudaRows lr = layer_rows(B, T);
+  for (size_t end = L; end > 0;) {
+    size_t begin = end - 1;
+    while (begin > 0 && specs_[begin - 1].block == specs_[end - 1].block) --begin;
+    for (size_t l = begin; l < end; ++l) {
+      if (recompute_ == Recompute::full)
+        layers_[l]->forward(*this, place(l), lr, a.layer_acts[l], layer_input(l), a.outs[l]);
+      else if (recompute_ == Recompute::selective)
+        layers_[l]->recompute(*this, place(l), lr, a.layer_acts[l], layer_input(l));
     }
-    // MLP: out = mid + dropout(fc2(act(fc1(norm2(mid))))).
-    const X* dbranch = dropout_input_grad(site + 3, N);
-    const bool gelu = config_.activation != Activation::swiglu;
-    if (!(gelu && fused_ &&
-          gemm_.linear_dgelu_backward_input(a.dfc1, dbranch, px(mlp[fc2_weight]), b.fc1, N, Fh, C))) {
-      gemm_.linear_backward_input(a.dact, dbranch, px(mlp[fc2_weight]), N, Fh, C);
-      if (gelu)
-        cuda::gelu_backward(a.dfc1, a.dact, b.fc1, size_t(N) * Fh, stream_);
-      else
-        cuda::swiglu_backward(a.dfc1, a.dact, b.fc1, N, Fh, stream_);
-    }
-    weight_backward(mlp[fc2_weight], mlp[fc2_bias], dbranch, b.act, N, Fh, C);
-    gemm_.linear_backward_input(a.dln, a.dfc1, px(mlp[fc1_weight]), N, C, FC);
-    const X* dl = exit_tp(a.dln, N);
-    weight_backward(mlp[fc1_weight], mlp[fc1_bias], a.dfc1, b.ln2, N, C, FC);
-    norm_backward(a.dres, dl, b.mid, mlp[norm_weight], mlp[norm_bias], b.ln2_mean, b.ln2_rstd, R);
-    // Attention: mid = x + dropout(proj(attention(rope(qkv(norm1(x)))))).
-    dbranch = dropout_input_grad(site + 2, N);
-    gemm_.linear_backward_input(a.datty, dbranch, px(attn[proj_weight]), N, CQ, C);
-    weight_backward(attn[proj_weight], attn[proj_bias], dbranch, b.atty, N, CQ, C);
-    cuda::attention_backward(a.dqkv, a.datty, b.qkv, b.atty, b.lse, B, T, NH, NKV, HS, a.scratch, stream_,
-                             a.attn_p, dropout_key(site + 1));
-    if (config_.uses_rope()) cuda::rope_backward(a.dqkv, rope_table_.get(), B, T, NH, NKV, HS, stream_);
-    gemm_.linear_backward_input(a.dln, a.dqkv, px(attn[qkv_weight]), N, C, QKV);
-    dl = exit_tp(a.dln, N);
-    weight_backward(attn[qkv_weight], attn[qkv_bias], a.dqkv, b.ln1, N, C, QKV);
-    norm_backward(a.dres, dl, x, attn[norm_weight], attn[norm_bias], b.ln1_mean, b.ln1_rstd, R);
-    if (grads_ready_) grads_ready_(attn[norm_weight]);  // the block's first tensor: all of the block is done
+    for (size_t l = end; l-- > begin;)
+      layers_[l]->backward(*this, place(l), lr, a.layer_acts[l], a.layer_scratch, layer_input(l), a.dres);
+    // All of the block is done: the gradients from its first tensor on are final.
+    size_t from = kAbsentTensor;
+    for (size_t l = begin; l < end; ++l)
+      for (const size_t offset : layer_tensors_[l].offsets) from = std::min(from, offset);
+    if (grads_ready_ && from != kAbsentTensor) grads_ready_(from);
+    end = begin;
   }
   if (stage_.first()) {  // otherwise a.dres is stage_input_grad()
     // With sequence parallelism the position embedding's gradient is rank 0's, from all rows, as
     // its forward added it: the caller's sum over the group counts it once.
     float* dwpe = !sp_ || tp_->rank() == 0 ? g(wpe_) : nullptr;
-    cuda::embedding_backward(g(wte_), dwpe, dropout_input_grad(0, N), a.unique, a.starts, a.positions, a.groups, B,
+    cuda::embedding_backward(g(wte_), dwpe, branch_grad(a.dres, N, 0), a.unique, a.starts, a.positions, a.groups, B,
                              T, C, stream_);
   }
   if (grads_ready_) grads_ready_(0);
@@ -684,7 +623,7 @@ X* GptCudaModel<X>::stage_input(int slot, int B, int T) {
 template <typename X>
 const X* GptCudaModel<X>::stage_output(int slot) const {
   const Acts& a = *slots_.at(size_t(slot));
-  return a.blocks.empty() ? a.embedded : a.blocks.back().out;
+  return a.outs.empty() ? a.embedded : a.outs.back();
 }
 
 template <typename X>

@@ -17,11 +17,15 @@
 // the way and summed by take_loss(), the one call that waits for the device. Host-side work for
 // the next micro-batch (sampling, token grouping) thus overlaps the device's work on this one.
 //
-// The block is the CPU model's (see gpt.hpp), with two differences of storage, not of maths: q, k
-// and v are not copied out of the fused QKV output (attention and RoPE read it in place), and the
-// backward of RoPE rotates the gradient in place.
+// The stage's layers are those of model/cuda_layers.hpp, one per entry of its part of the layer
+// sequence, which the model runs in order as their training path (its parameters and gradients,
+// its split of the stream, its dropout, causal attention over its batch): the CPU model's maths
+// (see gpt.hpp), with two differences of storage: q, k and v are not copied out of the fused QKV
+// output (attention and RoPE read it in place), and the backward of RoPE rotates the gradient in
+// place.
 //
-// Activation recomputation (set_recompute) trades compute for memory:
+// Activation recomputation (set_recompute) trades compute for memory, block by block
+// (model/cuda_layers.hpp says how the layers keep their activations):
 //   none:      every block keeps all it needs for its backward;
 //   selective: the cheap, wide activations are recomputed in the backward instead of kept: the two
 //              norm outputs (from the kept statistics' inputs) and the MLP activation (from the
@@ -75,10 +79,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "model/config.hpp"
+#include "model/cuda_layers.hpp"
 #include "model/gpt.hpp"
 #include "ops/cuda/device_memory.hpp"
 #include "ops/cuda/gemm.hpp"
@@ -86,11 +92,11 @@
 
 namespace meg {
 
-enum class Recompute { none, selective, full };
+// The recompute mode (model/cuda_layers.hpp) named NAME: none, selective or full.
 Recompute parse_recompute(const std::string& name);  // InputError on an unknown name
 
 template <typename X>
-class GptCudaModel {
+class GptCudaModel final : private CudaTrainingPath<X> {
  public:
   // Validates CONFIG (InputError on a bad one, or on one that does not split over TP's ranks) and
   // allocates parameters (zero) and gradients on the current device. TP null or of one rank: the
@@ -116,7 +122,7 @@ class GptCudaModel {
   const PipelineStage& stage() const { return stage_; }
   bool sequence_parallel() const { return sp_; }
   size_t num_parameters() const { return num_params_; }
-  cudaStream_t stream() const { return stream_; }
+  cudaStream_t stream() const override { return stream_; }
 
   // Device arrays (table layout, num_parameters() long): the X weights the model computes with, and
   // the fp32 gradients.
@@ -185,27 +191,27 @@ class GptCudaModel {
  private:
   struct Acts;
   struct Staging;
-  // The shapes of one forward/backward of a B x T batch, as the ops take them.
-  // With tensor parallelism NH, NKV, CQ, QKV, Fh, FC and Vp are this rank's, V its real
-  // vocabulary columns and V0 the first of them.
+  // The shapes of the embedding and the head over a B x T batch, as the ops take them. With
+  // tensor parallelism Vp is this rank's vocabulary rows, V its real vocabulary columns and V0 the
+  // first of them.
   struct Dims {
-    int N, C, NH, NKV, HS, CQ, QKV, Fh, FC, V, Vp, V0;
+    int N, C, V, Vp, V0;
     size_t NC;  // N * C: all rows of the residual stream (sequence parallelism holds rows(N) of them)
   };
   Dims dims(int B, int T) const;
+  // The rows the layers run over, for a B x T batch.
+  CudaRows layer_rows(int B, int T) const;
+  // Layer L of the stage: where it is, and its input (the previous layer's output, or the stage's).
+  CudaLayerPlace place(size_t l) const;
+  const X* layer_input(size_t l) const;
 
   void prepare_batch(const int32_t* tokens, const int32_t* targets, int B, int T);
   void stage_token_groups(const int32_t* tokens, int N);
   void upload(int32_t* dst, const int32_t* pinned, size_t count);
   void allocate_activations(int B, int T);
   void run_forward(int B, int T, float dloss);
-  void block_forward(size_t l, const X* x, int B, int T);
-  void activation_forward(X* out, const X* inp, int N);
-  void weight_backward(size_t w, size_t b, const X* dout, const X* inp, int N, int C, int OC);
   void run_backward(int B, int T);
   void norm_forward(X* out, float* mean, float* rstd, const X* inp, size_t w, size_t b, int N);
-  void norm_backward(X* dinp, const X* dout, const X* inp, size_t w, size_t b, const float* mean,
-                     const float* rstd, int N);
   void use_slot(int slot);  // the activations of the following calls
   uint64_t dropout_key(uint64_t site) const;  // of the current slot's forward
   // Hidden dropout of n values of the stream, the first of them element FIRST of the whole array.
@@ -213,29 +219,47 @@ class GptCudaModel {
   // Tensor parallelism: the sum over the group, in place (nothing with one rank); a row-parallel
   // bias (added by one rank only, so that the sum has it once).
   void sum_over_tp(X* data, size_t n);
-  X* row_parallel_bias(size_t b) const;
+  const X* row_parallel_bias(size_t b) const;
   // Sequence parallelism: this rank's rows of N and the first of them (all rows and 0 without it).
   size_t rows(int N) const { return sp_ ? size_t(N / tp_->size()) : size_t(N); }
   size_t first_row(int N) const { return sp_ ? rows(N) * size_t(tp_->rank()) : 0; }
-  // A row-parallel product's partial output PARTS [N, C] summed over the group, in place: all rows
-  // (all-reduce), or with sequence parallelism this rank's (reduce-scatter), returned.
-  X* exit_tp(X* parts, int N);
+  void loss_forward(int N, float dloss);
+
+  // The training path of the layers (CudaTrainingPath), on the current slot.
+  const X* p(size_t offset) const override;
+  float* g(size_t offset) const override;
+  cuda::Gemm& gemm() override { return gemm_; }
+  bool fused_epilogues() const override { return fused_; }
+  // The norm's rows (norm_rows), then the product and its epilogue (linear_epilogue_forward).
+  void norm_linear(const CudaNormLinear<X>& op) override;
+  // The product into the slot's branch buffer, its sum over the group (exit_tp), hidden dropout
+  // and the residual add.
+  void residual_linear(const CudaLayerPlace& at, const X* inp, size_t w, size_t b, int N, int in, uint64_t site,
+                       const X* x, X* out) override;
+  CudaAttentionCore<X>& attention_core(const CudaLayerPlace& at) override { return causal_attention_of(at.block); }
+  const CudaCausalAttention<X>& causal_attention(const CudaLayerPlace& at) override {
+    return causal_attention_of(at.block);
+  }
+  // The core of block BLOCK's attention over the slot's batch, with the slot's dropout.
+  CudaCausalAttention<X>& causal_attention_of(int64_t block);
   // A norm of the residual stream's rows (this rank's with sequence parallelism) into OUT [N, C],
   // gathered to all rows for the column-parallel product that follows.
-  void norm_rows(X* out, float* mean, float* rstd, const X* inp, size_t w, size_t b, int N);
+  void norm_rows(X* out, float* mean, float* rstd, const X* inp, size_t w, size_t b, int N) override;
   // The gradient of the input of hidden dropout SITE (a branch's output, or the embedding's) from
-  // the stream's, a.dres: through the mask and, with sequence parallelism, gathered to all N rows
-  // (in the slot's branch buffer, or a.dres itself when neither applies).
-  const X* dropout_input_grad(uint64_t site, int N);
-  void loss_forward(int N, float dloss);
-  X* px(size_t offset) const;
-  float* g(size_t offset) const;
+  // the stream's, DRES (the slot's a.dres): through the mask and, with sequence parallelism,
+  // gathered to all N rows (in the slot's branch buffer, or DRES itself when neither applies).
+  const X* branch_grad(const X* dres, int N, uint64_t site) override;
+  // A row-parallel product's partial output PARTS [N, C] summed over the group, in place: all rows
+  // (all-reduce), or with sequence parallelism this rank's (reduce-scatter), returned.
+  X* exit_tp(X* parts, int N) override;
+  void norm_backward(X* dinp, const X* dout, const X* inp, size_t w, size_t b, const float* mean, const float* rstd,
+                     int R) override;
+  void weight_backward(size_t w, size_t b, const X* dout, const X* inp, int N, int C, int OC) override;
 
   ModelConfig config_;
   NcclComm* tp_ = nullptr;
   PipelineStage stage_;
   bool sp_ = false;  // sequence parallelism
-  size_t first_layer_ = 0;  // the global number of the stage's first block
   std::vector<ParamTensor> tensors_;
   size_t num_params_ = 0;
   cuda::DeviceAllocator& alloc_;
@@ -247,11 +271,17 @@ class GptCudaModel {
   cuda::DeviceArray<X> own_params_x_;
   cuda::DeviceArray<float> own_grads_;
   size_t wte_ = 0, wpe_ = 0, lnf_w_ = 0, lnf_b_ = 0, out_w_ = 0;
-  struct BlockTensors {
-    LayerTensors attention, mlp;
-  };
-  std::vector<BlockTensors> layers_;  // this stage's blocks' tensors
+  // The stage's layers [first_layer_, first_layer_ + layers_.size()) of the layer sequence: their
+  // implementations, entries and tensors; by layer, the stage's first layer of its kind (whose
+  // activations recomputation shares) and whether it ends its block.
+  int64_t first_layer_ = 0;
+  std::vector<std::unique_ptr<CudaLayer<X>>> layers_;
+  std::vector<LayerSpec> specs_;
+  std::vector<LayerTensors> layer_tensors_;
+  std::vector<size_t> first_of_kind_;
+  std::vector<bool> ends_block_;
   cuda::DeviceArray<float> rope_table_;
+  std::optional<CudaCausalAttention<X>> core_;  // the attention core of the layer running
 
   std::vector<std::unique_ptr<Acts>> slots_;
   Acts* acts_ = nullptr;  // the current slot
