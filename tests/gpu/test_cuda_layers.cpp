@@ -32,6 +32,8 @@ void check_gpt_layers(const ModelConfig& c) {
 
 TEST_CASE("CUDA layers: one per entry of the layer sequence, in every type", "[gpu][model]") {
   ModelConfig c = ModelConfig::preset("tiny");
+  c.vocab_size = 1000;
+  c.pad_vocab();
   c.validate();
   check_gpt_layers<float>(c);
   check_gpt_layers<__nv_bfloat16>(c);
