@@ -41,7 +41,7 @@ class CpuToyLayer final : public CpuLayer<F> {
   size_t activation_size(const CpuRows& rows) const override { return size_t(rows.N) * (C_ + 2 + D_); }
   size_t scratch_size(int N) const override { return size_t(N) * (C_ + D_); }
 
-  void forward(CpuLayerPath<F>& path, const CpuLayerPlace& at, const CpuRows& rows, F* acts, const F* x,
+  void forward(CpuLayerPath<F>& path, const LayerPlace& at, const CpuRows& rows, F* acts, const F* x,
                F* out) const override {
     using enum TensorRole;
     const LayerTensors& t = at.tensors;
@@ -56,7 +56,7 @@ class CpuToyLayer final : public CpuLayer<F> {
     for (size_t i = 0; i < n; ++i) out[i] = x[i] + branch[i];
   }
 
-  void backward(CpuTrainingPath<F>& path, const CpuLayerPlace& at, const CpuRows& rows, F* acts, F* scratch,
+  void backward(CpuTrainingPath<F>& path, const LayerPlace& at, const CpuRows& rows, F* acts, F* scratch,
                 const F* x, F* dres) const override {
     using enum TensorRole;
     const LayerTensors& t = at.tensors;

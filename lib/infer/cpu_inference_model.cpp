@@ -90,7 +90,7 @@ void CpuInferenceModel::norm_rows(float* out, float* mean, float* rstd, const fl
   cpu_norm_forward(config_, out, mean, rstd, inp, p(w), p(b), N);
 }
 
-AttentionCore<float>& CpuInferenceModel::attention_core(const CpuLayerPlace& at) {
+AttentionCore<float>& CpuInferenceModel::attention_core(const LayerPlace& at) {
   core_.l_ = cache_layer_[size_t(at.layer)];
   return core_;
 }

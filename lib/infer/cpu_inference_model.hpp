@@ -60,12 +60,12 @@ class CpuInferenceModel final : public InferenceModel, private CpuLayerPath<floa
   // OUT [N, C] = INP [N, IN] @ W^T + B: a row-parallel layer, its parts summed over the group (into branch_).
   float* row_parallel_forward(const float* inp, size_t w, size_t b, int N, int in) override;
   void hidden_dropout(float*, int, uint64_t) override {}
-  AttentionCore<float>& attention_core(const CpuLayerPlace& at) override;
+  AttentionCore<float>& attention_core(const LayerPlace& at) override;
   // The attention's core of cache layer L over the requests of the append running.
   class CachedAttention final : public AttentionCore<float> {
    public:
     explicit CachedAttention(CpuInferenceModel& model) : model_(model) {}
-    void forward(AttentionActs<float>& a, const CpuLayerDims&) override { model_.attend(l_, model_.requests_, a); }
+    void forward(AttentionActs<float>& a, const LayerDims&) override { model_.attend(l_, model_.requests_, a); }
     size_t l_ = 0;
 
    private:

@@ -148,15 +148,15 @@ class CudaTransformer final : private CudaLayerPath<X> {
   // fused_norm_linear(), adding the part the branch before left pending.
   void norm_linear(const CudaNormLinear<X>& op) override;
   // residual_add() on the stream (OUT, which must be X), deferring the add where it may.
-  void residual_linear(const CudaLayerPlace& at, const X* inp, size_t w, size_t b, int N, int in, uint64_t site,
+  void residual_linear(const LayerPlace& at, const X* inp, size_t w, size_t b, int N, int in, uint64_t site,
                        const X* x, X* out) override;
   // The caller's attention and KV cache, for attention layer AT.
-  CudaAttentionCore<X>& attention_core(const CudaLayerPlace& at) override;
+  CudaAttentionCore<X>& attention_core(const LayerPlace& at) override;
   // blocks()'s attention core: the caller's callback, after the cache append of the QKV product.
   class CallerAttention final : public CudaAttentionCore<X> {
    public:
     const cuda::SmallLinearKvAppend<X>* kv_append() const override { return cached ? &append : nullptr; }
-    void forward(const CudaAttentionActs<X>& a, const CudaLayerDims&) override { (*attention)(layer, a.qkv, a.atty); }
+    void forward(const CudaAttentionActs<X>& a, const LayerDims&) override { (*attention)(layer, a.qkv, a.atty); }
     const Attention* attention = nullptr;
     size_t layer = 0;  // the attention layer's number among the attention layers
     bool cached = false;

@@ -163,7 +163,7 @@ void CudaTransformer<X>::blocks(X* x, int N, const Attention& attention, const K
   cache_ = cache;
   const CudaRows rows{N, 0, 0, N};
   for (size_t l = 0; l < layers_.size(); ++l) {
-    const CudaLayerPlace at{offsets_.layer(int64_t(l)), int64_t(l), specs_[l].block};
+    const LayerPlace at{offsets_.layer(int64_t(l)), int64_t(l), specs_[l].block};
     layers_[l]->forward(*this, at, rows, layer_acts_[l], x, x);
   }
   core_.attention = nullptr;
@@ -171,7 +171,7 @@ void CudaTransformer<X>::blocks(X* x, int N, const Attention& attention, const K
 }
 
 template <typename X>
-CudaAttentionCore<X>& CudaTransformer<X>::attention_core(const CudaLayerPlace& at) {
+CudaAttentionCore<X>& CudaTransformer<X>::attention_core(const LayerPlace& at) {
   core_.layer = attention_layer_[size_t(at.layer)];
   core_.cached = cache_ != nullptr;
   if (cache_) {
@@ -190,7 +190,7 @@ void CudaTransformer<X>::norm_linear(const CudaNormLinear<X>& op) {
 }
 
 template <typename X>
-void CudaTransformer<X>::residual_linear(const CudaLayerPlace& at, const X* inp, size_t w, size_t b, int N, int in,
+void CudaTransformer<X>::residual_linear(const LayerPlace& at, const X* inp, size_t w, size_t b, int N, int in,
                                          uint64_t, const X* x, X* out) {
   if (out != x) throw std::logic_error("CudaTransformer: a residual add out of place");
   // The last layer's add is never left pending: the stream is the caller's after it.

@@ -70,22 +70,6 @@ void residual_branch_forward(CpuLayerPath<F>& path, const F* inp, size_t w, size
 
 }  // namespace
 
-CpuLayerDims cpu_layer_dims(const ModelConfig& config, int tp_size, int N) {
-  CpuLayerDims d;
-  d.N = N;
-  d.C = static_cast<int>(config.hidden_size);
-  d.NH = static_cast<int>(config.num_heads) / tp_size;
-  d.NKV = static_cast<int>(config.num_kv_heads) / tp_size;
-  d.HS = static_cast<int>(config.head_size());
-  d.KV = d.NKV * d.HS;
-  d.CQ = d.NH * d.HS;
-  d.QKV = d.CQ + 2 * d.KV;
-  d.Fh = static_cast<int>(config.ffn_hidden_size) / tp_size;
-  d.FC = (config.activation == Activation::swiglu ? 2 : 1) * d.Fh;
-  d.activation = config.activation;
-  return d;
-}
-
 template <typename F>
 void cpu_norm_forward(const ModelConfig& config, F* out, F* mean, F* rstd, const F* inp, const F* w, const F* b,
                       int N) {
@@ -98,7 +82,7 @@ void cpu_norm_forward(const ModelConfig& config, F* out, F* mean, F* rstd, const
 }
 
 template <typename F>
-void CausalAttention<F>::forward(AttentionActs<F>& a, const CpuLayerDims& d) {
+void CausalAttention<F>::forward(AttentionActs<F>& a, const LayerDims& d) {
   const size_t N = size_t(d.N);
   gather_cols(a.q, a.qkv, N, size_t(d.QKV), 0, size_t(d.CQ));
   gather_cols(a.k, a.qkv, N, size_t(d.QKV), size_t(d.CQ), size_t(d.KV));
@@ -112,7 +96,7 @@ void CausalAttention<F>::forward(AttentionActs<F>& a, const CpuLayerDims& d) {
 
 template <typename F>
 void CausalAttention<F>::backward(const AttentionActs<F>& a, const AttentionGrads<F>& s,
-                                  const CpuLayerDims& d) const {
+                                  const LayerDims& d) const {
   const size_t n = size_t(d.N), NC = n * size_t(d.C), nkv = n * size_t(d.KV);
   zero(s.dq, NC);
   zero(s.dk, nkv);
@@ -173,7 +157,7 @@ class CarvedCpuLayer : public CpuLayer<F> {
   virtual Acts acts(Carver<F>& c, const CpuRows& rows) const = 0;
   virtual Grads grads(Carver<F>& c, int N) const = 0;
   // This rank's sizes over N rows.
-  CpuLayerDims dims(int N) const { return cpu_layer_dims(config_, tp_size_, N); }
+  LayerDims dims(int N) const { return layer_dims(config_, tp_size_, N); }
 
  private:
   ModelConfig config_;
@@ -186,11 +170,11 @@ class CpuAttentionLayer final : public CarvedCpuLayer<F, AttentionActs<F>, Atten
  public:
   using CarvedCpuLayer<F, AttentionActs<F>, AttentionGrads<F>>::CarvedCpuLayer;
 
-  void forward(CpuLayerPath<F>& path, const CpuLayerPlace& at, const CpuRows& rows, F* acts_base, const F* x,
+  void forward(CpuLayerPath<F>& path, const LayerPlace& at, const CpuRows& rows, F* acts_base, const F* x,
                F* out) const override {
     using enum TensorRole;
     const LayerTensors& t = at.tensors;
-    const CpuLayerDims d = this->dims(rows.N);
+    const LayerDims d = this->dims(rows.N);
     Carver<F> c(acts_base);
     AttentionActs<F> a = this->acts(c, rows);
     norm_linear_forward(path, a.ln, a.ln_mean, a.ln_rstd, a.qkv, x, t[norm_weight], t[norm_bias], t[qkv_weight],
@@ -200,11 +184,11 @@ class CpuAttentionLayer final : public CarvedCpuLayer<F, AttentionActs<F>, Atten
                             block_dropout_sites(at.block) + 2, x, out);
   }
 
-  void backward(CpuTrainingPath<F>& path, const CpuLayerPlace& at, const CpuRows& rows, F* acts_base, F* scratch,
+  void backward(CpuTrainingPath<F>& path, const LayerPlace& at, const CpuRows& rows, F* acts_base, F* scratch,
                 const F* x, F* dres) const override {
     using enum TensorRole;
     const LayerTensors& t = at.tensors;
-    const CpuLayerDims d = this->dims(rows.N);
+    const LayerDims d = this->dims(rows.N);
     Carver<F> c(acts_base), cs(scratch);
     const AttentionActs<F> a = this->acts(c, rows);
     const AttentionGrads<F> s = this->grads(cs, rows.N);
@@ -221,7 +205,7 @@ class CpuAttentionLayer final : public CarvedCpuLayer<F, AttentionActs<F>, Atten
  private:
   // The activations over ROWS, with the attention probabilities in training.
   AttentionActs<F> acts(Carver<F>& c, const CpuRows& rows) const override {
-    const CpuLayerDims d = this->dims(rows.N);
+    const LayerDims d = this->dims(rows.N);
     const size_t N = size_t(d.N), C = size_t(d.C), KV = size_t(d.KV);
     const size_t scores = rows.training() ? size_t(rows.B) * size_t(d.NH) * size_t(rows.T) * size_t(rows.T) : 0;
     AttentionActs<F> a;
@@ -237,7 +221,7 @@ class CpuAttentionLayer final : public CarvedCpuLayer<F, AttentionActs<F>, Atten
     return a;
   }
   AttentionGrads<F> grads(Carver<F>& c, int n) const override {
-    const CpuLayerDims d = this->dims(n);
+    const LayerDims d = this->dims(n);
     const size_t N = size_t(d.N), C = size_t(d.C), KV = size_t(d.KV);
     AttentionGrads<F> s;
     s.dln = c.take(N * C);
@@ -268,11 +252,11 @@ class CpuMlpLayer final : public CarvedCpuLayer<F, MlpActs<F>, MlpGrads<F>> {
  public:
   using CarvedCpuLayer<F, MlpActs<F>, MlpGrads<F>>::CarvedCpuLayer;
 
-  void forward(CpuLayerPath<F>& path, const CpuLayerPlace& at, const CpuRows& rows, F* acts_base, const F* x,
+  void forward(CpuLayerPath<F>& path, const LayerPlace& at, const CpuRows& rows, F* acts_base, const F* x,
                F* out) const override {
     using enum TensorRole;
     const LayerTensors& t = at.tensors;
-    const CpuLayerDims d = this->dims(rows.N);
+    const LayerDims d = this->dims(rows.N);
     Carver<F> c(acts_base);
     const Acts a = this->acts(c, rows);
     norm_linear_forward(path, a.ln, a.ln_mean, a.ln_rstd, a.fc1, x, t[norm_weight], t[norm_bias], t[fc1_weight],
@@ -285,11 +269,11 @@ class CpuMlpLayer final : public CarvedCpuLayer<F, MlpActs<F>, MlpGrads<F>> {
                             x, out);
   }
 
-  void backward(CpuTrainingPath<F>& path, const CpuLayerPlace& at, const CpuRows& rows, F* acts_base, F* scratch,
+  void backward(CpuTrainingPath<F>& path, const LayerPlace& at, const CpuRows& rows, F* acts_base, F* scratch,
                 const F* x, F* dres) const override {
     using enum TensorRole;
     const LayerTensors& t = at.tensors;
-    const CpuLayerDims d = this->dims(rows.N);
+    const LayerDims d = this->dims(rows.N);
     Carver<F> c(acts_base), cs(scratch);
     const Acts a = this->acts(c, rows);
     const Grads s = this->grads(cs, rows.N);
@@ -311,7 +295,7 @@ class CpuMlpLayer final : public CarvedCpuLayer<F, MlpActs<F>, MlpGrads<F>> {
   using Acts = MlpActs<F>;
   using Grads = MlpGrads<F>;
   Acts acts(Carver<F>& c, const CpuRows& rows) const override {
-    const CpuLayerDims d = this->dims(rows.N);
+    const LayerDims d = this->dims(rows.N);
     const size_t N = size_t(d.N);
     Acts a;
     a.ln = c.take(N * size_t(d.C));
@@ -322,7 +306,7 @@ class CpuMlpLayer final : public CarvedCpuLayer<F, MlpActs<F>, MlpGrads<F>> {
     return a;
   }
   Grads grads(Carver<F>& c, int n) const override {
-    const CpuLayerDims d = this->dims(n);
+    const LayerDims d = this->dims(n);
     const size_t N = size_t(d.N);
     Grads s;
     s.dln = c.take(N * size_t(d.C));

@@ -20,30 +20,17 @@
 #include <vector>
 
 #include "model/config.hpp"
+#include "model/layer_dims.hpp"
 #include "model/param_table.hpp"
 #include "ops/cpu/ops.hpp"
 
 namespace meg {
-
-// One rank's sizes of a layer over N rows: NH, NKV its query and key/value heads of HS, CQ = NH*HS,
-// KV = NKV*HS, QKV their sum with the keys', Fh the MLP's hidden width and FC its first product's.
-struct CpuLayerDims {
-  int N, C, NH, NKV, HS, KV, CQ, QKV, Fh, FC;
-  Activation activation;
-};
-CpuLayerDims cpu_layer_dims(const ModelConfig& config, int tp_size, int N);
 
 // The rows a forward runs over: N rows, in training a batch of B sequences of T (N = B T); in
 // generation (B = T = 0) packed new tokens of several sequences, and nothing kept for a backward.
 struct CpuRows {
   int N = 0, B = 0, T = 0;
   bool training() const { return B > 0; }
-};
-
-// Where a layer is: its tensors, its index in the layer sequence and its block.
-struct CpuLayerPlace {
-  const LayerTensors& tensors;
-  int64_t layer, block;
 };
 
 // The config's norm (LayerNorm or RMSNorm) of N rows; MEAN and RSTD (kept for the backward) may be
@@ -61,7 +48,7 @@ struct AttentionActs {
 template <typename F>
 class AttentionCore {
  public:
-  virtual void forward(AttentionActs<F>& a, const CpuLayerDims& d) = 0;
+  virtual void forward(AttentionActs<F>& a, const LayerDims& d) = 0;
 
  protected:
   ~AttentionCore() = default;
@@ -82,7 +69,7 @@ class CpuLayerPath {
   // Hidden dropout of SITE on a branch output of the stream's rows, in place.
   virtual void hidden_dropout(F* branch, int N, uint64_t site) = 0;
   // The core of the attention layer AT.
-  virtual AttentionCore<F>& attention_core(const CpuLayerPlace& at) = 0;
+  virtual AttentionCore<F>& attention_core(const LayerPlace& at) = 0;
 
  protected:
   ~CpuLayerPath() = default;
@@ -101,9 +88,9 @@ class CausalAttention final : public AttentionCore<F> {
  public:
   CausalAttention(int B, int T, bool rope, F theta, double p, const cpu::DropoutKey& key)
       : B_(B), T_(T), rope_(rope), theta_(theta), p_(p), key_(key) {}
-  void forward(AttentionActs<F>& a, const CpuLayerDims& d) override;
+  void forward(AttentionActs<F>& a, const LayerDims& d) override;
   // S.dqkv = the gradient of a.qkv from S.datty, the attention output's.
-  void backward(const AttentionActs<F>& a, const AttentionGrads<F>& s, const CpuLayerDims& d) const;
+  void backward(const AttentionActs<F>& a, const AttentionGrads<F>& s, const LayerDims& d) const;
 
  private:
   int B_, T_;
@@ -129,16 +116,11 @@ class CpuTrainingPath : public CpuLayerPath<F> {
   virtual void norm_backward(F* dinp, const F* dout, const F* inp, size_t w, size_t b, const F* mean, const F* rstd,
                              int R) = 0;
   // The core of the attention layer AT, as attention_core() gave it to its forward.
-  virtual const CausalAttention<F>& causal_attention(const CpuLayerPlace& at) = 0;
+  virtual const CausalAttention<F>& causal_attention(const LayerPlace& at) = 0;
 
  protected:
   ~CpuTrainingPath() = default;
 };
-
-// The dropout sites of block BLOCK (gpt.hpp) are this + 1 for the attention probabilities, + 2
-// for the attention layer's output, + 3 for the MLP layer's; a kind with a block of its own may
-// use all three.
-inline uint64_t block_dropout_sites(int64_t block) { return 3 * static_cast<uint64_t>(block); }
 
 // One layer kind's implementation for a model (made for its config and tensor-parallel size).
 template <typename F>
@@ -152,11 +134,11 @@ class CpuLayer {
   virtual size_t scratch_size(int N) const = 0;
   // OUT = the layer applied to the stream X (the path's rows of N; OUT may be X), keeping its
   // activations in ACTS (activation_size(ROWS) values).
-  virtual void forward(CpuLayerPath<F>& path, const CpuLayerPlace& at, const CpuRows& rows, F* acts, const F* x,
+  virtual void forward(CpuLayerPath<F>& path, const LayerPlace& at, const CpuRows& rows, F* acts, const F* x,
                        F* out) const = 0;
   // The backward of the last forward of ACTS on X: DRES, the gradient of its output, becomes X's,
   // and the gradients of the layer's tensors accumulate.
-  virtual void backward(CpuTrainingPath<F>& path, const CpuLayerPlace& at, const CpuRows& rows, F* acts,
+  virtual void backward(CpuTrainingPath<F>& path, const LayerPlace& at, const CpuRows& rows, F* acts,
                         F* scratch, const F* x, F* dres) const = 0;
 };
 

@@ -4,7 +4,7 @@
 // activations it keeps, over N rows of the residual stream, in the activation type X (float, bf16
 // or fp16). The models run their stage's layers in order through the CudaLayer interface below, one
 // object per layer made by the kind's registered factory, as the CPU models run CpuLayer
-// (model/cpu_layers.hpp, whose layer sizes and places these share, and its dropout sites:
+// (model/cpu_layers.hpp; both share model/layer_dims.hpp's sizes, places and dropout sites:
 // block_dropout_sites(block) + 1 for the attention probabilities, + 2 for the attention layer's
 // output, + 3 for the MLP layer's, so that both devices drop the same elements).
 //
@@ -68,7 +68,7 @@
 #include <vector>
 
 #include "model/config.hpp"
-#include "model/cpu_layers.hpp"
+#include "model/layer_dims.hpp"
 #include "model/param_table.hpp"
 #include "ops/cuda/gemm.hpp"
 #include "ops/cuda/ops.hpp"
@@ -76,10 +76,6 @@
 namespace meg {
 
 enum class Recompute { none, selective, full };
-
-// A layer's sizes on one rank and its place in the model are device-neutral: the CPU layers'.
-using CudaLayerDims = CpuLayerDims;    // cpu_layer_dims(config, tp_size, N)
-using CudaLayerPlace = CpuLayerPlace;  // its tensors, its index in the layer sequence, its block
 
 // The rows a forward runs over: N rows, in training a batch of B sequences of T (N = B T) of which
 // the rank holds R rows of the residual stream (N / tp with sequence parallelism, else N), with
@@ -158,7 +154,7 @@ class CudaAttentionCore {
  public:
   // The KV-cache append that the QKV product's epilogue does before forward() (null: none).
   virtual const cuda::SmallLinearKvAppend<X>* kv_append() const { return nullptr; }
-  virtual void forward(const CudaAttentionActs<X>& a, const CudaLayerDims& d) = 0;
+  virtual void forward(const CudaAttentionActs<X>& a, const LayerDims& d) = 0;
 
  protected:
   ~CudaAttentionCore() = default;
@@ -181,10 +177,10 @@ class CudaLayerPath {
   // The end of the branch of layer AT: OUT = X + dropout(INP [N, IN] @ W^T + B), the product
   // row-parallel (INP this rank's IN columns), over the stream's rows; SITE the hidden dropout's.
   // OUT may be X (inference's stream is updated in place, OUT == X).
-  virtual void residual_linear(const CudaLayerPlace& at, const X* inp, size_t w, size_t b, int N, int in,
+  virtual void residual_linear(const LayerPlace& at, const X* inp, size_t w, size_t b, int N, int in,
                                uint64_t site, const X* x, X* out) = 0;
   // The core of the attention layer AT, for its forward.
-  virtual CudaAttentionCore<X>& attention_core(const CudaLayerPlace& at) = 0;
+  virtual CudaAttentionCore<X>& attention_core(const LayerPlace& at) = 0;
 
  protected:
   ~CudaLayerPath() = default;
@@ -206,9 +202,9 @@ class CudaCausalAttention final : public CudaAttentionCore<X> {
   CudaCausalAttention(int B, int T, const float* rope_table, double p, uint64_t dropout_stream, float* scratch,
                       cudaStream_t stream)
       : B_(B), T_(T), rope_(rope_table), p_(p), key_(dropout_stream), scratch_(scratch), stream_(stream) {}
-  void forward(const CudaAttentionActs<X>& a, const CudaLayerDims& d) override;
+  void forward(const CudaAttentionActs<X>& a, const LayerDims& d) override;
   // DQKV [N, QKV] (written) = the gradient of a.qkv from DATTY, a.atty's.
-  void backward(const CudaAttentionActs<X>& a, X* dqkv, const X* datty, const CudaLayerDims& d) const;
+  void backward(const CudaAttentionActs<X>& a, X* dqkv, const X* datty, const LayerDims& d) const;
 
  private:
   int B_, T_;
@@ -242,7 +238,7 @@ class CudaTrainingPath : public CudaLayerPath<X> {
   // gradient DOUT [N, OC] and input INP [N, C], accumulated.
   virtual void weight_backward(size_t w, size_t b, const X* dout, const X* inp, int N, int C, int OC) = 0;
   // The core of the attention layer AT, as attention_core() gave it to its forward.
-  virtual const CudaCausalAttention<X>& causal_attention(const CudaLayerPlace& at) = 0;
+  virtual const CudaCausalAttention<X>& causal_attention(const LayerPlace& at) = 0;
 
  protected:
   ~CudaTrainingPath() = default;
@@ -262,16 +258,16 @@ class CudaLayer {
   virtual size_t reduction_floats(const CudaRows& rows) const = 0;
   // OUT = the layer applied to the stream X (the path's rows of N; OUT may be X), keeping its
   // activations in ACTS (where the model put the arrays of activations(ROWS)).
-  virtual void forward(CudaLayerPath<X>& path, const CudaLayerPlace& at, const CudaRows& rows,
+  virtual void forward(CudaLayerPath<X>& path, const LayerPlace& at, const CudaRows& rows,
                        std::span<void* const> acts, const X* x, X* out) const = 0;
   // Selective recomputation: the arrays activations() marks recomputed, again, as the last forward
   // on X wrote them.
-  virtual void recompute(CudaTrainingPath<X>& path, const CudaLayerPlace& at, const CudaRows& rows,
+  virtual void recompute(CudaTrainingPath<X>& path, const LayerPlace& at, const CudaRows& rows,
                          std::span<void* const> acts, const X* x) const = 0;
   // The backward of the last forward of ACTS on X: DRES, the gradient of its output (the stream's
   // rows), becomes X's, and the gradients of the layer's tensors accumulate. SCRATCH holds
   // scratch_bytes(ROWS).
-  virtual void backward(CudaTrainingPath<X>& path, const CudaLayerPlace& at, const CudaRows& rows,
+  virtual void backward(CudaTrainingPath<X>& path, const LayerPlace& at, const CudaRows& rows,
                         std::span<void* const> acts, void* scratch, const X* x, X* dres) const = 0;
 };
 

@@ -61,7 +61,7 @@ void activation_forward(E e, X* out, const X* pre, int N, int OC, cudaStream_t s
 // norm of X, then the product of W and B (roles) with OC outputs; the output and epilogue are the
 // caller's.
 template <typename X>
-CudaNormLinear<X> branch_start(const LayerTensors& t, TensorRole w, TensorRole b, const CudaLayerDims& d, int OC,
+CudaNormLinear<X> branch_start(const LayerTensors& t, TensorRole w, TensorRole b, const LayerDims& d, int OC,
                                const X* x, X* ln, float* mean, float* rstd) {
   CudaNormLinear<X> op;
   op.ln = ln;
@@ -112,14 +112,14 @@ void linear_epilogue_forward(CudaLayerPath<X>& path, const CudaNormLinear<X>& op
 }
 
 template <typename X>
-void CudaCausalAttention<X>::forward(const CudaAttentionActs<X>& a, const CudaLayerDims& d) {
+void CudaCausalAttention<X>::forward(const CudaAttentionActs<X>& a, const LayerDims& d) {
   if (rope_) cuda::rope_forward(a.qkv, rope_, B_, T_, d.NH, d.NKV, d.HS, stream_);
   cuda::attention_forward(a.atty, a.lse, a.qkv, B_, T_, d.NH, d.NKV, d.HS, stream_, p_, key_);
 }
 
 template <typename X>
 void CudaCausalAttention<X>::backward(const CudaAttentionActs<X>& a, X* dqkv, const X* datty,
-                                      const CudaLayerDims& d) const {
+                                      const LayerDims& d) const {
   cuda::attention_backward(dqkv, datty, a.qkv, a.atty, a.lse, B_, T_, d.NH, d.NKV, d.HS, scratch_, stream_, p_, key_);
   if (rope_) cuda::rope_backward(dqkv, rope_, B_, T_, d.NH, d.NKV, d.HS, stream_);
 }
@@ -156,7 +156,7 @@ class CarvedCudaLayer : public CudaLayer<X> {
     return grads(c, rows);
   }
   // This rank's sizes over N rows.
-  CudaLayerDims dims(int N) const { return cpu_layer_dims(config_, tp_size_, N); }
+  LayerDims dims(int N) const { return layer_dims(config_, tp_size_, N); }
 
  private:
   ModelConfig config_;
@@ -176,16 +176,16 @@ class CudaAttentionLayer final : public CarvedCudaLayer<X, CudaAttentionActs<X>,
   using CarvedCudaLayer<X, CudaAttentionActs<X>, AttentionGrads<X>>::CarvedCudaLayer;
 
   size_t reduction_floats(const CudaRows& rows) const override {
-    const CudaLayerDims d = this->dims(rows.N);
+    const LayerDims d = this->dims(rows.N);
     return std::max({norm_scratch(d.N, d.C), cuda::bias_backward_scratch(d.N, std::max(d.QKV, d.C)),
                      cuda::attention_backward_scratch(rows.B, rows.T, d.NH)});
   }
 
-  void forward(CudaLayerPath<X>& path, const CudaLayerPlace& at, const CudaRows& rows, std::span<void* const> acts,
+  void forward(CudaLayerPath<X>& path, const LayerPlace& at, const CudaRows& rows, std::span<void* const> acts,
                const X* x, X* out) const override {
     using enum TensorRole;
     const LayerTensors& t = at.tensors;
-    const CudaLayerDims d = this->dims(rows.N);
+    const LayerDims d = this->dims(rows.N);
     const CudaAttentionActs<X> a = this->bound(acts, rows);
     CudaAttentionCore<X>& core = path.attention_core(at);
     const cuda::SmallLinearKvAppend<X>* kv = core.kv_append();
@@ -199,18 +199,18 @@ class CudaAttentionLayer final : public CarvedCudaLayer<X, CudaAttentionActs<X>,
                          out);
   }
 
-  void recompute(CudaTrainingPath<X>& path, const CudaLayerPlace& at, const CudaRows& rows,
+  void recompute(CudaTrainingPath<X>& path, const LayerPlace& at, const CudaRows& rows,
                  std::span<void* const> acts, const X* x) const override {
     using enum TensorRole;
     const CudaAttentionActs<X> a = this->bound(acts, rows);
     path.norm_rows(a.ln, a.ln_mean, a.ln_rstd, x, at.tensors[norm_weight], at.tensors[norm_bias], rows.N);
   }
 
-  void backward(CudaTrainingPath<X>& path, const CudaLayerPlace& at, const CudaRows& rows, std::span<void* const> acts,
+  void backward(CudaTrainingPath<X>& path, const LayerPlace& at, const CudaRows& rows, std::span<void* const> acts,
                 void* scratch, const X* x, X* dres) const override {
     using enum TensorRole;
     const LayerTensors& t = at.tensors;
-    const CudaLayerDims d = this->dims(rows.N);
+    const LayerDims d = this->dims(rows.N);
     const CudaAttentionActs<X> a = this->bound(acts, rows);
     const AttentionGrads<X> s = this->bound_scratch(scratch, rows);
     const X* dbranch = path.branch_grad(dres, d.N, block_dropout_sites(at.block) + 2);
@@ -224,7 +224,7 @@ class CudaAttentionLayer final : public CarvedCudaLayer<X, CudaAttentionActs<X>,
  private:
   // With the statistics and the log-sum-exps in training.
   CudaAttentionActs<X> acts(CudaActs& c, const CudaRows& rows) const override {
-    const CudaLayerDims d = this->dims(rows.N);
+    const LayerDims d = this->dims(rows.N);
     const size_t N = size_t(d.N), R = rows.training() ? size_t(rows.R) : 0;
     const size_t scores = rows.training() ? size_t(rows.B) * size_t(d.NH) * size_t(rows.T) : 0;
     CudaAttentionActs<X> a;
@@ -237,7 +237,7 @@ class CudaAttentionLayer final : public CarvedCudaLayer<X, CudaAttentionActs<X>,
     return a;
   }
   AttentionGrads<X> grads(CudaCarver& c, const CudaRows& rows) const override {
-    const CudaLayerDims d = this->dims(rows.N);
+    const LayerDims d = this->dims(rows.N);
     const size_t N = size_t(d.N);
     AttentionGrads<X> s;
     s.dln = c.take<X>(N * size_t(d.C));
@@ -266,15 +266,15 @@ class CudaMlpLayer final : public CarvedCudaLayer<X, MlpActs<X>, MlpGrads<X>> {
   using CarvedCudaLayer<X, MlpActs<X>, MlpGrads<X>>::CarvedCudaLayer;
 
   size_t reduction_floats(const CudaRows& rows) const override {
-    const CudaLayerDims d = this->dims(rows.N);
+    const LayerDims d = this->dims(rows.N);
     return std::max(norm_scratch(d.N, d.C), cuda::bias_backward_scratch(d.N, std::max(d.FC, d.C)));
   }
 
-  void forward(CudaLayerPath<X>& path, const CudaLayerPlace& at, const CudaRows& rows, std::span<void* const> acts,
+  void forward(CudaLayerPath<X>& path, const LayerPlace& at, const CudaRows& rows, std::span<void* const> acts,
                const X* x, X* out) const override {
     using enum TensorRole;
     const LayerTensors& t = at.tensors;
-    const CudaLayerDims d = this->dims(rows.N);
+    const LayerDims d = this->dims(rows.N);
     const MlpActs<X> a = this->bound(acts, rows);
     // Selective recomputation computes the activation again with the GELU kernel, so the forward
     // must use that kernel too: cuBLASLt's GELU may round differently in the last bit.
@@ -288,20 +288,20 @@ class CudaMlpLayer final : public CarvedCudaLayer<X, MlpActs<X>, MlpGrads<X>> {
                          out);
   }
 
-  void recompute(CudaTrainingPath<X>& path, const CudaLayerPlace& at, const CudaRows& rows,
+  void recompute(CudaTrainingPath<X>& path, const LayerPlace& at, const CudaRows& rows,
                  std::span<void* const> acts, const X* x) const override {
     using enum TensorRole;
-    const CudaLayerDims d = this->dims(rows.N);
+    const LayerDims d = this->dims(rows.N);
     const MlpActs<X> a = this->bound(acts, rows);
     path.norm_rows(a.ln, a.ln_mean, a.ln_rstd, x, at.tensors[norm_weight], at.tensors[norm_bias], rows.N);
     activation_forward(activation(d), a.act, a.fc1, d.N, d.FC, path.stream());
   }
 
-  void backward(CudaTrainingPath<X>& path, const CudaLayerPlace& at, const CudaRows& rows, std::span<void* const> acts,
+  void backward(CudaTrainingPath<X>& path, const LayerPlace& at, const CudaRows& rows, std::span<void* const> acts,
                 void* scratch, const X* x, X* dres) const override {
     using enum TensorRole;
     const LayerTensors& t = at.tensors;
-    const CudaLayerDims d = this->dims(rows.N);
+    const LayerDims d = this->dims(rows.N);
     const MlpActs<X> a = this->bound(acts, rows);
     const MlpGrads<X> s = this->bound_scratch(scratch, rows);
     const X* dbranch = path.branch_grad(dres, d.N, block_dropout_sites(at.block) + 3);
@@ -323,10 +323,10 @@ class CudaMlpLayer final : public CarvedCudaLayer<X, MlpActs<X>, MlpGrads<X>> {
   }
 
  private:
-  static E activation(const CudaLayerDims& d) { return d.activation == Activation::swiglu ? E::swiglu : E::gelu; }
+  static E activation(const LayerDims& d) { return d.activation == Activation::swiglu ? E::swiglu : E::gelu; }
   // With the norm's statistics in training.
   MlpActs<X> acts(CudaActs& c, const CudaRows& rows) const override {
-    const CudaLayerDims d = this->dims(rows.N);
+    const LayerDims d = this->dims(rows.N);
     const size_t N = size_t(d.N), R = rows.training() ? size_t(rows.R) : 0;
     MlpActs<X> a;
     a.ln = c.take<X>(N * size_t(d.C), true);
@@ -338,7 +338,7 @@ class CudaMlpLayer final : public CarvedCudaLayer<X, MlpActs<X>, MlpGrads<X>> {
   }
   // GELU's backward runs in place (dfc1 is dact); SwiGLU's writes twice dact's width.
   MlpGrads<X> grads(CudaCarver& c, const CudaRows& rows) const override {
-    const CudaLayerDims d = this->dims(rows.N);
+    const LayerDims d = this->dims(rows.N);
     const size_t N = size_t(d.N);
     MlpGrads<X> s;
     s.dln = c.take<X>(N * size_t(d.C));

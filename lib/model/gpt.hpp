@@ -187,12 +187,12 @@ class GptModel final : private CpuTrainingPath<F> {
                      const F* rstd, int N) override;
   void hidden_dropout(F* branch, int N, uint64_t site) override;
   const F* branch_grad(const F* dres, int N, uint64_t site) override;
-  AttentionCore<F>& attention_core(const CpuLayerPlace& at) override { return causal_attention_of(at.block); }
-  const CausalAttention<F>& causal_attention(const CpuLayerPlace& at) override { return causal_attention_of(at.block); }
+  AttentionCore<F>& attention_core(const LayerPlace& at) override { return causal_attention_of(at.block); }
+  const CausalAttention<F>& causal_attention(const LayerPlace& at) override { return causal_attention_of(at.block); }
   CausalAttention<F>& causal_attention_of(int64_t block);
   cpu::DropoutKey dropout_key(uint64_t site) const { return {fwd_seed_, fwd_step_, fwd_micro_, site}; }
   // Where the stage's layer L is.
-  CpuLayerPlace place(size_t l) const {
+  LayerPlace place(size_t l) const {
     return {layer_tensors_[l], static_cast<int64_t>(first_layer_ + l), specs_[l].block};
   }
   // The tensor-parallel pieces (each the plain op when the group has one rank).

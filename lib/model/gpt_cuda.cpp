@@ -369,7 +369,7 @@ CudaRows GptCudaModel<X>::layer_rows(int B, int T) const {
 }
 
 template <typename X>
-CudaLayerPlace GptCudaModel<X>::place(size_t l) const {
+LayerPlace GptCudaModel<X>::place(size_t l) const {
   return {layer_tensors_[l], first_layer_ + int64_t(l), specs_[l].block};
 }
 
@@ -483,7 +483,7 @@ void GptCudaModel<X>::norm_linear(const CudaNormLinear<X>& op) {
 }
 
 template <typename X>
-void GptCudaModel<X>::residual_linear(const CudaLayerPlace&, const X* inp, size_t w, size_t b, int N, int in,
+void GptCudaModel<X>::residual_linear(const LayerPlace&, const X* inp, size_t w, size_t b, int N, int in,
                                       uint64_t site, const X* x, X* out) {
   Acts& a = *acts_;
   const int C = static_cast<int>(config_.hidden_size);

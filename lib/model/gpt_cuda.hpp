@@ -202,7 +202,7 @@ class GptCudaModel final : private CudaTrainingPath<X> {
   // The rows the layers run over, for a B x T batch.
   CudaRows layer_rows(int B, int T) const;
   // Layer L of the stage: where it is, and its input (the previous layer's output, or the stage's).
-  CudaLayerPlace place(size_t l) const;
+  LayerPlace place(size_t l) const;
   const X* layer_input(size_t l) const;
 
   void prepare_batch(const int32_t* tokens, const int32_t* targets, int B, int T);
@@ -234,10 +234,10 @@ class GptCudaModel final : private CudaTrainingPath<X> {
   void norm_linear(const CudaNormLinear<X>& op) override;
   // The product into the slot's branch buffer, its sum over the group (exit_tp), hidden dropout
   // and the residual add.
-  void residual_linear(const CudaLayerPlace& at, const X* inp, size_t w, size_t b, int N, int in, uint64_t site,
+  void residual_linear(const LayerPlace& at, const X* inp, size_t w, size_t b, int N, int in, uint64_t site,
                        const X* x, X* out) override;
-  CudaAttentionCore<X>& attention_core(const CudaLayerPlace& at) override { return causal_attention_of(at.block); }
-  const CudaCausalAttention<X>& causal_attention(const CudaLayerPlace& at) override {
+  CudaAttentionCore<X>& attention_core(const LayerPlace& at) override { return causal_attention_of(at.block); }
+  const CudaCausalAttention<X>& causal_attention(const LayerPlace& at) override {
     return causal_attention_of(at.block);
   }
   // The core of block BLOCK's attention over the slot's batch, with the slot's dropout.
