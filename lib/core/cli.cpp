@@ -1,5 +1,6 @@
 #include "core/cli.hpp"
 
+#include <algorithm>
 #include <fstream>
 #include <thread>
 
@@ -107,9 +108,15 @@ int run_tool(CLI::App& app, int argc, char** argv, const std::function<int()>& b
 }
 
 unsigned resolve_workers(unsigned requested) {
-  if (requested > 0) return requested;
-  const unsigned n = std::thread::hardware_concurrency();
-  return n == 0 ? 1 : n;
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  if (requested == 0) return cores;
+  // Each worker is a thread with its own buffers: far more of them than cores only exhausts the
+  // process limit.
+  const unsigned limit = std::clamp(4 * cores, 64u, 1024u);
+  if (requested > limit)
+    input_error("--workers {}: too many threads; at most {} here (4 per core, between 64 and 1024)", requested,
+                limit);
+  return requested;
 }
 
 }  // namespace meg::cli

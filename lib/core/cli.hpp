@@ -25,7 +25,8 @@ void add_common_options(CLI::App& app, const std::string& example);
 int run_tool(CLI::App& app, int argc, char** argv, const std::function<int()>& body,
              const std::function<void(int)>& on_failure = {});
 
-// Worker threads to use when the user gave N (0 = all available cores).
+// Worker threads to use when the user gave N (0 = all available cores); InputError for more than
+// 4 per core (at least 64 allowed, never more than 1024).
 unsigned resolve_workers(unsigned requested);
 
 }  // namespace meg::cli

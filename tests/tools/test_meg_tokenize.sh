@@ -44,6 +44,9 @@ expect_fail 1 "needs -o" -- meg-tokenize --train --vocab-size 500 $M/fortunes_fi
 
 # --- Bad input: one line naming file and line, exit 1, nothing left under the output name.
 printf '{"text": "fine"}\n{"text": "broken\n' > malformed.jsonl
+expect_fail 1 "^meg-tokenize: --workers 100000: too many threads; at most [0-9]+ here" -- \
+  meg-tokenize $SPM --workers 100000 $M/fortunes_fixture.jsonl -o out.tok
+no_file out.tok
 expect_fail 1 "malformed.jsonl:2: malformed JSON" -- meg-tokenize $SPM malformed.jsonl -o out.tok
 no_file out.tok
 printf '{"text": "fine"}\n{"txt": "x"}\n' > nokey.jsonl
