@@ -1,12 +1,13 @@
 // meg-blend: Megatron's GPT sample indices and blend for weighted datasets, in one file that
 // training maps; --dump describes such a file.
 #include <chrono>
-#include <iostream>
 #include <optional>
 
 #include "core/cli.hpp"
+#include "core/cli_groups.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "core/stdout.hpp"
 #include "data/blend.hpp"
 #include "data/gpt_dataset.hpp"
 
@@ -20,10 +21,13 @@ int main(int argc, char** argv) {
 
   app.add_option("inputs", args, "WEIGHT PREFIX pairs: each dataset's weight and .bin/.idx prefix");
   app.add_option("-o,--output", output, "The blend file to write");
-  app.add_option("--seq-length", options.seq_length, "Tokens per sample T (samples hold T+1)");
-  app.add_option("--samples", samples, "Training samples to draw from the blend");
-  app.add_option("--valid-samples", valid_samples, "Validation samples (default: one epoch of the split)");
-  app.add_option("--test-samples", test_samples, "Test samples (default: one epoch of the split)");
+  app.add_option("--seq-length", options.seq_length, "Tokens per sample T (samples hold T+1)")
+      ->check(meg::cli::whole_number());
+  app.add_option("--samples", samples, "Training samples to draw from the blend")->check(meg::cli::whole_number());
+  app.add_option("--valid-samples", valid_samples, "Validation samples (default: one epoch of the split)")
+      ->check(meg::cli::whole_number());
+  app.add_option("--test-samples", test_samples, "Test samples (default: one epoch of the split)")
+      ->check(meg::cli::whole_number());
   app.add_option("--seed", options.seed, "Seed of the shuffles (numpy RandomState)")->capture_default_str();
   app.add_option("--split", options.split, "Train,valid,test weights of each dataset's documents")->capture_default_str();
   auto* dump_opt = app.add_option("--dump", dump, "Describe the blend file BLEND instead of building one");
@@ -35,7 +39,7 @@ int main(int argc, char** argv) {
       if (!args.empty()) meg::input_error("--dump takes only the blend file, not '{}'", args.front());
       const meg::BlendFile blend(dump);
       const auto info = meg::describe_blend(blend);
-      std::cout << (json ? info.dump(2) + "\n" : meg::format_blend_description(info));
+      meg::write_stdout(json ? info.dump(2) + "\n" : meg::format_blend_description(info));
       return 0;
     }
     if (output.empty()) meg::input_error("-o BLEND is required");

@@ -6,6 +6,7 @@
 #include "core/device.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "core/stdout.hpp"
 #include "eval/report.hpp"
 #include "eval/runner.hpp"
 #include "eval/scorer.hpp"
@@ -63,9 +64,9 @@ int main(int argc, char** argv) {
                              .device = device,
                              .precision = meg::precision_name(p),
                              .max_length = scorer->max_length()};
-      fmt::print("{}\n", meg::results_json(e, run).dump(2));
+      meg::write_stdout(meg::results_json(e, run).dump(2) + "\n");
     } else {
-      fmt::print("{}", meg::results_table(e));
+      meg::write_stdout(meg::results_table(e));
     }
     return 0;
   });

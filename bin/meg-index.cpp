@@ -1,11 +1,12 @@
 // meg-index: token streams to a Megatron-compatible indexed dataset (PREFIX.bin + PREFIX.idx);
 // also describes, verifies and merges such datasets.
 #include <chrono>
-#include <iostream>
 
 #include "core/cli.hpp"
+#include "core/cli_groups.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "core/stdout.hpp"
 #include "core/progress.hpp"
 #include "data/dataset_tools.hpp"
 
@@ -25,7 +26,8 @@ int main(int argc, char** argv) {
   verify_flag->excludes(merge_flag);
   app.add_flag("--json", json, "--info: print JSON (one object per line)");
   app.add_flag("--entropy", entropy, "--info: also the unigram entropy of the tokens (reads them all)");
-  app.add_option("--vocab-size", vocab_size, "--verify: also check every token is below this");
+  app.add_option("--vocab-size", vocab_size, "--verify: also check every token is below this")
+      ->check(meg::cli::whole_number(1, UINT32_MAX));
   meg::cli::add_common_options(app, "meg-tokenize --tokenizer spm.model --append-eod docs.jsonl | meg-index -o data/docs");
 
   return meg::cli::run_tool(app, argc, argv, [&] {
@@ -39,7 +41,7 @@ int main(int argc, char** argv) {
           meg::log::info("{}: ok ({} documents, {} tokens)", prefix, dataset.num_documents(), dataset.num_tokens());
         } else {
           const auto description = meg::describe_dataset(dataset, entropy);
-          std::cout << (json ? description.dump() + "\n" : meg::format_description(description));
+          meg::write_stdout(json ? description.dump() + "\n" : meg::format_description(description));
         }
       }
       return 0;

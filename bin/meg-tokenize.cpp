@@ -39,12 +39,14 @@ int main(int argc, char** argv) {
   app.add_flag("--skip-bad", options.skip_bad, "Skip malformed or empty documents and count them");
   app.add_flag("--decode", decode, "Turn a token stream back into documents");
   app.add_flag("--train", train, "Train a SentencePiece model on the documents (-o names it)");
-  app.add_option("--vocab-size", train_options.vocab_size, "Training: vocabulary size")->capture_default_str();
+  app.add_option("--vocab-size", train_options.vocab_size, "Training: vocabulary size")
+      ->check(meg::cli::whole_number(1, INT32_MAX))->capture_default_str();
   app.add_option("--model-type", train_options.model_type, "Training: bpe or unigram")
       ->check(CLI::IsMember({"bpe", "unigram"}))->capture_default_str();
   app.add_option("--character-coverage", train_options.character_coverage, "Training: share of characters covered")
       ->capture_default_str();
-  app.add_option("--max-sentences", train_options.max_sentences, "Training: sample at most this many lines");
+  app.add_option("--max-sentences", train_options.max_sentences, "Training: sample at most this many lines")
+      ->check(meg::cli::whole_number());
   app.add_option("--seed", train_options.seed, "Training: random seed")->capture_default_str();
   meg::cli::add_common_options(app, "meg-tokenize --tokenizer spm.model --append-eod docs.jsonl | meg-index -o data/docs");
 

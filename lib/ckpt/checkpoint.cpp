@@ -19,6 +19,7 @@
 #include "core/byte_stream.hpp"
 #include "core/error.hpp"
 #include "core/hash.hpp"
+#include "core/json_file.hpp"
 #include "core/log.hpp"
 #include "core/mapped_file.hpp"
 
@@ -365,14 +366,7 @@ Checkpoint load_checkpoint(const std::string& path, CheckpointLoadOptions option
   ck.path_ = dir;
   const std::string record_path = join(dir, kCheckpointRecordFile);
   const std::string text = read_small_file(record_path, kMaxRecordBytes);
-  try {
-    ck.json_ = ojson::parse(text);
-  } catch (const ojson::parse_error& e) {
-    std::string what = e.what();
-    if (const auto q = what.find("] "); what.rfind("[json.exception", 0) == 0 && q != std::string::npos)
-      what = what.substr(q + 2);
-    input_error("{}: not valid JSON: {}", record_path, what);
-  }
+  ck.json_ = parse_json<ojson>(text, JsonSource{record_path});
   const ojson& j = ck.json_;
   if (!j.is_object()) input_error("{}: not a JSON object", record_path);
   const auto format = j.find("format");

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
-#include <set>
 #include <stdexcept>
 #include <utility>
 
@@ -11,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
+#include "core/json_file.hpp"
 
 namespace meg {
 
@@ -103,38 +103,13 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : file_(path) {
   header_size_ = n;
   const uint64_t data_size = size - 8 - n;
 
-  // Parse, noting duplicate keys (nlohmann keeps the last silently; we refuse them).
-  std::vector<std::set<std::string>> open_objects;
-  std::string duplicate;
-  int duplicate_depth = 0;
-  auto callback = [&](int depth, ojson::parse_event_t event, ojson& parsed) {
-    if (event == ojson::parse_event_t::object_start) {
-      open_objects.emplace_back();
-    } else if (event == ojson::parse_event_t::object_end) {
-      open_objects.pop_back();
-    } else if (event == ojson::parse_event_t::key && !open_objects.empty()) {
-      if (!open_objects.back().insert(parsed.get<std::string>()).second && duplicate.empty()) {
-        duplicate = parsed.get<std::string>();
-        duplicate_depth = depth;
-      }
-    }
-    return true;
-  };
+  // A repeated key is refused: nlohmann would keep the last silently, another reader the first.
   const char* text = reinterpret_cast<const char*>(bytes + 8);
-  ojson header;
-  try {
-    header = ojson::parse(text, text + n, callback);
-  } catch (const ojson::parse_error& e) {
-    std::string what = e.what();
-    if (const auto p = what.find("] "); what.rfind("[json.exception", 0) == 0 && p != std::string::npos)
-      what = what.substr(p + 2);
-    input_error("{}: header is not valid JSON (byte {} of the file): {}", path, 8 + e.byte - (e.byte > 0), what);
-  }
+  JsonSource source(path);
+  source.offset = 8;
+  source.unique_keys = true;
+  const auto header = parse_json<ojson>(std::string_view(text, n), source);
   if (!header.is_object()) input_error("{}: header is {}, not a JSON object", path, json_type(header));
-  if (!duplicate.empty()) {
-    if (duplicate_depth <= 1) input_error("{}: header names tensor {} twice", path, quote_name(duplicate));
-    input_error("{}: header repeats the key {}", path, quote_name(duplicate));
-  }
 
   for (const auto& [name, value] : header.items()) {
     if (name == "__metadata__") {

@@ -1,9 +1,9 @@
 #include "convert/hf_config.hpp"
 
-#include <limits>
 #include <stdexcept>
 
 #include "core/error.hpp"
+#include "core/json_file.hpp"
 
 namespace meg {
 
@@ -11,7 +11,8 @@ namespace {
 
 using json = nlohmann::json;
 
-// Reads optional and required fields of one config.json, each error naming the file and field.
+// Reads optional and required fields of one config.json, each error naming the file and key; a
+// null field counts as absent, as transformers writes "n_inner": null for the default.
 class Fields {
  public:
   Fields(const json& j, const std::string& where) : j_(j), where_(where) {}
@@ -19,44 +20,24 @@ class Fields {
   bool has(const char* key) const { return j_.contains(key) && !j_.at(key).is_null(); }
 
   int64_t integer(const char* key) const {
-    if (!has(key)) input_error("{}: field {} is missing", where_, key);
-    const json& v = j_.at(key);
-    if (!v.is_number_integer() ||
-        (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max())))
-      input_error("{}: field {}: expected an integer, got {}", where_, key, v.dump());
-    return v.get<int64_t>();
+    if (!has(key)) input_error("{}: key '{}' is missing", where_, key);
+    return json_get<int64_t>(j_, key, where_);
   }
-  int64_t integer(const char* key, int64_t fallback) const { return has(key) ? integer(key) : fallback; }
-
-  double number(const char* key, double fallback) const {
-    if (!has(key)) return fallback;
-    const json& v = j_.at(key);
-    if (!v.is_number()) input_error("{}: field {}: expected a number, got {}", where_, key, v.dump());
-    return v.get<double>();
-  }
-
-  bool boolean(const char* key, bool fallback) const {
-    if (!has(key)) return fallback;
-    const json& v = j_.at(key);
-    if (!v.is_boolean()) input_error("{}: field {}: expected true or false, got {}", where_, key, v.dump());
-    return v.get<bool>();
-  }
-
+  int64_t integer(const char* key, int64_t fallback) const { return json_get<int64_t>(j_, key, where_, fallback); }
+  double number(const char* key, double fallback) const { return json_get<double>(j_, key, where_, fallback); }
+  bool boolean(const char* key, bool fallback) const { return json_get<bool>(j_, key, where_, fallback); }
   std::string string(const char* key, const std::string& fallback) const {
-    if (!has(key)) return fallback;
-    const json& v = j_.at(key);
-    if (!v.is_string()) input_error("{}: field {}: expected a string, got {}", where_, key, v.dump());
-    return v.get<std::string>();
+    return json_get<std::string>(j_, key, where_, fallback);
   }
 
-  // InputError unless field KEY (absent: FALLBACK) is EXPECTED; WHY says what meg lacks.
+  // InputError unless key KEY (absent: FALLBACK) is EXPECTED; WHY says what meg lacks.
   template <typename T>
   void require(const char* key, const T& value, const T& expected, const char* why) const {
-    if (value != expected) input_error("{}: field {}: {} is not supported ({})", where_, key, json(value).dump(), why);
+    if (value != expected) input_error("{}: key '{}': {} is not supported ({})", where_, key, json(value).dump(), why);
   }
 
   [[noreturn]] void refuse(const char* key, const char* why) const {
-    input_error("{}: field {}: {} is not supported ({})", where_, key, j_.at(key).dump(), why);
+    input_error("{}: key '{}': {} is not supported ({})", where_, key, j_.at(key).dump(), why);
   }
 
  private:
@@ -76,18 +57,18 @@ const HfArchitecture& hf_architecture_of(const json& j, const std::string& where
     const std::string type = f.string("model_type", "");
     for (const auto& a : kArchitectures)
       if (type == a.model_type) return a;
-    input_error("{}: field model_type: unknown architecture \"{}\" (meg reads gpt2 and llama)", where, type);
+    input_error("{}: key 'model_type': unknown architecture \"{}\" (meg reads gpt2 and llama)", where, type);
   }
   if (j.contains("architectures") && j["architectures"].is_array() && !j["architectures"].empty() &&
       j["architectures"][0].is_string()) {
     const std::string arch = j["architectures"][0].get<std::string>();
     for (const auto& a : kArchitectures)
       if (arch == a.name) return a;
-    input_error("{}: field architectures: unknown architecture \"{}\" (meg reads GPT2LMHeadModel and "
+    input_error("{}: key 'architectures': unknown architecture \"{}\" (meg reads GPT2LMHeadModel and "
                 "LlamaForCausalLM)",
                 where, arch);
   }
-  input_error("{}: field model_type is missing (and no architectures say what the model is)", where);
+  input_error("{}: key 'model_type' is missing (and no architectures say what the model is)", where);
 }
 
 ModelConfig gpt2_from_hf(const json& j, const std::string& where) {

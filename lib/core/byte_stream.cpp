@@ -1,23 +1,48 @@
 #include "core/byte_stream.hpp"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zstd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <utility>
 
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "core/stdout.hpp"
 
 namespace meg {
 namespace {
 constexpr size_t kBufferSize = 1 << 20;
 constexpr uint64_t kWritebackChunk = 8 << 20;
 constexpr uint8_t kZstdMagic[4] = {0x28, 0xB5, 0x2F, 0xFD};
+
+std::string host_name() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof(name) - 1) != 0 || name[0] == '\0') return "localhost";
+  return name;
+}
+
+// Removes DIR/.NAME.tmp.HOST.PID files whose writer died: same host, no such process. A writer
+// on another host sharing the directory, or one alive here, is left alone.
+void remove_stale_temps(const std::filesystem::path& dir, const std::string& name, const std::string& host) {
+  const std::string prefix = "." + name + ".tmp." + host + ".";
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string file = entry.path().filename().string();
+    if (file.size() <= prefix.size() || file.compare(0, prefix.size(), prefix) != 0) continue;
+    const std::string pid_text = file.substr(prefix.size());
+    if (pid_text.find_first_not_of("0123456789") != std::string::npos || pid_text.size() > 9) continue;
+    const pid_t pid = static_cast<pid_t>(std::stol(pid_text));
+    if (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH) std::filesystem::remove(entry.path(), ec);
+  }
+}
 }  // namespace
 
 struct ByteReader::ZstdState {
@@ -129,6 +154,27 @@ bool ByteReader::read_exact(void* out, size_t n, size_t* got) {
   return r == n;
 }
 
+bool ByteReader::read_counted(std::vector<uint8_t>& buf, uint64_t n) {
+  if (!zstd_ && raw_size_ > 0) {
+    // A plain file: its size bounds what can follow (raw and handed-out bytes are the same here).
+    if (n > raw_size_ - std::min(raw_size_, offset_)) return false;
+    buf.resize(n);
+    return read_exact(buf.data(), n);
+  }
+  buf.clear();
+  while (buf.size() < n) {
+    const size_t at = buf.size();
+    const size_t take = static_cast<size_t>(std::min<uint64_t>(n - at, std::max(kBufferSize, at)));
+    buf.resize(at + take);
+    size_t got = 0;
+    if (!read_exact(buf.data() + at, take, &got)) {
+      buf.resize(at + got);
+      return false;
+    }
+  }
+  return true;
+}
+
 bool ByteReader::at_end() { return out_pos_ == out_len_ && !refill(); }
 
 // ---------------------------------------------------------------------------------------------
@@ -139,9 +185,10 @@ ByteWriter::ByteWriter(const std::string& path, int zstd_level)
   if (path == "-") {
     fd_ = STDOUT_FILENO;
   } else {
-    const std::filesystem::path p(path);
-    const auto dir = p.has_parent_path() ? p.parent_path() : std::filesystem::path(".");
-    temp_path_ = (dir / fmt::format(".{}.tmp.{}", p.filename().string(), ::getpid())).string();
+    const std::filesystem::path dir = directory_of(path);
+    const std::string name = std::filesystem::path(path).filename().string(), host = host_name();
+    remove_stale_temps(dir, name, host);
+    temp_path_ = (dir / fmt::format(".{}.tmp.{}.{}", name, host, ::getpid())).string();
     fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd_ < 0) system_error(path, "cannot create");
   }
@@ -165,6 +212,7 @@ void ByteWriter::write_fd(const void* data, size_t n) {
   while (n > 0) {
     const ssize_t w = ::write(fd_, p, n);
     if (w < 0 && errno == EINTR) continue;
+    if (w < 0 && temp_path_.empty()) stdout_failed(errno);  // "-": a closed pipe ends the tool quietly
     if (w < 0) system_error(path_, "write failed");
     p += w;
     n -= static_cast<size_t>(w);
@@ -210,14 +258,22 @@ void ByteWriter::write(const void* data, size_t n) {
   }
 }
 
+void ByteWriter::sync() {
+  if (synced_all_) return;
+  flush_buffer(true);
+  if (!temp_path_.empty()) {
+    if (::fsync(fd_) != 0) system_error(path_, "fsync failed");
+    const int fd = std::exchange(fd_, -1);
+    if (::close(fd) != 0) system_error(path_, "close failed");
+  }
+  synced_all_ = true;
+}
+
 void ByteWriter::commit() {
   if (committed_) return;
-  flush_buffer(true);
+  sync();
   committed_ = true;
   if (temp_path_.empty()) return;
-  if (::fsync(fd_) != 0) system_error(path_, "fsync failed");
-  if (::close(fd_) != 0) system_error(path_, "close failed");
-  fd_ = -1;
   if (::rename(temp_path_.c_str(), path_.c_str()) != 0) {
     ::unlink(temp_path_.c_str());
     system_error(path_, "cannot rename into place");
@@ -234,6 +290,11 @@ void sync_directory(const std::string& dir) {
     system_error(dir, "fsync of directory failed");
   }
   ::close(fd);
+}
+
+std::string directory_of(const std::string& path) {
+  const std::filesystem::path p(path);
+  return p.has_parent_path() ? p.parent_path().string() : ".";
 }
 
 }  // namespace meg

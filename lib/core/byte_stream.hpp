@@ -3,7 +3,9 @@
 // ByteReader recognises a zstd frame by its magic number and decompresses on the fly, so every
 // reader in meg accepts compressed and plain input alike. ByteWriter never writes under the final
 // name until commit(): output goes to a hidden temporary file beside it that is renamed into place,
-// so a crash or an error never leaves a half-written file that looks whole.
+// so a crash or an error never leaves a half-written file that looks whole. The temporary name,
+// .NAME.tmp.HOST.PID, says whose it is: a writer removes those of NAME that a dead process of its
+// own host left behind.
 #pragma once
 
 #include <cstddef>
@@ -25,6 +27,11 @@ class ByteReader {
   size_t read(void* out, size_t n);
   // Reads exactly N bytes or returns false when the stream ends first (count read in *got).
   bool read_exact(void* out, size_t n, size_t* got = nullptr);
+  // Reads exactly N bytes into BUF, N being a count the input itself declared, or returns false
+  // when the stream ends first. A corrupt count must not cost gigabytes: against a plain file N is
+  // checked with the bytes left before anything is allocated, and from a pipe or a compressed
+  // stream (whose size is unknown) BUF grows in doubling chunks as bytes arrive.
+  bool read_counted(std::vector<uint8_t>& buf, uint64_t n);
   bool at_end();  // true when no byte is left
 
   const std::string& path() const { return path_; }
@@ -57,7 +64,10 @@ class ByteWriter {
   ByteWriter& operator=(const ByteWriter&) = delete;
 
   void write(const void* data, size_t n);
-  void commit();  // flushes, syncs and renames into place
+  // Flushes and syncs the temporary file: after it the whole output is on disk, not yet in place.
+  // Outputs that must appear together (a dataset's .bin and .idx) sync all before any commit().
+  void sync();
+  void commit();  // sync() if not done, then renames into place
 
   const std::string& path() const { return path_; }
   uint64_t bytes_written() const { return written_; }  // before compression
@@ -68,7 +78,7 @@ class ByteWriter {
 
   std::string path_, temp_path_;
   int fd_ = -1;
-  bool committed_ = false;
+  bool synced_all_ = false, committed_ = false;
   uint64_t written_ = 0;
   uint64_t on_disk_ = 0, synced_ = 0;  // bytes handed to the file, and those whose writeback began
   std::vector<uint8_t> buf_, zbuf_;
@@ -79,5 +89,7 @@ class ByteWriter {
 
 // Makes what directory DIR holds (new names, renames) durable: fsync of the directory itself.
 void sync_directory(const std::string& dir);
+// The directory holding PATH: its parent, or "." for a bare name.
+std::string directory_of(const std::string& path);
 
 }  // namespace meg

@@ -1,13 +1,15 @@
 #include "core/cli.hpp"
 
 #include <algorithm>
-#include <fstream>
+#include <sstream>
 #include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
+#include "core/json_file.hpp"
 #include "core/log.hpp"
+#include "core/stdout.hpp"
 
 namespace meg::cli {
 namespace {
@@ -15,18 +17,19 @@ namespace {
 // CLI11 reads TOML/INI settings files by default; ours are JSON, flat or nested by subcommand.
 class JsonConfig : public CLI::Config {
  public:
+  explicit JsonConfig(const CLI::App& app) : app_(app) {}
+
   std::string to_config(const CLI::App*, bool, bool, std::string) const override {
     return {};  // we never write settings files through CLI11
   }
 
+  // CLI11 passes the open file only; its name is the value of --config, given by now.
   std::vector<CLI::ConfigItem> from_config(std::istream& input) const override {
-    nlohmann::json j;
-    try {
-      input >> j;
-    } catch (const nlohmann::json::exception& e) {
-      throw CLI::ConversionError(std::string("settings file is not valid JSON: ") + e.what());
-    }
-    if (!j.is_object()) throw CLI::ConversionError("settings file must hold a JSON object");
+    const std::string path = app_.get_config_ptr()->as<std::string>();
+    std::stringstream text;
+    text << input.rdbuf();
+    const auto j = parse_json(text.str(), JsonSource{path});
+    if (!j.is_object()) input_error("{}: a settings file holds a JSON object, not {}", path, j.type_name());
     std::vector<CLI::ConfigItem> items;
     collect(j, {}, items);
     return items;
@@ -59,6 +62,8 @@ class JsonConfig : public CLI::Config {
   static std::string scalar(const nlohmann::json& v) {
     return v.is_string() ? v.get<std::string>() : v.dump();
   }
+
+  const CLI::App& app_;
 };
 
 }  // namespace
@@ -66,11 +71,30 @@ class JsonConfig : public CLI::Config {
 void add_common_options(CLI::App& app, const std::string& example) {
   app.set_version_flag("--version", std::string(MEG_VERSION));
   app.add_flag_callback("-q,--quiet", [] { log::set_quiet(true); }, "Print no progress or summary");
-  app.config_formatter(std::make_shared<JsonConfig>());
+  app.config_formatter(std::make_shared<JsonConfig>(app));
   app.set_config("--config", "", "Read options from a JSON settings file (command line wins)");
   app.allow_config_extras(CLI::config_extras_mode::error);  // a misspelt key is an error, not ignored
   app.footer("Example:\n  " + example);
 }
+
+namespace {
+
+// CLI11's answer to --help or --version, written and checked as any output of a tool (CLI11's own
+// std::endl would flush it where a failure's errno is lost).
+int answer(const CLI::App& app, const CLI::Error& e) {
+  std::ostringstream out;
+  const int status = app.exit(e, out);
+  try {
+    write_stdout(out.str());
+    close_stdout();
+  } catch (const InputError& failed) {
+    log::write_line(failed.what());
+    return kExitBadInput;
+  }
+  return status;
+}
+
+}  // namespace
 
 int run_tool(CLI::App& app, int argc, char** argv, const std::function<int()>& body,
              const std::function<void(int)>& on_failure) {
@@ -78,11 +102,14 @@ int run_tool(CLI::App& app, int argc, char** argv, const std::function<int()>& b
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
+    return answer(app, e);
   } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
+    return answer(app, e);
   } catch (const CLI::CallForVersion& e) {
-    return app.exit(e);
+    return answer(app, e);
+  } catch (const InputError& e) {  // a settings file that is not JSON: the line names it already
+    log::write_line(e.what());
+    return kExitBadInput;
   } catch (const CLI::ParseError& e) {
     // Errors found in the settings file name it, as every diagnostic names its file.
     const CLI::Option* config = app.get_config_ptr();
@@ -95,7 +122,9 @@ int run_tool(CLI::App& app, int argc, char** argv, const std::function<int()>& b
   }
   int status = kExitOk;
   try {
-    return body();
+    const int done = body();
+    close_stdout();  // output lost to a full disk is a failure, not "done"
+    return done;
   } catch (const InputError& e) {
     log::write_line(e.what());
     status = kExitBadInput;

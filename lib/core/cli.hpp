@@ -19,8 +19,9 @@ namespace meg::cli {
 // options given on the command line win), and an example for --help.
 void add_common_options(CLI::App& app, const std::string& example);
 
-// Parses, runs BODY and turns what escapes into an exit status: usage errors and InputError print
-// one line and give 1, anything else prints "internal error" and gives 2. ON_FAILURE, when given,
+// Parses, runs BODY, closes stdout (core/stdout.hpp: output that did not get out is an error) and
+// turns what escapes into an exit status: usage errors and InputError print one line and give 1,
+// anything else prints "internal error" and gives 2. ON_FAILURE, when given,
 // runs with that status after the line is printed (a distributed job aborts all its ranks there).
 int run_tool(CLI::App& app, int argc, char** argv, const std::function<int()>& body,
              const std::function<void(int)>& on_failure = {});

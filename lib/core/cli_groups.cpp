@@ -1,6 +1,9 @@
 #include "core/cli_groups.hpp"
 
 #include <cctype>
+#include <charconv>
+
+#include <fmt/format.h>
 
 namespace meg::cli {
 namespace {
@@ -18,6 +21,22 @@ std::string with_note(std::string text, const std::string& note) {
 }
 
 }  // namespace
+
+CLI::Validator whole_number(uint64_t min, uint64_t max) {
+  return CLI::Validator(
+      [min, max](std::string& text) -> std::string {
+        if (!text.empty() && text[0] == '-') return fmt::format("{} is negative: a count or size is expected", text);
+        uint64_t v = 0;
+        const char* end = text.data() + text.size();
+        const auto [at, ec] = std::from_chars(text.data(), end, v);
+        if (ec == std::errc::result_out_of_range) return fmt::format("{} is too large", text);
+        if (ec != std::errc() || at != end) return fmt::format("'{}' is not a whole number", text);
+        if (v < min) return fmt::format("{} is below the least allowed, {}", v, min);
+        if (v > max) return fmt::format("{} is above the most allowed, {}", v, max);
+        return {};
+      },
+      "");
+}
 
 CLI::Option* add_load_option(CLI::App& app, std::string& load, const std::string& role) {
   return app

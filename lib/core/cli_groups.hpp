@@ -3,13 +3,15 @@
 // way: checkpointing, tokenizer, mixed precision, distributed). A group binds fields the tool
 // already has (TrainOptions, GenerateOptions, or a main's locals), so the values land where the
 // library reads them; it validates nothing itself: the library does, with the same messages in
-// every tool (device and precision: resolve_device_precision in core/device.hpp).
+// every tool (device and precision: resolve_device_precision in core/device.hpp). The one check
+// here, whole_number(), is of the option text itself, which the library never sees.
 //
 // CONTEXT, where a group takes one, leads its help texts with when the options apply ("--to hf",
 // "embed, query"), as the tools' other mode-bound options are worded. In --help each group's
 // options are listed under its own heading.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -17,6 +19,12 @@
 #include <CLI/CLI.hpp>
 
 namespace meg::cli {
+
+// A count or size option: a whole number from MIN to MAX, refused with one line naming the
+// option otherwise. CLI11 reads "-5" into an unsigned option as 2^64 - 5 and into a signed one as
+// -5, so every count a user gives goes through this; sizes that depend on the data (whether they
+// fit in memory) are the library's to check.
+CLI::Validator whole_number(uint64_t min = 0, uint64_t max = UINT64_MAX);
 
 // --load DIR: the checkpoint to read (an iter_* directory, or a directory of them: its latest).
 // ROLE, when given, says what the tool makes of it ("the embedder").

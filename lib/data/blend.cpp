@@ -12,6 +12,8 @@
 #include "core/byte_stream.hpp"
 #include "core/error.hpp"
 #include "core/hash.hpp"
+#include "core/memory_limit.hpp"
+#include "core/progress.hpp"
 #include "core/thread_pool.hpp"
 
 namespace meg {
@@ -291,6 +293,52 @@ struct OpenInput {
   std::vector<int32_t> lengths;  // of every document, read once and shared by the splits
 };
 
+// The option that sets a split's sample count.
+const char* samples_option(int s) {
+  static constexpr const char* kOptions[kNumSplits] = {"--samples", "--valid-samples", "--test-samples"};
+  return kOptions[s];
+}
+
+// Refuses, before anything is allocated, sample counts the inputs cannot serve: samples whose
+// tokens overflow the 64-bit offsets, a split shorter than one sample of T+1 tokens (it would be
+// repeated for every sample), and indices larger than the memory this process may use.
+void check_sizes(const std::vector<BlendInput>& inputs, const BlendOptions& options, std::span<const double> weights,
+                 const std::vector<std::array<DocumentRange, kNumSplits>>& ranges,
+                 const std::vector<std::array<uint64_t, kNumSplits>>& tokens,
+                 const std::array<uint64_t, kNumSplits>& requested) {
+  const uint64_t T = options.seq_length;
+  constexpr uint64_t kMaxTokens = uint64_t(1) << 62;  // sample offsets are int64, with room to spare
+  std::array<double, kNumSplits> bytes{};
+  for (int s = 0; s < kNumSplits; ++s) {
+    if (requested[s] == 0) continue;
+    const auto name = split_name(Split(s));
+    if (requested[s] > kMaxTokens / T)
+      input_error("{} {}: that many samples of --seq-length {} tokens is more than 2^62 tokens", samples_option(s),
+                  requested[s], T);
+    for (size_t k = 0; k < inputs.size(); ++k) {
+      const uint64_t asked = surplus_samples(requested[s], weights[k]);
+      if (asked == 0) continue;
+      const auto& r = ranges[k][s];
+      if (tokens[k][s] < T + 1)
+        input_error("{}: the {} split has {} documents and {} tokens, fewer than one sample of --seq-length {} + 1 "
+                    "(change --seq-length, --split or {})",
+                    inputs[k].prefix, name, r.size(), tokens[k][s], T, samples_option(s));
+      // What build_gpt_indices allocates for the input's split, and the blend's share of it.
+      const uint64_t epochs = num_epochs(tokens[k][s], asked, T);
+      const double samples = (double(epochs) * double(tokens[k][s]) - 1) / double(T);
+      bytes[s] += double(epochs) * double(r.size()) * sizeof(int32_t) + samples * 3 * sizeof(int64_t) +
+                  double(target_samples(requested[s], weights[k])) * (sizeof(uint16_t) + sizeof(int64_t));
+    }
+  }
+  const double total = bytes[0] + bytes[1] + bytes[2];
+  const uint64_t usable = usable_memory();
+  if (total > double(usable)) {
+    const int s = int(std::max_element(bytes.begin(), bytes.end()) - bytes.begin());
+    input_error("{} {}: the blend's indices would take {} of memory, more than the {} this process may use",
+                samples_option(s), requested[s], human_count(total, "B"), human_count(double(usable), "B"));
+  }
+}
+
 }  // namespace
 
 BlendStats build_blend(const std::vector<BlendInput>& inputs, const BlendOptions& options, const std::string& output) {
@@ -347,6 +395,8 @@ BlendStats build_blend(const std::vector<BlendInput>& inputs, const BlendOptions
     }
   }
 
+  check_sizes(inputs, options, weights, ranges, tokens, requested);
+
   // The blend depends only on the weights and the sample counts, so it comes first: it says how
   // many samples each input's split must provide.
   std::array<std::vector<uint16_t>, kNumSplits> dataset_index;
@@ -366,10 +416,6 @@ BlendStats build_blend(const std::vector<BlendInput>& inputs, const BlendOptions
       if (asked[k][s] == 0) continue;
       const auto& r = ranges[k][s];
       const auto name = split_name(Split(s));
-      if (tokens[k][s] < 2)
-        input_error("{}: the {} split has {} documents and {} tokens, too few to draw {} samples from "
-                    "(change --split or the number of {} samples)",
-                    inputs[k].prefix, name, r.size(), tokens[k][s], asked[k][s], name);
       // The surplus and the whole epochs built for it almost always cover what the greedy blend
       // draws; with many inputs and few samples they may not, and Megatron then fails with an
       // IndexError in training. Building what the blend draws keeps the indices Megatron's

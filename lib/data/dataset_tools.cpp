@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <unordered_map>
 
 #include <fmt/format.h>
 
@@ -60,8 +61,14 @@ IndexStats merge_datasets(const std::vector<std::string>& inputs, const std::str
 }
 
 namespace {
+// Token ids below this are counted in an array, which grows to the largest id seen; rarer, larger
+// ids (a 32-bit id in a corrupt or foreign dataset) in a map, so that one of them cannot make the
+// count allocate gigabytes.
+constexpr size_t kDenseTokenIds = size_t(1) << 24;
+
 double unigram_entropy(const IndexedDataset& d) {
   std::vector<uint64_t> counts;
+  std::unordered_map<int32_t, uint64_t> sparse;
   const uint64_t n = d.num_tokens();
   std::vector<int32_t> chunk;
   for (size_t i = 0; i < d.num_documents(); ++i) {
@@ -70,13 +77,20 @@ double unigram_entropy(const IndexedDataset& d) {
     doc.copy_to(chunk.data(), 0, doc.size);
     for (const int32_t t : chunk) {
       if (t < 0) input_error("{}.bin: negative token {} in document {}", d.prefix(), t, i);
+      if (size_t(t) >= kDenseTokenIds) {
+        ++sparse[t];
+        continue;
+      }
       if (size_t(t) >= counts.size()) counts.resize(size_t(t) + 1);
       ++counts[t];
     }
   }
   double h = 0;
-  for (const uint64_t c : counts)
+  const auto add = [&](uint64_t c) {
     if (c > 0) h -= double(c) / n * std::log(double(c) / n);
+  };
+  for (const uint64_t c : counts) add(c);
+  for (const auto& entry : sparse) add(entry.second);
   return h;
 }
 }  // namespace

@@ -111,7 +111,7 @@ RecordProblem extract_document(const RecordBatch& batch, size_t i, const Documen
     return RecordProblem::kEmpty;
   }
   nlohmann::json j;
-  message = parse_json_record(raw, where(), j);
+  message = parse_json_record(raw, batch.path, r.line + 1, j);
   if (!message.empty()) return RecordProblem::kBad;
   const auto it = j.find(format.json_key);
   if (it == j.end()) {

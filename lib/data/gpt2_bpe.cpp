@@ -11,6 +11,7 @@
 
 #include "core/error.hpp"
 #include "core/hash.hpp"
+#include "core/json_file.hpp"
 #include "core/mapped_file.hpp"
 #include "core/utf8.hpp"
 #include "data/unicode_tables.hpp"
@@ -149,14 +150,6 @@ class PairRanks {
   int shift_ = 64;
 };
 
-// Line number (1-based) of byte offset POS in TEXT.
-size_t line_of(std::string_view text, size_t pos) {
-  pos = std::min(pos, text.size());
-  return 1 + std::count(text.begin(), text.begin() + static_cast<ptrdiff_t>(pos), '\n');
-}
-
-
-
 }  // namespace
 
 struct Gpt2BpeTokenizer::Impl {
@@ -177,16 +170,7 @@ struct Gpt2BpeTokenizer::Impl {
 
 void Gpt2BpeTokenizer::Impl::load_vocab(std::string_view text, std::unordered_map<std::string, int32_t>& ids) {
   const std::string& path = vocab_path;
-  nlohmann::json vocab;
-  try {
-    vocab = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    // e.what() is "[json.exception.parse_error.N] parse error at line L, column C: REASON".
-    const std::string what = e.what();
-    const size_t colon = what.find(": ");
-    input_error("{}:{}: not valid JSON: {}", path, line_of(text, e.byte ? e.byte - 1 : 0),
-                colon == std::string::npos ? what : what.substr(colon + 2));
-  }
+  const auto vocab = parse_json(text, JsonSource{path});
   if (!vocab.is_object() || vocab.empty()) input_error("{}: expected a JSON object of token -> id", path);
 
   const size_t n = vocab.size();

@@ -1,5 +1,8 @@
 #include "data/indexed_dataset.hpp"
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <limits>
 
 #include "core/bytes.hpp"
@@ -62,6 +65,7 @@ int64_t TokenView::operator[](size_t i) const {
 }
 
 void TokenView::copy_to(int32_t* out, size_t from, size_t n) const {
+  if (n == 0) return;  // an empty document's view may have no data at all: memcpy(nullptr) is UB
   // The two dtypes meg writes get tight loops; the rest go through operator[].
   if (dtype == TokenDtype::kUint16) {
     const uint8_t* p = data + 2 * from;
@@ -122,20 +126,57 @@ IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
   if (bin_.size() % item != 0)
     input_error("{}: size {} is not a multiple of the {}-byte {} tokens", bin_path, bin_.size(), item,
                 dtype_name(dtype_));
-  uint64_t end = 0;
-  if (seqs > 0) {
-    if (sequence_pointer(0) != 0) input_error("{}: the first sequence must start at byte 0 (corrupt index)", idx_path);
-    const int64_t last_ptr = sequence_pointer(seqs - 1);
-    const int32_t last_len = sequence_length(seqs - 1);
-    if (last_ptr < 0 || last_len < 0)
-      input_error("{}: negative offset or length in the last sequence (corrupt index)", idx_path);
-    end = uint64_t(last_ptr) + uint64_t(last_len) * item;
-  }
-  if (end != bin_.size())
+  // The end of the last sequence against the .bin size first, so that the usual mismatch (a
+  // truncated or replaced .bin) is named as such; negative entries are check_structure()'s to name.
+  const int64_t last_ptr = seqs > 0 ? sequence_pointer(seqs - 1) : 0;
+  const int32_t last_len = seqs > 0 ? sequence_length(seqs - 1) : 0;
+  const uint64_t end = uint64_t(last_ptr) + uint64_t(last_len) * item;
+  if (last_ptr >= 0 && last_len >= 0 && end != bin_.size())
     input_error("{}: size is {} bytes but {} says its sequences end at byte {}{}", bin_path, bin_.size(), idx_path,
                 end, bin_.size() < end ? " (truncated .bin)" : " (index and data do not match)");
-  if (document_index(0) != 0 || uint64_t(document_index(docs - 1)) != seqs)
-    input_error("{}: document indices must run from 0 to the sequence count {} (corrupt index)", idx_path, seqs);
+  check_structure();
+}
+
+void IndexedDataset::check_structure() const {
+  // Every reader trusts these arrays to stay inside both maps, so they are checked whole here: one
+  // pass over the sequences and one over the document indices, a few milliseconds per million.
+  const std::string idx_path = prefix_ + ".idx";
+  const size_t item = dtype_size(dtype_);
+  const uint64_t S = num_sequences_;
+  const auto length_at = [&](size_t i) { return kHeaderSize + 4 * i; };
+  const auto pointer_at = [&](size_t i) { return kHeaderSize + 4 * S + 8 * i; };
+  const auto doc_index_at = [&](size_t d) { return kHeaderSize + 12 * S + 8 * d; };
+  uint64_t offset = 0;
+  for (size_t i = 0; i < S; ++i) {
+    const int32_t len = sequence_length(i);
+    if (len < 0) input_error("{}: offset {}: sequence {}: negative length {}", idx_path, length_at(i), i, len);
+    if (uint64_t(sequence_pointer(i)) != offset) {
+      if (i == 0)
+        input_error("{}: offset {}: sequence 0 starts at byte {}, not 0", idx_path, pointer_at(0), sequence_pointer(0));
+      input_error("{}: offset {}: sequence {} starts at byte {} but sequence {} ends at byte {} (lengths and offsets "
+                  "disagree)", idx_path, pointer_at(i), i, sequence_pointer(i), i - 1, offset);
+    }
+    offset += uint64_t(len) * item;
+    if (offset > bin_.size())
+      input_error("{}: offset {}: sequence {}: length {} runs to byte {}, past the end of {}.bin ({} bytes)", idx_path,
+                  length_at(i), i, len, offset, prefix_, bin_.size());
+  }
+  if (offset != bin_.size())
+    input_error("{}: its sequences cover {} bytes but {}.bin has {}", idx_path, offset, prefix_, bin_.size());
+  if (document_index(0) != 0)
+    input_error("{}: offset {}: document index 0 is {}, not 0", idx_path, doc_index_at(0), document_index(0));
+  for (size_t d = 1; d < num_doc_indices_; ++d) {
+    const int64_t v = document_index(d), prev = document_index(d - 1);
+    if (v < prev)
+      input_error("{}: offset {}: document index {} is {}, below the one before it ({})", idx_path, doc_index_at(d),
+                  d, v, prev);
+    if (uint64_t(v) > S)
+      input_error("{}: offset {}: document index {} is {}, past the sequence count {}", idx_path, doc_index_at(d), d,
+                  v, S);
+  }
+  if (uint64_t(document_index(num_doc_indices_ - 1)) != S)
+    input_error("{}: offset {}: the last document index is {} but there are {} sequences", idx_path,
+                doc_index_at(num_doc_indices_ - 1), document_index(num_doc_indices_ - 1), S);
 }
 
 TokenView IndexedDataset::sequence(size_t i) const {
@@ -157,31 +198,15 @@ size_t IndexedDataset::document_length(size_t i) const {
 }
 
 void IndexedDataset::verify(uint64_t vocab_size) const {
-  const std::string idx_path = prefix_ + ".idx";
+  // The structure was checked on opening; what is left is every token.
   const size_t item = dtype_size(dtype_);
-  uint64_t offset = 0;
-  for (size_t i = 0; i < num_sequences_; ++i) {
-    const int32_t len = sequence_length(i);
-    if (len < 0) input_error("{}: sequence {}: negative length {}", idx_path, i, len);
-    if (uint64_t(sequence_pointer(i)) != offset)
-      input_error("{}: sequence {}: byte offset {} should be {} (offsets must follow the lengths)", idx_path, i,
-                  sequence_pointer(i), offset);
-    offset += uint64_t(len) * item;
-  }
-  if (offset != bin_.size())
-    input_error("{}: sequences cover {} bytes but {}.bin has {}", idx_path, offset, prefix_, bin_.size());
-  for (size_t d = 1; d < num_doc_indices_; ++d)
-    if (document_index(d) < document_index(d - 1) || uint64_t(document_index(d)) > num_sequences_)
-      input_error("{}: document index {} ({}) is out of order or past the sequence count", idx_path, d,
-                  document_index(d));
-  if (vocab_size > 0) {
-    if (!dtype_is_integer(dtype_)) input_error("{}: {} tokens are not token ids", idx_path, dtype_name(dtype_));
-    const TokenView all{bin_.data(), bin_.size() / item, dtype_};
-    for (size_t i = 0; i < all.size; ++i) {
-      const int64_t t = all[i];
-      if (t < 0 || uint64_t(t) >= vocab_size)
-        input_error("{}.bin: offset {}: token {} is outside the vocabulary of {}", prefix_, i * item, t, vocab_size);
-    }
+  if (!dtype_is_integer(dtype_)) input_error("{}.idx: {} tokens are not token ids", prefix_, dtype_name(dtype_));
+  const TokenView all{bin_.data(), bin_.size() / item, dtype_};
+  for (size_t i = 0; i < all.size; ++i) {
+    const int64_t t = all[i];
+    if (t < 0) input_error("{}.bin: offset {}: negative token {}", prefix_, i * item, t);
+    if (vocab_size > 0 && uint64_t(t) >= vocab_size)
+      input_error("{}.bin: offset {}: token {} is outside the vocabulary of {}", prefix_, i * item, t, vocab_size);
   }
 }
 
@@ -255,9 +280,20 @@ void IndexedDatasetWriter::finish() {
   }
   idx.write(pointers.data(), pointers.size() * 8);
   idx.write(doc_indices_.data(), doc_indices_.size() * 8);
-  // .bin first: a reader finding the new .idx then always finds the .bin it describes.
+  // The .idx is the commit point of the pair. Both are on disk under temporary names first; the
+  // old .idx goes before the new .bin takes its name, and the new .idx comes last. A crash at any
+  // moment leaves the old pair, the new pair, or a .bin without an .idx (no dataset), never a .bin
+  // beside an .idx that does not describe it.
+  bin_.sync();
+  idx.sync();
+  const std::string idx_path = prefix_ + ".idx", dir = directory_of(idx_path);
+  if (::unlink(idx_path.c_str()) == 0)
+    sync_directory(dir);  // the removal is durable before the rename that needs it
+  else if (errno != ENOENT)
+    system_error(idx_path, "cannot remove the old index to replace it");
   bin_.commit();
   idx.commit();
+  sync_directory(dir);
 }
 
 }  // namespace meg

@@ -45,7 +45,10 @@ struct TokenView {
 
 class IndexedDataset {
  public:
-  // Maps PREFIX.idx and PREFIX.bin and checks the header and the sizes (O(1)); verify() checks all.
+  // Maps PREFIX.idx and PREFIX.bin and checks the whole structure, so that every view it hands
+  // out lies inside the .bin: lengths non-negative, each sequence starting where the one before
+  // ends, the last ending at the .bin's end, document indices rising from 0 to the sequence count
+  // (O(sequences), no token read). InputError naming the .idx, the offset and the entry otherwise.
   explicit IndexedDataset(const std::string& prefix);
 
   const std::string& prefix() const { return prefix_; }
@@ -63,8 +66,8 @@ class IndexedDataset {
   TokenView document(size_t i) const;  // all its sequences (they are contiguous in .bin)
   size_t document_length(size_t i) const;
 
-  // Full consistency check: offsets, lengths and document indices agree with each other and with
-  // the .bin size; with VOCAB_SIZE > 0, every token is below it. InputError on the first problem.
+  // What opening does not read: every token, each an integer id, non-negative and, with
+  // VOCAB_SIZE > 0, below it. InputError naming the .bin offset of the first bad one.
   void verify(uint64_t vocab_size = 0) const;
 
   // Bytes of the .idx and .bin, and an XXH64 of the .idx: identifies the dataset for fingerprints.
@@ -74,6 +77,7 @@ class IndexedDataset {
  private:
   template <typename T>
   static T load(const uint8_t* base, size_t i) { return load_unaligned<T>(base + i * sizeof(T)); }
+  void check_structure() const;
 
   std::string prefix_;
   MappedFile idx_, bin_;
@@ -95,7 +99,8 @@ class IndexedDatasetWriter {
   }
   // Appends every document of OTHER (same dtype) by copying its bytes.
   void append(const IndexedDataset& other);
-  // Writes the index, then renames PREFIX.bin and PREFIX.idx into place.
+  // Writes the index and puts the pair in place, the .idx last: after a crash PREFIX holds the old
+  // pair, the new pair, or no .idx, never a mix.
   void finish();
 
   uint64_t documents() const { return doc_indices_.size() - 1; }

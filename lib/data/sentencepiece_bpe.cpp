@@ -10,7 +10,6 @@ namespace meg {
 
 namespace {
 
-constexpr std::string_view kSpace = "\xe2\x96\x81";  // U+2581, which stands for the space before a word
 constexpr uint64_t kEmpty = ~0ULL;  // ids are below 2^31, so no pair has this key
 constexpr float kNoScore = -std::numeric_limits<float>::infinity();  // of a pair that makes no piece
 
@@ -20,7 +19,7 @@ constexpr size_t kMaxWord = 256;
 
 // Texts that "\u2581" + a printable ASCII word can be cut into: the only pieces this path can meet.
 bool reachable(std::string_view text) {
-  if (text.starts_with(kSpace)) text.remove_prefix(kSpace.size());
+  if (text.starts_with(kSentencePieceSpace)) text.remove_prefix(kSentencePieceSpace.size());
   for (const char c : text)
     if (c < 0x21 || c > 0x7e) return false;
   return true;
@@ -39,11 +38,10 @@ std::unique_ptr<SentencePieceBpe> SentencePieceBpe::build(std::span<const Piece>
   bpe->unused_.assign(pieces.size(), false);
   for (size_t id = 0; id < pieces.size(); ++id) {
     const Piece& p = pieces[id];
-    if (p.type == kUserDefined) return nullptr;
-    bpe->unused_[id] = p.type == kUnused;
-    if (p.type == kNormal || p.type == kUnused) {
+    if (p.type == SentencePieceModel::kUserDefined) return nullptr;
+    bpe->unused_[id] = p.type == SentencePieceModel::kUnused;
+    if (p.type == SentencePieceModel::kNormal || p.type == SentencePieceModel::kUnused) {
       if (!reachable(p.text)) continue;
-      if (!(p.score > kNoScore)) return nullptr;  // -inf or NaN: no rank among the pairs
       mergeable.emplace(p.text, static_cast<int32_t>(id));
     } else {
       reserved.insert(p.text);
@@ -54,9 +52,9 @@ std::unique_ptr<SentencePieceBpe> SentencePieceBpe::build(std::span<const Piece>
 
   const auto normal_id = [&](std::string_view text) {
     const auto it = mergeable.find(text);
-    return it != mergeable.end() && pieces[it->second].type == kNormal ? it->second : -1;
+    return it != mergeable.end() && pieces[it->second].type == SentencePieceModel::kNormal ? it->second : -1;
   };
-  bpe->char_ids_[0] = normal_id(kSpace);
+  bpe->char_ids_[0] = normal_id(kSentencePieceSpace);
   if (bpe->char_ids_[0] < 0) return nullptr;
   for (int c = 1; c < kChars; ++c) {
     const char ch = static_cast<char>(0x20 + c);

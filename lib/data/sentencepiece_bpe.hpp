@@ -9,21 +9,18 @@
 #include <string_view>
 #include <vector>
 
+#include "data/sentencepiece_model.hpp"
+
 namespace meg {
 
 class SentencePieceBpe {
  public:
-  // A piece of the model, by id, as in sentencepiece_model.proto (its Type enum).
-  enum Type { kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5, kByte = 6 };
-  struct Piece {
-    std::string_view text;
-    float score = 0;
-    int type = kNormal;
-  };
+  using Piece = SentencePieceModel::Piece;
 
-  // The merges of a BPE model's PIECES (indexed by id), or null where the vocabulary holds what this
-  // path leaves to the library: user-defined pieces, which are matched before BPE, a missing "\u2581",
-  // a reserved piece that shares its text with a mergeable one, or a score of -inf or NaN.
+  // The merges of a BPE model's PIECES (indexed by id; checked by read_sentencepiece_model, so every
+  // score is finite), or null where the vocabulary holds what this path leaves to the library:
+  // user-defined pieces, which are matched before BPE, a missing "\u2581", or a reserved piece that
+  // shares its text with a mergeable one.
   static std::unique_ptr<SentencePieceBpe> build(std::span<const Piece> pieces);
 
   // Appends the ids the library gives "\u2581" + WORD; false, appending nothing, where the word

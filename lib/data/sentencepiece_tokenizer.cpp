@@ -3,103 +3,69 @@
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <bit>
+#include <cmath>
+#include <exception>
 #include <filesystem>
-#include <utility>
 
 #include "core/byte_stream.hpp"
-#include "core/bytes.hpp"
 #include "core/error.hpp"
 #include "core/hash.hpp"
 #include "core/mapped_file.hpp"
+#include "core/quiet_stderr.hpp"
 #include "data/sentencepiece_bpe.hpp"
+#include "data/sentencepiece_model.hpp"
 #include "data/word_cache.hpp"
 
 namespace meg {
 
 namespace {
 
-// The few fields of the model's protobuf (sentencepiece_model.proto) that decide whether a text
-// may be encoded word by word, and natively. Read from the wire format directly: the library does
-// not expose them.
-struct NormalizerFlags {
-  std::string name;
-  bool add_dummy_prefix = true, remove_extra_whitespaces = true, escape_whitespaces = true;
-  bool has_rules = false;
+// Log-probabilities of real unigram pieces stay above about -30; the bound leaves a wide margin.
+constexpr float kMaxUnigramScore = 1000;
+
+// The library's built-in normalization tables, which a model keeps a copy of (the one its
+// normalizer_spec.name picked at training), by the XXH64 of that copy. The word-by-word path relies
+// on what these tables do; a table that is none of them, whatever the name says, may rewrite across
+// a space, so its models take the library's path for every text.
+struct BuiltinTable {
+  uint64_t fingerprint;
+  bool keeps_ascii;  // leaves printable ASCII as it is (no case folding)
+};
+constexpr BuiltinTable kBuiltinTables[] = {
+    {0xd30d0cb0c90cf877ULL, true},  // nmt_nfkc, the default
+    {0x0fc6cf213e7bf9c3ULL, true},  // nfkc
+    {0x5ce97b35ad9eb5f6ULL, false},  // nmt_nfkc_cf
+    {0xb84883798014d5feULL, false},  // nfkc_cf
 };
 
-struct ModelFields {
-  NormalizerFlags normalizer;
-  static constexpr int kBpe = 2;  // TrainerSpec.ModelType: UNIGRAM 1, BPE 2, WORD 3, CHAR 4
-  int model_type = 1;
-  bool whitespace_as_suffix = false;
-  std::vector<SentencePieceBpe::Piece> pieces;  // views into the model's bytes
-};
-
-bool read_varint(std::string_view& in, uint64_t& v) {
-  v = 0;
-  for (int shift = 0; shift < 64 && !in.empty(); shift += 7) {
-    const auto b = static_cast<uint8_t>(in.front());
-    in.remove_prefix(1);
-    v |= uint64_t(b & 0x7f) << shift;
-    if ((b & 0x80) == 0) return true;
-  }
-  return false;
+// The built-in table CHARSMAP is, or null. An empty one is "identity": no table, text as it is.
+const BuiltinTable* builtin_table(std::string_view charsmap) {
+  static constexpr BuiltinTable kIdentity = {0, true};
+  if (charsmap.empty()) return &kIdentity;
+  const uint64_t h = xxh64(charsmap.data(), charsmap.size());
+  for (const BuiltinTable& t : kBuiltinTables)
+    if (t.fingerprint == h) return &t;
+  return nullptr;
 }
 
-// Calls F(field, wire_type, value, bytes) for each field of a message, VALUE holding a varint or
-// the bits of a fixed32/fixed64; false if malformed.
-template <typename F>
-bool for_each_field(std::string_view msg, F&& f) {
-  while (!msg.empty()) {
-    uint64_t key, v = 0;
-    std::string_view bytes;
-    if (!read_varint(msg, key)) return false;
-    switch (key & 7) {
-      case 0: if (!read_varint(msg, v)) return false; break;
-      case 1: if (msg.size() < 8) return false; v = load_unaligned<uint64_t>(msg.data()); msg.remove_prefix(8); break;
-      case 5: if (msg.size() < 4) return false; v = load_unaligned<uint32_t>(msg.data()); msg.remove_prefix(4); break;
-      case 2:
-        if (!read_varint(msg, v) || v > msg.size()) return false;
-        bytes = msg.substr(0, v);
-        msg.remove_prefix(v);
-        break;
-      default: return false;
+// A status of the library as one line. Its checks put their source position and condition first
+// ("./src/x.cc(12) [cond] text"): dropped where a text follows, since the text says it better.
+std::string status_line(const sentencepiece::util::Status& status) {
+  std::string m = status.message();
+  const size_t open = m.find(") [");
+  if (open != std::string::npos && m.find(' ') > open) {
+    size_t close = open + 2, depth = 0;
+    for (; close < m.size(); ++close) {
+      depth += m[close] == '[';
+      depth -= m[close] == ']';
+      if (depth == 0) break;
     }
-    f(key >> 3, key & 7, v, bytes);
+    const std::string condition = m.substr(open + 3, close - open - 3);
+    m = close + 2 < m.size() ? m.substr(close + 2) : "check failed: " + condition;
   }
-  return true;
-}
-
-ModelFields read_model(std::string_view model) {
-  ModelFields m;
-  NormalizerFlags& n = m.normalizer;
-  for_each_field(model, [&](uint64_t field, uint64_t, uint64_t, std::string_view bytes) {
-    if (field == 1) {  // ModelProto.pieces
-      SentencePieceBpe::Piece& p = m.pieces.emplace_back();
-      for_each_field(bytes, [&](uint64_t f, uint64_t, uint64_t v, std::string_view b) {
-        if (f == 1) p.text = b;
-        if (f == 2) p.score = std::bit_cast<float>(static_cast<uint32_t>(v));
-        if (f == 3) p.type = static_cast<int>(v);
-      });
-    } else if (field == 2) {  // ModelProto.trainer_spec
-      for_each_field(bytes, [&](uint64_t f, uint64_t, uint64_t v, std::string_view) {
-        if (f == 3) m.model_type = static_cast<int>(v);
-        if (f == 24) m.whitespace_as_suffix = v != 0;
-      });
-    } else if (field == 3) {  // ModelProto.normalizer_spec
-      for_each_field(bytes, [&](uint64_t f, uint64_t, uint64_t v, std::string_view b) {
-        if (f == 1) n.name = b;
-        if (f == 3) n.add_dummy_prefix = v != 0;
-        if (f == 4) n.remove_extra_whitespaces = v != 0;
-        if (f == 5) n.escape_whitespaces = v != 0;
-        if (f == 6) n.has_rules = !b.empty();
-      });
-    }
-  });
+  for (char& c : m)
+    if (c == '\n' || c == '\r') c = ' ';
+  while (!m.empty() && m.back() == ' ') m.pop_back();
   return m;
 }
 
@@ -111,25 +77,40 @@ SentencePieceTokenizer::SentencePieceTokenizer(const std::string& model_path)
       cache_owner_(WordCache::new_owner_id()) {
   const MappedFile file(model_path);
   const std::string_view bytes = file.text();
-  const auto status = sp_->LoadFromSerializedProto(bytes);
-  if (!status.ok()) input_error("{}: not a SentencePiece model: {}", model_path, status.ToString());
+  const SentencePieceModel model = read_sentencepiece_model(bytes, model_path);
+  {
+    const QuietStderr quiet;  // a failing self-test logs its samples
+    sentencepiece::util::Status status;
+    try {
+      status = sp_->LoadFromSerializedProto(bytes);
+    } catch (const std::exception& e) {  // its trie builder throws on what the checks above missed
+      input_error("{}: not a SentencePiece model: {}", model_path, e.what());
+    }
+    if (!status.ok()) input_error("{}: not a SentencePiece model: {}", model_path, status_line(status));
+  }
   fingerprint_ = xxh64(bytes.data(), bytes.size());
 
   // Encoding space-separated words one at a time gives the same ids as encoding the whole text when
   // (a) runs of spaces collapse and every word gets the same "\u2581" prefix, (b) the normalizer
-  // never rewrites across a space (the standard NFKC tables; no custom rules), and (c) no piece holds
-  // "\u2581" anywhere but at its start, so no piece can span two words. Then each distinct word is
-  // encoded once and cached. Other models take the library's path for every text.
-  const ModelFields model = read_model(bytes);
-  const NormalizerFlags& n = model.normalizer;
-  const bool standard_tables = n.name.empty() || n.name == "nmt_nfkc" || n.name == "nfkc" ||
-                               n.name == "nmt_nfkc_cf" || n.name == "nfkc_cf" || n.name == "identity";
-  by_word_ = n.add_dummy_prefix && n.remove_extra_whitespaces && n.escape_whitespaces && standard_tables &&
-             !n.has_rules;
-  for (int i = 0; by_word_ && i < sp_->GetPieceSize(); ++i) {
-    const std::string& piece = sp_->IdToPiece(i);
-    if (piece.find("\xe2\x96\x81", 1) != std::string::npos) by_word_ = false;
+  // never rewrites across a space (the built-in tables; no custom ones), (c) no piece holds
+  // "\u2581" anywhere but at its start, so no piece can span two words, (d) a word never starts
+  // with an unknown piece, which the library would merge with an unknown piece ending the word
+  // before: "\u2581" is a piece, and the model does not take whole words as pieces, and (e) for
+  // unigram models, no score so large that the library's float sums over the whole text lose the
+  // differences that decide each word's segmentation. Then each distinct word is encoded once and
+  // cached. Other models take the library's path for every text.
+  const SentencePieceModel::Normalizer& n = model.normalizer;
+  const BuiltinTable* table = builtin_table(n.charsmap);
+  by_word_ = n.add_dummy_prefix && n.remove_extra_whitespaces && n.escape_whitespaces && !model.whitespace_as_suffix &&
+             table != nullptr && model.model_type != SentencePieceModel::kWord;
+  bool has_space = false;
+  for (const SentencePieceModel::Piece& piece : model.pieces) {
+    if (piece.text.find(kSentencePieceSpace, 1) != std::string_view::npos) by_word_ = false;
+    if (piece.type != SentencePieceModel::kNormal) continue;
+    has_space |= piece.text == kSentencePieceSpace;
+    if (model.model_type == SentencePieceModel::kUnigram && std::abs(piece.score) > kMaxUnigramScore) by_word_ = false;
   }
+  by_word_ &= has_space;
   // Words end at spaces, and at tabs and line breaks where the normalizer turns them into spaces
   // (NFKC tables do; "identity" does not): probed here, since the tables live in the model.
   separator_[' '] = true;
@@ -149,9 +130,7 @@ SentencePieceTokenizer::SentencePieceTokenizer(const std::string& model_path)
   // case folding leave such a word as it is, so the library segments "\u2581" + word (the prefix
   // goes first unless the model puts whitespace after words). Each printable character alone is
   // checked against the library, as the normalization tables live in the model.
-  const bool keeps_ascii = n.name == "nmt_nfkc" || n.name == "nfkc" || n.name == "identity";
-  if (by_word_ && keeps_ascii && model.model_type == ModelFields::kBpe && !model.whitespace_as_suffix &&
-      std::cmp_equal(model.pieces.size(), sp_->GetPieceSize()))
+  if (by_word_ && table->keeps_ascii && model.model_type == SentencePieceModel::kBpe)
     bpe_ = SentencePieceBpe::build(model.pieces);
   for (char c = 0x21; bpe_ && c <= 0x7e; ++c) {
     const std::string_view word(&c, 1);
@@ -165,7 +144,9 @@ SentencePieceTokenizer::~SentencePieceTokenizer() = default;
 void SentencePieceTokenizer::encode_whole(std::string_view text, std::vector<int32_t>& out) const {
   std::vector<int> ids;
   const auto status = sp_->Encode(text, &ids);
-  if (!status.ok()) throw std::runtime_error("SentencePiece encode failed: " + status.ToString());
+  // The checks of read_sentencepiece_model leave the library's encoder no failure known to them;
+  // one left is still the model's, not meg's.
+  if (!status.ok()) input_error("{}: the model cannot encode a text: {}", path_, status_line(status));
   out.insert(out.end(), ids.begin(), ids.end());
 }
 
@@ -204,7 +185,7 @@ std::string SentencePieceTokenizer::decode(std::span<const int32_t> ids) const {
     if (ids[i] < 0 || ids[i] >= n) input_error("token {} at position {} is outside the vocabulary of {}", ids[i], i, n);
   std::string text;
   const auto status = sp_->Decode(std::vector<int>(ids.begin(), ids.end()), &text);
-  if (!status.ok()) throw std::runtime_error("SentencePiece decode failed: " + status.ToString());
+  if (!status.ok()) input_error("{}: the model cannot decode these tokens: {}", path_, status_line(status));
   return text;
 }
 
@@ -236,6 +217,7 @@ class VectorIterator : public sentencepiece::SentenceIterator {
 
 void train_sentencepiece(const std::vector<std::string>& documents, const SentencePieceTrainOptions& options,
                          const std::string& output) {
+  if (options.vocab_size <= 0) input_error("--vocab-size {}: must be positive", options.vocab_size);
   if (options.model_type != "bpe" && options.model_type != "unigram")
     input_error("--model-type must be bpe or unigram, not '{}'", options.model_type);
   // SentencePiece learns from sentences of bounded length, so documents are fed line by line, as
@@ -262,16 +244,12 @@ void train_sentencepiece(const std::vector<std::string>& documents, const Senten
   sentencepiece::SetRandomGeneratorSeed(options.seed);  // sampling of --max-sentences lines
   VectorIterator it(lines);
   std::string model;
-  // The trainer logs its command line before it reads --minloglevel; its errors come back in the
-  // status, so its stderr is silenced for the call.
-  const int saved_stderr = ::dup(STDERR_FILENO);
-  const int devnull = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
-  ::dup2(devnull, STDERR_FILENO);
-  const auto status = sentencepiece::SentencePieceTrainer::Train(args, &it, &model);
-  ::dup2(saved_stderr, STDERR_FILENO);
-  ::close(saved_stderr);
-  ::close(devnull);
-  if (!status.ok()) input_error("SentencePiece training failed: {}", status.ToString());
+  sentencepiece::util::Status status;
+  {
+    const QuietStderr quiet;  // the trainer logs its options before it reads --minloglevel
+    status = sentencepiece::SentencePieceTrainer::Train(args, &it, &model);
+  }
+  if (!status.ok()) input_error("{}: training failed: {}", output, status_line(status));
 
   ByteWriter out(output);
   out.write(model.data(), model.size());

@@ -134,9 +134,7 @@ bool TokenStreamReader::next(TokenView& doc) {
                     in_.offset() - kHeaderSize);
       continue;
     }
-    const size_t bytes = size_t(n) * header_.token_bytes;
-    buf_.resize(bytes);
-    if (!in_.read_exact(buf_.data(), bytes)) truncated(at, "a document");
+    if (!in_.read_counted(buf_, uint64_t(n) * header_.token_bytes)) truncated(at, "a document");
     doc = {buf_.data(), n, header_.token_bytes == 2 ? TokenDtype::kUint16 : TokenDtype::kInt32};
     // Signed 4-byte tokens are compared as unsigned, so negatives fail the same test.
     const int64_t max = header_.token_bytes == 2 ? max_token<uint16_t>(buf_.data(), n) : max_token<uint32_t>(buf_.data(), n);

@@ -4,6 +4,7 @@
 #include <initializer_list>
 
 #include "core/error.hpp"
+#include "core/json_file.hpp"
 #include "eval/python_text.hpp"
 #include "eval/wikitext.hpp"
 
@@ -46,7 +47,7 @@ struct Line {
   }
   // A choice number: an integer, or a string of digits (hellaswag's "label" is "0".."3").
   int64_t index(const char* name, const json& v) const {
-    if (v.is_number_integer()) return v.get<int64_t>();
+    if (v.is_number_integer()) return json_as<int64_t>(v, fmt::format("{}: \"{}\"", where, name));
     if (v.is_string()) {
       const auto& s = v.get_ref<const std::string&>();
       if (!s.empty() && s.size() < 18 && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; }))

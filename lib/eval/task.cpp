@@ -12,9 +12,9 @@
 namespace meg {
 namespace {
 
-nlohmann::json parse_object(std::string_view raw, const std::string& where) {
+nlohmann::json parse_object(std::string_view raw, const std::string& file, uint64_t line) {
   nlohmann::json j;
-  if (const std::string problem = parse_json_record(raw, where, j); !problem.empty()) input_error("{}", problem);
+  if (const std::string problem = parse_json_record(raw, file, line, j); !problem.empty()) throw InputError(problem);
   return j;
 }
 
@@ -26,7 +26,7 @@ void read_jsonl(Task& task) {
       const std::string_view raw(batch.data.data() + r.begin, r.end - r.begin);
       if (raw.find_first_not_of(" \t\r") == std::string_view::npos) continue;  // blank lines separate nothing
       const std::string where = fmt::format("{}:{}", task.path, r.line + 1);
-      nlohmann::json obj = parse_object(raw, where);
+      nlohmann::json obj = parse_object(raw, task.path, r.line + 1);
       EvalDoc doc = parse_doc(obj, task.type, where);
       doc.line = r.line + 1;
       if (task.type != TaskType::perplexity) doc.source = std::move(obj);  // few-shot sampling compares them

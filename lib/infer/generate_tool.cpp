@@ -2,7 +2,6 @@
 #include "infer/generate_tool.hpp"
 
 #include <chrono>
-#include <cstdio>
 #include <memory>
 
 #include "core/byte_stream.hpp"
@@ -10,6 +9,7 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/progress.hpp"
+#include "core/stdout.hpp"
 #include "infer/checkpoint_model.hpp"
 #include "infer/inference_model.hpp"
 #include "infer/outputs.hpp"
@@ -18,11 +18,6 @@
 namespace meg {
 
 namespace {
-
-void write_stdout(std::string_view text, bool flush) {
-  if (std::fwrite(text.data(), 1, text.size(), stdout) != text.size() || (flush && std::fflush(stdout) != 0))
-    system_error("stdout", "write");
-}
 
 // Counts finished prompts for the progress line.
 class CountingSink final : public CompletionSink {

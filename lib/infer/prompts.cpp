@@ -13,6 +13,7 @@
 
 #include "core/byte_stream.hpp"
 #include "core/error.hpp"
+#include "core/json_file.hpp"
 #include "parallel/comm.hpp"
 
 namespace meg {
@@ -64,17 +65,14 @@ struct PromptLine {
   PromptSettings settings;
 };
 
-PromptLine parse_prompt_line(std::string_view line, const PromptSettings& defaults, const std::string& where) {
+// Line LINE of FILE.
+PromptLine parse_prompt_line(std::string_view text, const PromptSettings& defaults, const std::string& file,
+                             uint64_t line) {
+  const std::string where = fmt::format("{}:{}", file, line);
   nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(line);
-  } catch (const nlohmann::json::parse_error& e) {
-    input_error("{}: not valid JSON (column {})", where, e.byte);
-  }
-  if (!j.is_object()) input_error("{}: expected a JSON object with a \"prompt\"", where);
+  if (std::string problem = parse_json_record(text, file, line, j); !problem.empty()) throw InputError(problem);
   auto number = [&](const std::string& key, const nlohmann::json& v) {
-    if (!v.is_number()) input_error("{}: \"{}\" must be a number", where, key);
-    return v.get<double>();
+    return json_as<double>(v, fmt::format("{}: \"{}\"", where, key));
   };
   auto integer = [&](const std::string& key, const nlohmann::json& v, int lo) {
     // Unsigned covers the non-negative integers; a negative one is below every bound used here.
@@ -150,7 +148,7 @@ PromptFile read_prompt_file(const std::string& path, const PromptSettings& setti
     ++line;
     if (blank(text)) continue;
     const std::string where = fmt::format("{}:{}", name, line);
-    PromptLine p = parse_prompt_line(text, settings, where);
+    PromptLine p = parse_prompt_line(text, settings, name, line);
     if (p.ids) {
       file.requests.push_back(make_request(std::move(*p.ids), p.settings, tokenizer, max_length, where));
       p.prompt = tokenizer.decode(file.requests.back().prompt);

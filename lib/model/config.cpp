@@ -70,36 +70,6 @@ const std::vector<std::string> kKeys = {
     "norm",            "init-std",        "hidden-dropout",
     "attention-dropout"};
 
-int64_t get_int(const nlohmann::json& j, const std::string& key, const std::string& where) {
-  const auto& v = j.at(key);
-  if (v.is_number_unsigned()) {
-    if (v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-      input_error("{}: {}: {} is out of range", where, key, v.dump());
-    return static_cast<int64_t>(v.get<uint64_t>());
-  }
-  if (v.is_number_integer()) return v.get<int64_t>();
-  input_error("{}: {}: expected an integer, got {}", where, key, v.dump());
-}
-
-double get_double(const nlohmann::json& j, const std::string& key, const std::string& where) {
-  const auto& v = j.at(key);
-  if (!v.is_number()) input_error("{}: {}: expected a number, got {}", where, key, v.dump());
-  return v.get<double>();
-}
-
-bool get_bool(const nlohmann::json& j, const std::string& key, const std::string& where) {
-  const auto& v = j.at(key);
-  if (!v.is_boolean()) input_error("{}: {}: expected true or false, got {}", where, key, v.dump());
-  return v.get<bool>();
-}
-
-std::string get_string(const nlohmann::json& j, const std::string& key, const std::string& where) {
-  const auto& v = j.at(key);
-  if (!v.is_string()) input_error("{}: {}: expected a string, got {}", where, key, v.dump());
-  return v.get<std::string>();
-}
-
-
 }  // namespace
 
 std::string to_string(ModelFamily f) { return kFamilies.at(static_cast<size_t>(f)); }
@@ -303,11 +273,11 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& w
       input_error("{}: unknown key '{}' (valid: preset, {})", where, key, fmt::join(kKeys, ", "));
   }
 
-  ModelConfig c = j.contains("preset") ? preset(get_string(j, "preset", where))
+  ModelConfig c = j.contains("preset") ? preset(json_get<std::string>(j, "preset", where))
                                        : defaults(ModelFamily::gpt2);
   const ModelConfig base = c;
   if (j.contains("family")) {
-    const ModelFamily f = parse_model_family(get_string(j, "family", where), where);
+    const ModelFamily f = parse_model_family(json_get<std::string>(j, "family", where), where);
     if (f != c.family) {
       const ModelConfig d = defaults(f);
       c.family = f;
@@ -319,32 +289,32 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& w
     }
   }
   auto has = [&](const char* key) { return j.contains(key); };
-  if (has("num-layers")) c.num_layers = get_int(j, "num-layers", where);
-  if (has("hidden-size")) c.hidden_size = get_int(j, "hidden-size", where);
-  if (has("num-heads")) c.num_heads = get_int(j, "num-heads", where);
-  if (has("num-kv-heads")) c.num_kv_heads = get_int(j, "num-kv-heads", where);
-  if (has("ffn-hidden-size")) c.ffn_hidden_size = get_int(j, "ffn-hidden-size", where);
-  if (has("seq-length")) c.seq_length = get_int(j, "seq-length", where);
-  if (has("vocab-size")) c.vocab_size = get_int(j, "vocab-size", where);
+  if (has("num-layers")) c.num_layers = json_get<int64_t>(j, "num-layers", where);
+  if (has("hidden-size")) c.hidden_size = json_get<int64_t>(j, "hidden-size", where);
+  if (has("num-heads")) c.num_heads = json_get<int64_t>(j, "num-heads", where);
+  if (has("num-kv-heads")) c.num_kv_heads = json_get<int64_t>(j, "num-kv-heads", where);
+  if (has("ffn-hidden-size")) c.ffn_hidden_size = json_get<int64_t>(j, "ffn-hidden-size", where);
+  if (has("seq-length")) c.seq_length = json_get<int64_t>(j, "seq-length", where);
+  if (has("vocab-size")) c.vocab_size = json_get<int64_t>(j, "vocab-size", where);
   if (has("make-vocab-size-divisible-by"))
-    c.make_vocab_size_divisible_by = get_int(j, "make-vocab-size-divisible-by", where);
-  if (has("padded-vocab-size")) c.padded_vocab_size = get_int(j, "padded-vocab-size", where);
-  if (has("norm-eps")) c.norm_eps = get_double(j, "norm-eps", where);
+    c.make_vocab_size_divisible_by = json_get<int64_t>(j, "make-vocab-size-divisible-by", where);
+  if (has("padded-vocab-size")) c.padded_vocab_size = json_get<int64_t>(j, "padded-vocab-size", where);
+  if (has("norm-eps")) c.norm_eps = json_get<double>(j, "norm-eps", where);
   if (has("position-embedding-type"))
-    c.position_embedding = parse_position_embedding(get_string(j, "position-embedding-type", where), where);
-  if (has("rope-theta")) c.rope_theta = get_double(j, "rope-theta", where);
-  if (has("tie-embeddings")) c.tie_embeddings = get_bool(j, "tie-embeddings", where);
-  if (has("use-bias")) c.use_bias = get_bool(j, "use-bias", where);
-  if (has("activation")) c.activation = parse_activation(get_string(j, "activation", where), where);
-  if (has("norm")) c.norm = parse_norm(get_string(j, "norm", where), where);
-  if (has("init-std")) c.init_std = get_double(j, "init-std", where);
-  if (has("hidden-dropout")) c.hidden_dropout = get_double(j, "hidden-dropout", where);
-  if (has("attention-dropout")) c.attention_dropout = get_double(j, "attention-dropout", where);
+    c.position_embedding = parse_position_embedding(json_get<std::string>(j, "position-embedding-type", where), where);
+  if (has("rope-theta")) c.rope_theta = json_get<double>(j, "rope-theta", where);
+  if (has("tie-embeddings")) c.tie_embeddings = json_get<bool>(j, "tie-embeddings", where);
+  if (has("use-bias")) c.use_bias = json_get<bool>(j, "use-bias", where);
+  if (has("activation")) c.activation = parse_activation(json_get<std::string>(j, "activation", where), where);
+  if (has("norm")) c.norm = parse_norm(json_get<std::string>(j, "norm", where), where);
+  if (has("init-std")) c.init_std = json_get<double>(j, "init-std", where);
+  if (has("hidden-dropout")) c.hidden_dropout = json_get<double>(j, "hidden-dropout", where);
+  if (has("attention-dropout")) c.attention_dropout = json_get<double>(j, "attention-dropout", where);
 
   // The pattern, checked here to name the file; it gives num-layers when that is not given, and
   // the default pattern is stored as "" so that it follows a later num-layers.
   if (has("hybrid-layer-pattern")) {
-    const std::string pattern = get_string(j, "hybrid-layer-pattern", where);
+    const std::string pattern = json_get<std::string>(j, "hybrid-layer-pattern", where);
     const int64_t blocks = count_blocks(parse_layer_pattern(pattern, where));
     if (!has("num-layers")) c.num_layers = blocks;
     c.hybrid_layer_pattern = pattern == default_layer_pattern(c.num_layers) ? "" : pattern;

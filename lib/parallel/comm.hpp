@@ -59,6 +59,8 @@ class Comm {
   // Every member contributes SEND[n]; RECV[size() * n] holds them in member order.
   void all_gather(float* recv, const float* send, size_t n);
   void all_gather(double* recv, const double* send, size_t n);
+  // The same for raw bytes: SEND[bytes] from every member, RECV[size() * bytes] in member order.
+  void all_gather_bytes(void* recv, const void* send, size_t bytes);
   // ROOT's DATA[n] to every member.
   void broadcast(void* data, size_t bytes, int root);
   void send(const float* data, size_t n, int dest, int tag = 0);

@@ -14,6 +14,7 @@
 #include "core/hash.hpp"
 #include "core/json_file.hpp"
 #include "core/log.hpp"
+#include "core/mapped_file.hpp"
 #include "data/tokenizer.hpp"
 #include "model/pipeline.hpp"
 #include "model/tensor_parallel.hpp"
@@ -36,6 +37,20 @@ std::string checkpoint_record_path(const std::string& dir) {
   const std::filesystem::path own = std::filesystem::path(dir) / kCheckpointRecordFile;
   if (std::filesystem::exists(own)) return own.string();
   return (std::filesystem::path(find_latest(dir)) / kCheckpointRecordFile).string();
+}
+
+uint64_t file_xxh64(const std::string& path) {
+  const MappedFile file(path);
+  return xxh64(file.data(), file.size());
+}
+
+// The checkpoint --load DIR resumes from, as the ranks compare it: its directory (which names the
+// iteration) and the XXH64 of its record, which holds the checksum of every file.
+std::string checkpoint_identity(const std::string& dir) {
+  if (dir.empty() || !has_checkpoint(dir)) return "no checkpoint";
+  const std::string record = checkpoint_record_path(dir);
+  return fmt::format("{}, record {}", std::filesystem::path(record).parent_path().filename().string(),
+                     hex64(file_xxh64(record)));
 }
 
 std::vector<uint64_t> shape_of(const ParamTensor& t) {
@@ -125,8 +140,6 @@ Trainer::Trainer(TrainOptions options) : opt_(std::move(options)) {
   not_yet("expert parallelism", "--ep", layout_.ep);
   if (opt_.sequence_parallel && layout_.tp == 1)
     input_error("--sequence-parallel splits the tensor-parallel regions: it needs --tp above 1");
-  world_->set_layout(layout_);
-  dp_group_ = &world_->group(ParallelDim::dp);
   if (world_->rank() != 0) {  // rank 0 speaks for the job; the others report only their errors
     log::set_errors_only(true);
     log::set_program(fmt::format("{} (rank {})", log::program(), world_->rank()));
@@ -173,8 +186,11 @@ Trainer::Trainer(TrainOptions options) : opt_(std::move(options)) {
       input_error("{}: no model in the checkpoint's record", checkpoint_json);
     checkpoint_model = j["record"]["model"];
   }
+  uint64_t tokenizer_fingerprint = 0;
   if (!opt_.tokenizer.empty()) {
-    tokenizer_vocab_ = load_tokenizer(opt_.tokenizer, opt_.merges)->vocab_size();
+    const auto tokenizer = load_tokenizer(opt_.tokenizer, opt_.merges);
+    tokenizer_vocab_ = tokenizer->vocab_size();
+    tokenizer_fingerprint = tokenizer->fingerprint();
     if (!overrides.vocab_size) {
       int64_t base_vocab = 0;
       if (!opt_.model_config.empty()) base_vocab = load_model_config(opt_.model_config).vocab_size;
@@ -218,6 +234,12 @@ Trainer::Trainer(TrainOptions options) : opt_(std::move(options)) {
   if (opt_.sequence_parallel && (opt_.micro_batch * static_cast<int64_t>(data_->seq_length())) % layout_.tp != 0)
     input_error("--sequence-parallel: the {} x {} positions of a micro-batch do not divide over {} ranks",
                 opt_.micro_batch, data_->seq_length(), layout_.tp);
+
+  // Everything above is this rank's alone; from here on the ranks work together, so first they
+  // make sure they were started alike.
+  check_ranks_agree(world_->world(), shared_settings(tokenizer_fingerprint));
+  world_->set_layout(layout_);
+  dp_group_ = &world_->group(ParallelDim::dp);
   const ParallelGroups groups{dp_group_,
                               &world_->group(ParallelDim::tp),
                               &world_->group(ParallelDim::pp),
@@ -252,10 +274,7 @@ Trainer::Trainer(TrainOptions options) : opt_(std::move(options)) {
     std::filesystem::create_directories(opt_.save);
     metrics = (std::filesystem::path(opt_.save) / "metrics.jsonl").string();
   }
-  if (!metrics.empty()) {
-    metrics_.open(metrics, std::ios::app);
-    if (!metrics_) system_error(metrics, "cannot open for appending");
-  }
+  if (!metrics.empty()) metrics_.open(metrics);
 }
 
 Trainer::~Trainer() = default;
@@ -276,10 +295,33 @@ nlohmann::ordered_json Trainer::settings() const {
   return j;
 }
 
+// Every option but --metrics, which only rank 0 writes, and the resolved model (what the model
+// options, the model config file and the tokenizer's vocabulary made of it). The files that
+// options name go by their content, since each rank may reach the same file by another path: the
+// blend by its fingerprint (its options and its inputs' indices), the tokenizer by its own, and
+// the checkpoint by checkpoint_identity().
+std::vector<RankSetting> Trainer::shared_settings(uint64_t tokenizer_fingerprint) const {
+  std::vector<RankSetting> out;
+  const auto add = [&out](const std::string& name, const nlohmann::ordered_json& value) {
+    out.push_back({name, value.is_string() ? value.get<std::string>() : value.dump(), {}});
+  };
+  const nlohmann::ordered_json options = opt_.to_json(), model = config_.to_json();
+  for (const auto& [key, value] : options.items())
+    if (key != "metrics" && key != "data" && key != "tokenizer" && key != "merges" && key != "model-config" &&
+        key != "load")
+      add("--" + key, value);
+  for (const auto& [key, value] : model.items()) add("the model's " + key, value);
+  const auto file = [&out](const std::string& option, const std::string& path, const auto& fingerprint) {
+    out.push_back({option, path.empty() ? "none" : fingerprint(), path});
+  };
+  file("--data", opt_.data, [&] { return hex64(data_->fingerprint()); });
+  file("--tokenizer", opt_.tokenizer, [&] { return hex64(tokenizer_fingerprint); });  // with --merges
+  file("--load", opt_.load, [&] { return checkpoint_identity(opt_.load); });
+  return out;
+}
+
 void Trainer::write_metrics(const nlohmann::ordered_json& line) {
-  if (!metrics_.is_open()) return;
-  metrics_ << line.dump() << '\n';
-  metrics_.flush();
+  if (metrics_.is_open()) metrics_.write(line);
 }
 
 double Trainer::train_step(double* grad_norm_out) {

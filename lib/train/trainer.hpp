@@ -13,9 +13,11 @@
 // for bit as the uninterrupted run would have.
 //
 // Distributed runs: rank 0 logs, writes the metrics and the checkpoints (data-parallel replicas
-// hold the same state); the others report only errors. A stop (signal, time limit) is agreed on by
-// all ranks each step, so they stop together. A watchdog ends the job when a rank makes no progress
-// for MEG_COLLECTIVE_TIMEOUT seconds (a collective that never completes), rather than hang.
+// hold the same state); the others report only errors. Before their first collective the ranks
+// compare their settings and stop with one line naming those that differ
+// (parallel/rank_agreement.hpp). A stop (signal, time limit) is agreed on by all ranks each step,
+// so they stop together. A watchdog ends the job when a rank makes no progress for
+// MEG_COLLECTIVE_TIMEOUT seconds (a collective that never completes), rather than hang.
 //
 // Metrics are JSON lines (one per --log-interval, one per evaluation):
 //   {"iteration": 10, "consumed_tokens": 1280, "loss": 6.9, "lr": 0.001, "grad_norm": 1.2,
@@ -31,7 +33,6 @@
 #pragma once
 
 #include <cstdint>
-#include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -44,8 +45,10 @@
 #include "optim/lr_schedule.hpp"
 #include "parallel/comm.hpp"
 #include "parallel/layout.hpp"
+#include "parallel/rank_agreement.hpp"
 #include "parallel/watchdog.hpp"
 #include "train/backend.hpp"
+#include "train/metrics_file.hpp"
 
 namespace meg {
 
@@ -122,6 +125,8 @@ class Trainer {
   double evaluate();
   void save_checkpoint_now();
   nlohmann::ordered_json checkpoint_record() const;
+  // What every rank must share, compared before the first collective (parallel/rank_agreement.hpp).
+  std::vector<RankSetting> shared_settings(uint64_t tokenizer_fingerprint) const;
   // Whether the ranks hold different parts of the state (then each writes its own shard).
   bool sharded_state() const;
   void load_from(const std::string& dir);
@@ -136,7 +141,7 @@ class Trainer {
   Comm* dp_group_ = nullptr;
   std::unique_ptr<Watchdog> watchdog_;  // distributed runs: ends the job when no step completes
   std::unique_ptr<LrSchedule> schedule_;
-  std::ofstream metrics_;
+  MetricsFile metrics_;
   int64_t iteration_ = 0;
   int64_t last_saved_ = -1;
   int64_t tokenizer_vocab_ = 0;

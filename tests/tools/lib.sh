@@ -127,3 +127,81 @@ PY
     exit 77
   fi
 }
+
+# corrupt_idx IDX EDIT...: writes corrupt copies of the dataset index IDX, each beside a link to
+# its .bin, in one python run (python starts slowly on a loaded machine), and prints "S L0": the
+# sequence count and sequence 0's length. EDIT NAME:OFFSET:FORMAT:VALUE writes NAME.idx with
+# VALUE packed little-endian (FORMAT a struct code: B, i, q) at OFFSET, both python expressions
+# that may use S and L0; EDIT random:N writes r1.idx ... rN.idx with 1 to 4 random bytes over the
+# lengths (the same bytes every run).
+corrupt_idx() {
+  local idx=$1
+  shift
+  python3 - "$idx" "$@" <<'PY'
+import os, random, struct, sys
+idx = open(sys.argv[1], 'rb').read()
+S, L0 = struct.unpack_from('<Q', idx, 18)[0], struct.unpack_from('<i', idx, 34)[0]
+def write(name, b):
+    open(name + '.idx', 'wb').write(b)
+    os.symlink(os.path.abspath(sys.argv[1][:-4] + '.bin'), name + '.bin')
+for edit in sys.argv[2:]:
+    fields = edit.split(':')
+    b = bytearray(idx)
+    if fields[0] == 'random':
+        r = random.Random(46)
+        for k in range(1, int(fields[1]) + 1):
+            b = bytearray(idx)
+            while b == idx:
+                for _ in range(r.randint(1, 4)):
+                    b[34 + r.randrange(4 * S)] = r.randrange(256)
+            write('r%d' % k, b)
+        continue
+    name, offset, fmt, value = fields
+    struct.pack_into('<' + fmt, b, eval(offset), eval(value))
+    write(name, b)
+print(S, L0)
+PY
+}
+
+# Crash tests: kill -9 at random moments of a command that replaces an existing result, then check
+# that the final names hold the whole old result, the whole new one, or (where the format allows)
+# none. crash_trials prints how many trials to run: MEG_CRASH_TRIALS, 10 by default.
+crash_trials() { echo "${MEG_CRASH_TRIALS:-10}"; }
+
+# run_seconds COMMAND...: runs COMMAND (its output discarded; it must succeed) and prints how long
+# it took in seconds, the span over which to spread the kill moments.
+run_seconds() {
+  local start end
+  start=$(date +%s.%N)
+  "$@" >/dev/null 2>&1 || fail "'$*' failed"
+  end=$(date +%s.%N)
+  awk -v a="$start" -v b="$end" 'BEGIN { printf "%.4f\n", b - a }'
+}
+
+# kill_at_random_moment SECONDS COMMAND...: starts COMMAND (a program, not a shell function, so
+# that the signal reaches it), sends it SIGKILL after a random delay of up to SECONDS, and waits.
+# It may finish first; anything but success or death by SIGKILL fails the test.
+kill_at_random_moment() {
+  local max=$1
+  shift
+  "$@" >/dev/null 2>&1 &
+  local pid=$! rc=0
+  sleep "$(awk -v m="$max" -v r="$RANDOM" 'BEGIN { printf "%.4f", m * r / 32767 }')"
+  kill -KILL "$pid" 2>/dev/null || true
+  wait "$pid" || rc=$?
+  [ "$rc" -eq 0 ] || [ "$rc" -eq 137 ] || fail "'$*' exited $rc before it was killed"
+}
+
+# sanitized: the binaries under test are built with AddressSanitizer, whose shadow memory needs a
+# vast address space, so that ulimit -v cannot limit them.
+sanitized() { [ -n "${MEG_SANITIZED:-}" ]; }  # set by the sanitizer build's ctest
+
+# small_memory COMMAND...: runs COMMAND allowed about 1 GB of memory, to show that it allocates
+# no more: under ulimit -v, or when sanitized under AddressSanitizer's own allocation limit.
+small_memory() {
+  if sanitized; then
+    ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}malloc_limit_mb=1000" "$@"
+  else
+    (ulimit -v 1000000 && exec "$@")
+  fi
+}

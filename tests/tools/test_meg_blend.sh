@@ -33,6 +33,24 @@ expect_fail 1 "--samples is required" -- meg-blend --seq-length 64 -o bad.blend 
 expect_fail 1 "gives the test split no documents" -- $BUILD --split 1,1,0 --test-samples 3 -o bad.blend 1 $M/fortunes_spm
 no_file bad.blend
 
+# Absurd sizes, refused with one line naming the option before anything is allocated: more
+# samples than memory holds (bad_alloc before), a negative count (an empty blend before), a
+# sequence longer than a split (a 142 MB blend before).
+expect_fail 1 "^meg-blend: --samples 100000000000: the blend's indices would take .* more than the .* this process may use$" -- \
+  meg-blend -q --seq-length 64 --samples 100000000000 -o bad.blend 1 $M/fortunes_spm
+# ulimit -v counts too (AddressSanitizer's shadow memory leaves no room for one).
+sanitized || expect_fail 1 "^meg-blend: --samples 30000000: the blend's indices would take 1.16 GB of memory, more than the" -- \
+  small_memory meg-blend -q --seq-length 64 --samples 30000000 -o bad.blend 1 $M/fortunes_spm
+for option in --samples --valid-samples --test-samples --seq-length; do
+  expect_fail 1 "^meg-blend: $option: -5 is negative" -- $BUILD $option -5 -o bad.blend 1 $M/fortunes_spm
+done
+expect_fail 1 "^meg-blend: --samples: '1e3' is not a whole number" -- $BUILD --samples 1e3 -o bad.blend 1 $M/fortunes_spm
+expect_fail 1 "fortunes_spm: the train split has 586 documents and 32961 tokens, fewer than one sample of --seq-length 4000000000 \+ 1" -- \
+  meg-blend -q --seq-length 4000000000 --samples 1000 -o bad.blend 1 $M/fortunes_spm
+expect_fail 1 "^meg-blend: --samples 1000000000000000000: that many samples of --seq-length 64 tokens" -- \
+  meg-blend -q --seq-length 64 --samples 1000000000000000000 -o bad.blend 1 $M/fortunes_spm
+no_file bad.blend
+
 # Missing, truncated and corrupt datasets.
 expect_fail 1 "nothere.idx: cannot open" -- $BUILD -o bad.blend 1 $M/fortunes_spm 1 nothere
 cp $M/fortunes_spm.bin t.bin; head -c 5000 $M/fortunes_spm.idx > t.idx
@@ -41,10 +59,34 @@ cp $M/fortunes_spm.bin m.bin; { printf 'XXIDIDX\0\0'; tail -c +10 $M/fortunes_sp
 expect_fail 1 "m.idx: offset 0: not a Megatron indexed dataset index" -- $BUILD -o bad.blend 1 m
 no_file bad.blend
 
+# Corrupt index entries (the issue's: sequence 0's length, offset 34, set to 0x7fffffff or to
+# its length + 50; random length bytes) are refused on opening: one line, exit 1, no blend.
+read -r S L0 < <(corrupt_idx $M/fortunes_spm.idx huge:34:i:0x7fffffff long:34:i:L0+50 random:20)
+expect_fail 1 "huge.idx: offset 34: sequence 0: length 2147483647 runs to byte" -- $BUILD -o bad.blend 1 huge
+expect_fail 1 "long.idx: offset [0-9]+: sequence 1 starts at byte $((2 * L0)) but sequence 0 ends at byte $((2 * L0 + 100))" -- \
+  $BUILD -o bad.blend 1 long
+for k in $(seq 1 20); do expect_fail 1 "r$k.idx: " -- $BUILD -o bad.blend 1 r$k; done
+no_file bad.blend
+
 # A failed build leaves an existing blend as it was.
 cp run.blend keep.blend
 expect_fail 1 "nothere.idx: cannot open" -- $BUILD -o run.blend 1 nothere
 same_file run.blend keep.blend
+
+# Overwriting a blend killed at random moments leaves the whole old blend or the whole new one,
+# and the next run removes the temporaries the killed ones left.
+NEW="meg-blend -q --seq-length 64 --samples 200000 --seed 7 -o crash.blend 0.3 $M/fortunes_spm 0.7 $M/fortunes_gpt2"
+$NEW
+cp crash.blend new.blend
+took=$(run_seconds $NEW)
+for trial in $(seq "$(crash_trials)"); do
+  cp run.blend crash.blend
+  kill_at_random_moment "$took" $NEW
+  cmp -s crash.blend run.blend || cmp -s crash.blend new.blend || fail "crash trial $trial: crash.blend is neither blend"
+done
+$NEW
+same_file crash.blend new.blend
+no_file
 
 # Truncated and corrupt blend files.
 head -c 1000 run.blend > cut.blend

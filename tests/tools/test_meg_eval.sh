@@ -135,7 +135,7 @@ PY
 
 # Bad input: one line naming the file and line, exit 1.
 printf '{"text": "a b"}\n{"text": "a b",}\n' > bad.jsonl
-expect_fail 1 "bad.jsonl:2: malformed JSON at column" -- $EVAL --task bad.jsonl --task-type lambada
+expect_fail 1 "^meg-eval: bad.jsonl:2:16: not valid JSON: syntax error" -- $EVAL --task bad.jsonl --task-type lambada
 printf '{"query": "Q", "choices": ["a", "b"], "gold": 0}\n\n{"query": "Q", "choices": ["a", "b"]}\n' > bad.jsonl
 expect_fail 1 'bad.jsonl:3: no "gold" or "label" field' -- $EVAL --task bad.jsonl --task-type multiple-choice
 printf '{"goal": "G", "sol1": "a", "sol2": "b", "label": 2}\n' > bad.jsonl

@@ -190,8 +190,8 @@ expect_fail 1 "nothere: no such checkpoint directory" -- $GEN --load nothere --p
 printf '{"prompt": "The cat"}\n{"prompt": "x", "top_p": 2}\n' > bad.jsonl
 expect_fail 1 "^meg-generate: bad.jsonl:2: top-p 2 must be in \(0, 1\]$" -- $GEN --load gpt --prompts bad.jsonl
 printf '{"prompt": "The cat"}\n{"prompt": "x"\n' > bad.jsonl
-expect_fail 1 "bad.jsonl:2: not valid JSON" -- $GEN --load gpt --prompts bad.jsonl
-expect_fail 1 "bad.jsonl:2: not valid JSON" -- $GEN --load gpt --prompts bad.jsonl -o out.jsonl
+expect_fail 1 "^meg-generate: bad.jsonl:2:15: not valid JSON: syntax error" -- $GEN --load gpt --prompts bad.jsonl
+expect_fail 1 "^meg-generate: bad.jsonl:2:15: not valid JSON: syntax error" -- $GEN --load gpt --prompts bad.jsonl -o out.jsonl
 no_file out.jsonl
 expect_fail 1 "^meg-generate: --prompt: the prompt is 80 tokens, more than the 64 a sequence holds" -- \
   $GEN --load gpt --prompt "$long"

@@ -1,6 +1,7 @@
 # meg-pretrain: the tiny model learns, metrics are logged, a stopped and resumed run repeats the
 # uninterrupted one loss for loss (after --exit-interval, with dropout, and after kill -9), SIGTERM
-# saves and exits 0, and bad options are refused.
+# saves and exits 0, a metrics file that cannot be written is reported and keeps whole lines, and
+# bad options are refused.
 # MEG_TEST_DEVICE=cuda runs it all on the GPU (scripts/gpu-test.sh does).
 source "$(dirname "$0")/lib.sh"
 M=$MEG_TEST_DATA/megatron
@@ -93,7 +94,21 @@ pairs straight.jsonl > straight.pairs
 [ "$(wc -l < resumed.pairs)" -eq 5 ] || fail "the resumed run logged $(wc -l < resumed.pairs) steps"
 [ "$(grep -cxFf resumed.pairs straight.pairs)" -eq 5 ] || fail "resumed losses differ: $(cat resumed.pairs)"
 
-# (5) Bad options.
+# (5) A metrics file that cannot be written stops the run at once with one line, and the file
+# keeps whole lines: on a full disk, and past a file size limit (ulimit -f, with SIGXFSZ ignored,
+# so that the 5th line is written in part: the part comes off again).
+expect_fail 1 "^meg-pretrain: /dev/full: cannot write the metrics: No space left on device$" -- \
+  $TRAIN --iters 20 --metrics /dev/full
+expect_fail 1 "^meg-pretrain: limited.jsonl: cannot write the metrics: File too large$" -- \
+  bash -c "trap '' XFSZ; ulimit -f 1; exec $TRAIN --iters 20 --metrics limited.jsonl"
+python3 - limited.jsonl <<'PY' || fail "limited.jsonl does not hold whole lines: $(cat limited.jsonl)"
+import json, sys
+text = open(sys.argv[1]).read()
+assert text.endswith("\n") and 0 < len(text) <= 1024, len(text)
+assert [json.loads(line)["iteration"] for line in text.splitlines()] == list(range(1, text.count("\n") + 1))
+PY
+
+# (6) Bad options.
 expect_fail 1 "--global-batch 6 must be a positive multiple of --micro-batch 4" -- $TRAIN --iters 2 --global-batch 6
 expect_fail 1 "nothere.blend" -- $BASE --iters 2 --data nothere.blend
 NODEV="meg-pretrain -q --model tiny --tokenizer $M/fortunes_spm.model --data run.blend --iters 2"

@@ -3,7 +3,8 @@
 # process (relative difference below 1e-5: only the order of the sums differs), with GPT and Llama,
 # gradient accumulation and dropout; a run resumed under mpirun repeats the uninterrupted one
 # exactly and its checkpoints load in any layout; the layouts not implemented yet and the layouts
-# that do not fit are refused, and a job whose rank dies or stalls ends instead of hanging.
+# that do not fit are refused, ranks started with different settings stop with one line naming
+# them, and a job whose rank dies or stalls ends instead of hanging.
 source "$(dirname "$0")/lib.sh"
 M=$MEG_TEST_DATA/megatron
 meg-blend -q --seq-length 32 --samples 400 -o run.blend 1 $M/fortunes_spm
@@ -145,6 +146,38 @@ expect_fail 1 "--virtual-stages needs --pp above 1" -- $RUN --virtual-stages 2
 # once: a millisecond is less than any step).
 MEG_COLLECTIVE_TIMEOUT=0.001 expect_fail_mpi 2 "no progress for 0.001 s: a rank may be stuck in a collective" -- \
   mpi 2 -x MEG_COLLECTIVE_TIMEOUT $RUN
+
+# Ranks started with different settings (mpirun's MPMD form) stop at once, before any collective
+# that depends on them, with one line naming each option that differs and the ranks' values: a
+# different --iters used to hang until the watchdog, a different --micro-batch to train wrong. The
+# files that options name are compared by content: the same checkpoint by two paths agrees.
+export -f mpi  # for timeout, which runs programs, not functions
+ranks_disagree() {  # ranks_disagree PATTERN -- N COMMAND... : -np M COMMAND...: mpi's arguments
+  local pattern=$1
+  shift 2
+  expect_fail_mpi 1 "^meg-pretrain: ranks disagree on $pattern\$" -- timeout 120 bash -c 'mpi "$@"' mpi "$@"
+  [ "$(grep -c '^meg-pretrain' "$WORK/.err")" -eq 1 ] || fail "'$*': more than one reason: $(cat "$WORK/.err")"
+}
+SAME="meg-pretrain -q --device cpu --model tiny --tokenizer $M/fortunes_spm.model --data run.blend --log-interval 1
+      --global-batch 12"
+ranks_disagree "--iters \\(rank 0: 3, rank 1: 4\\)" -- 1 $SAME --iters 3 : -np 1 $SAME --iters 4
+ranks_disagree "--micro-batch \\(rank 0: 2, rank 2: 1\\)" -- \
+  2 $SAME --iters 3 --micro-batch 2 : -np 1 $SAME --iters 3 --micro-batch 1
+ranks_disagree "--iters \\(rank 0: 3, rank 1: 4\\), --lr \\(rank 0: 0.001, rank 1: 0.002\\)" -- \
+  1 $SAME --iters 3 --lr 1e-3 : -np 1 $SAME --iters 4 --lr 2e-3
+# A model option is compared through the model it resolves to.
+ranks_disagree "the model's num-layers \\(rank 0: 2, rank 1: 4\\), the model's hybrid-layer-pattern \\(.*\\)" -- \
+  1 $SAME --iters 3 : -np 1 $SAME --iters 3 --num-layers 4
+# Another dataset (its own blend file), and another checkpoint to resume from.
+meg-blend -q --seq-length 32 --samples 400 -o gpt2.blend 1 $M/fortunes_gpt2
+ranks_disagree "--data \\(rank 0: [0-9a-f]{16} \\(run.blend\\), rank 1: [0-9a-f]{16} \\(gpt2.blend\\)\\)" -- \
+  1 $SAME --iters 3 : -np 1 ${SAME/run.blend/gpt2.blend} --iters 3
+$SAME --iters 2 --save ck2
+$SAME --iters 3 --save ck3
+ranks_disagree "--load \\(rank 0: iter_0000002, record [0-9a-f]{16} \\(ck2\\), rank 1: iter_0000003, record [0-9a-f]{16} \\(ck3\\)\\)" -- \
+  1 $SAME --iters 4 --load ck2 : -np 1 $SAME --iters 4 --load ck3
+timeout 120 bash -c 'mpi "$@"' mpi 1 $SAME --iters 4 --load ck3 --metrics both.jsonl : -np 1 $SAME --iters 4 --load ck3/iter_0000003 2>/dev/null
+[ "$(grep -c '"loss"' both.jsonl)" -eq 1 ] || fail "ranks loading one checkpoint by two paths did not train on"
 
 # A rank that dies ends the job: the survivor must not wait in a collective forever.
 meg-blend -q --seq-length 32 --samples 40000 -o long.blend 1 $M/fortunes_spm

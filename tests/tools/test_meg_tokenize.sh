@@ -41,13 +41,17 @@ meg-tokenize -q --train --vocab-size 500 --model-type unigram -o tiny.model $M/f
 meg-tokenize -q --tokenizer tiny.model --append-eod $M/fortunes_fixture.jsonl | meg-index -q -o tiny
 meg-index --verify --vocab-size 500 tiny 2>/dev/null
 expect_fail 1 "needs -o" -- meg-tokenize --train --vocab-size 500 $M/fortunes_fixture.jsonl
+# Negative counts are refused, not read as 2^64 - 1 (all lines) or passed on to the trainer.
+expect_fail 1 "^meg-tokenize: --max-sentences: -1 is negative" -- meg-tokenize --train --max-sentences -1 -o m.model $M/fortunes_fixture.jsonl
+expect_fail 1 "^meg-tokenize: --vocab-size: -5 is negative" -- meg-tokenize --train --vocab-size -5 -o m.model $M/fortunes_fixture.jsonl
+no_file m.model
 
 # --- Bad input: one line naming file and line, exit 1, nothing left under the output name.
 printf '{"text": "fine"}\n{"text": "broken\n' > malformed.jsonl
 expect_fail 1 "^meg-tokenize: --workers 100000: too many threads; at most [0-9]+ here" -- \
   meg-tokenize $SPM --workers 100000 $M/fortunes_fixture.jsonl -o out.tok
 no_file out.tok
-expect_fail 1 "malformed.jsonl:2: malformed JSON" -- meg-tokenize $SPM malformed.jsonl -o out.tok
+expect_fail 1 "^meg-tokenize: malformed.jsonl:2:17: not valid JSON: syntax error" -- meg-tokenize $SPM malformed.jsonl -o out.tok
 no_file out.tok
 printf '{"text": "fine"}\n{"txt": "x"}\n' > nokey.jsonl
 expect_fail 1 'nokey.jsonl:2: no "text" key' -- meg-tokenize $SPM nokey.jsonl -o out.tok
@@ -91,7 +95,7 @@ printf '{"tokenizer": "%s", "append-eod": true, "workers": 3}\n' "$M/fortunes_sp
 meg-tokenize -q --config settings.json $M/fortunes_fixture.jsonl | meg-index -q -o fromsettings
 same_file fromsettings.bin $M/fortunes_spm.bin
 printf '{"tokenizer": \n' > broken.json
-expect_fail 1 "broken.json: settings file is not valid JSON" -- meg-tokenize --config broken.json lines.txt
+expect_fail 1 "^meg-tokenize: broken.json:2:1: not valid JSON: syntax error" -- meg-tokenize --config broken.json lines.txt
 printf '{"workerz": 2}\n' > typo.json
 expect_fail 1 "typo.json: unknown setting 'workerz'" -- meg-tokenize --config typo.json lines.txt
 echo "meg-tokenize settings: ok"

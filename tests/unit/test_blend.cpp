@@ -1,6 +1,7 @@
 // numpy's RandomState, Megatron's GPT dataset indices and blending, the blend file and GptDataset.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <map>
 
@@ -273,6 +274,13 @@ TEST_CASE("A blend whose inputs changed is refused", "[blend]") {
   }
   CHECK_THROWS_WITH(GptDataset(dir.path("b")), ContainsSubstring("changed since the blend was built") &&
                                                    ContainsSubstring("data.idx differs"));
+  // A corrupt index is refused for what it is before its fingerprint is compared.
+  std::string idx = read_file(dir.path("data.idx"));
+  const int32_t huge = 0x7fffffff;
+  std::memcpy(idx.data() + 34, &huge, 4);  // sequence 0's length
+  write_file(dir.path("data.idx"), idx);
+  CHECK_THROWS_WITH(GptDataset(dir.path("b")),
+                    ContainsSubstring("input 1: ") && ContainsSubstring("data.idx: offset 34: sequence 0: length 2147483647"));
   std::filesystem::remove(dir.path("data.idx"));
   CHECK_THROWS_WITH(GptDataset(dir.path("b")), ContainsSubstring("input 1: ") && ContainsSubstring("data.idx: cannot open"));
 }
@@ -311,6 +319,19 @@ TEST_CASE("Blends that cannot be built are refused before anything is written", 
                     ContainsSubstring("missing.idx: cannot open"));
   CHECK_THROWS_WITH(build_blend({{1, dir.path("small")}}, options(1, 100), dir.path("b")),
                     ContainsSubstring("--seq-length must be at least 2"));
+  // Sizes that cannot be served, refused before the indices are allocated.
+  CHECK_THROWS_WITH(build_blend({{1, dir.path("small")}}, options(4000000000, 10), dir.path("b")),
+                    ContainsSubstring("small: the train split has 291 documents and") &&
+                        ContainsSubstring("fewer than one sample of --seq-length 4000000000 + 1"));
+  CHECK_THROWS_WITH(build_blend({{1, dir.path("small")}}, options(64, uint64_t(1) << 60), dir.path("b")),
+                    ContainsSubstring("--samples 1152921504606846976: that many samples of --seq-length 64"));
+  CHECK_THROWS_WITH(build_blend({{1, dir.path("small")}}, options(16, uint64_t(1) << 50), dir.path("b")),
+                    ContainsSubstring("--samples 1125899906842624: the blend's indices would take") &&
+                        ContainsSubstring("more than the"));
+  o = options(16, 100);
+  o.split = "80,10,10";
+  o.samples[2] = uint64_t(1) << 50;
+  CHECK_THROWS_WITH(build_blend({{1, dir.path("small")}}, o, dir.path("b")), ContainsSubstring("--test-samples 1125899906842624: "));
   CHECK_FALSE(std::filesystem::exists(dir.path("b")));
 }
 

@@ -1,5 +1,9 @@
 // Token streams, indexed datasets and document reading, on small files written here.
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 
 #include "catch.hpp"
@@ -72,6 +76,45 @@ TEST_CASE("Token stream readers refuse what is not whole", "[data]") {
   CHECK_THROWS_WITH(drain(out_of_vocab), ContainsSubstring("offset 36: token 65535 is outside the vocabulary"));
 }
 
+TEST_CASE("A document length the stream cannot hold fails at its end, not in an allocation", "[data]") {
+  TempDir dir;
+  write_stream(dir.path("s"), sample_documents(1000), 1000);
+  // The header of a valid stream, then a document that says 0xFFFFFFF0 tokens and holds five.
+  std::string big = read_file(dir.path("s")).substr(0, 32) + std::string("\xf0\xff\xff\xff", 4);
+  for (int i = 0; i < 5; ++i) big += std::string("\x01\x00", 2);
+  std::vector<int32_t> doc;
+  auto drain = [&](const std::string& path) {
+    TokenStreamReader r(path);
+    while (r.next(doc)) {
+    }
+  };
+  write_file(dir.path("big.tok"), big);
+  CHECK_THROWS_WITH(drain(dir.path("big.tok")), ContainsSubstring("offset 32: token stream ends inside a document"));
+  {
+    ByteWriter z(dir.path("big.tok.zst"), 3);  // compressed: the reader cannot know the size up front
+    z.write(big.data(), big.size());
+    z.commit();
+  }
+  CHECK_THROWS_WITH(drain(dir.path("big.tok.zst")), ContainsSubstring("offset 32: token stream ends inside a document"));
+}
+
+TEST_CASE("Counted reads from streams of unknown size grow as the bytes arrive", "[data]") {
+  TempDir dir;
+  std::vector<uint8_t> data(3 * 1024 * 1024 + 17);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = uint8_t(i * 2654435761u >> 24);
+  {
+    ByteWriter z(dir.path("d.zst"), 1);
+    z.write(data.data(), data.size());
+    z.commit();
+  }
+  ByteReader in(dir.path("d.zst"));
+  std::vector<uint8_t> buf;
+  REQUIRE(in.read_counted(buf, data.size() - 5));
+  CHECK(std::equal(buf.begin(), buf.end(), data.begin()));
+  CHECK_FALSE(in.read_counted(buf, 6));  // five bytes are left
+  CHECK(buf.size() == 5);
+}
+
 TEST_CASE("Indexed datasets round-trip, empty documents included", "[data]") {
   TempDir dir;
   auto docs = sample_documents(60000);
@@ -91,6 +134,58 @@ TEST_CASE("Indexed datasets round-trip, empty documents included", "[data]") {
     CHECK_NOTHROW(ds.verify(60000));
     CHECK_THROWS_AS(ds.verify(100), InputError);
   }
+}
+
+TEST_CASE("Opening an indexed dataset checks its structure; verify() checks its tokens", "[data]") {
+  TempDir dir;
+  {
+    IndexedDatasetWriter w(dir.path("d"), TokenDtype::kInt32);
+    w.add_document(std::vector<int32_t>{1, 2, 3});
+    w.add_document(std::vector<int32_t>{4, -5});
+    w.finish();
+  }
+  const std::string idx = read_file(dir.path("d.idx"));
+  CHECK_NOTHROW(IndexedDataset(dir.path("d")));
+  CHECK_THROWS_WITH(IndexedDataset(dir.path("d")).verify(), ContainsSubstring("d.bin: offset 16: negative token -5"));
+  // S = 2 sequences: lengths at 34, pointers at 42, document indices at 58.
+  const auto refused = [&](size_t offset, int64_t value, size_t bytes, const std::string& message) {
+    std::string bad = idx;
+    std::memcpy(bad.data() + offset, &value, bytes);
+    write_file(dir.path("d.idx"), bad);
+    CHECK_THROWS_WITH(IndexedDataset(dir.path("d")), ContainsSubstring("d.idx: offset " + message));
+  };
+  refused(34, -1, 4, "34: sequence 0: negative length -1");
+  refused(34, 4, 4, "50: sequence 1 starts at byte 12 but sequence 0 ends at byte 16");
+  refused(42, 4, 8, "42: sequence 0 starts at byte 4, not 0");
+  refused(58, 1, 8, "58: document index 0 is 1, not 0");
+  refused(66, 3, 8, "66: document index 1 is 3, past the sequence count 2");
+  refused(66, -1, 8, "66: document index 1 is -1, below the one before it (0)");
+  refused(74, 1, 8, "74: the last document index is 1 but there are 2 sequences");
+  std::string floats = idx;
+  floats[17] = char(TokenDtype::kFloat32);
+  write_file(dir.path("d.idx"), floats);
+  CHECK_THROWS_WITH(IndexedDataset(dir.path("d")).verify(), ContainsSubstring("float32 tokens are not token ids"));
+}
+
+TEST_CASE("Writing a dataset removes the temporaries dead writers of it left, only those", "[data]") {
+  TempDir dir;
+  char host[256] = {};
+  REQUIRE(::gethostname(host, sizeof(host) - 1) == 0);
+  const pid_t child = ::fork();  // a process that is surely gone: it exited and was reaped
+  if (child == 0) ::_exit(0);
+  REQUIRE(::waitpid(child, nullptr, 0) == child);
+  const std::string dead = dir.path(fmt::format(".d.bin.tmp.{}.{}", host, child));
+  const std::string alive = dir.path(fmt::format(".d.idx.tmp.{}.{}", host, ::getppid()));
+  const std::string elsewhere = dir.path(fmt::format(".d.bin.tmp.{}x.{}", host, child));
+  const std::string other_output = dir.path(fmt::format(".e.bin.tmp.{}.{}", host, child));
+  for (const auto& f : {dead, alive, elsewhere, other_output}) write_file(f, "left behind");
+  IndexedDatasetWriter w(dir.path("d"), TokenDtype::kUint16);
+  w.add_document(std::vector<int32_t>{1, 2});
+  w.finish();
+  CHECK_FALSE(std::filesystem::exists(dead));
+  CHECK(std::filesystem::exists(alive));
+  CHECK(std::filesystem::exists(elsewhere));
+  CHECK(std::filesystem::exists(other_output));
 }
 
 TEST_CASE("Merging datasets equals indexing their streams together", "[data]") {

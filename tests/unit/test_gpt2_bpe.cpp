@@ -172,7 +172,7 @@ TEST_CASE("GPT-2 bad vocabulary and merges files are input errors", "[gpt2]") {
              ContainsSubstring("none.json"));
   CHECK_THAT(input_error_of([&] { Gpt2BpeTokenizer(kVocab, dir.path("none.txt")); }), ContainsSubstring("none.txt"));
   CHECK_THAT(error("{\"a\": 0,\n\"b\": 1,\n", good_merges),
-             ContainsSubstring("vocab.json:3: not valid JSON") && ContainsSubstring("unexpected end of input"));
+             ContainsSubstring("vocab.json:3:1: not valid JSON") && ContainsSubstring("unexpected end of input"));
   CHECK_THAT(error("[1, 2]", good_merges), ContainsSubstring("vocab.json: expected a JSON object"));
   CHECK_THAT(error("{\"a\": \"zero\"}", good_merges), ContainsSubstring("token \"a\" has id \"zero\""));
   CHECK_THAT(error("{\"a\": 1}", good_merges), ContainsSubstring("token \"a\" has id 1; ids must run from 0 to 0"));

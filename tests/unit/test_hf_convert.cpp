@@ -468,7 +468,7 @@ TEST_CASE("bad Hugging Face directories are refused naming the file", "[hf]") {
     config.erase("hidden_size");
     write_file(dir + "/config.json", config.dump());
     CHECK_THAT(input_error_of([&] { HfReader r(dir); }),
-               ContainsSubstring("config.json") && ContainsSubstring("field hidden_size is missing"));
+               ContainsSubstring("config.json") && ContainsSubstring("key 'hidden_size' is missing"));
   }
   SECTION("no weights") {
     fs::remove(file);
@@ -507,7 +507,7 @@ TEST_CASE("bad indexes of sharded checkpoints are refused naming the index", "[h
   }
   SECTION("not JSON") {
     write_file(index_path, "{\"weight_map\": ");
-    CHECK_THAT(input_error_of([&] { HfReader r(dir); }), ContainsSubstring("index.json: not valid JSON"));
+    CHECK_THAT(input_error_of([&] { HfReader r(dir); }), ContainsSubstring("index.json:1:16: not valid JSON"));
   }
   SECTION("a truncated shard") {
     const std::string shard = dir + "/" + index["weight_map"]["transformer.h.0.ln_1.weight"].get<std::string>();

@@ -296,15 +296,15 @@ TEST_CASE("model config: JSON files", "[model]") {
 
   write_file(path, R"({"num-layers": "two"})");
   msg = input_error_of([&] { load_model_config(path); });
-  CHECK_THAT(msg, ContainsSubstring(path + ": num-layers: expected an integer"));
+  CHECK_THAT(msg, ContainsSubstring(path + ": key 'num-layers' must be an integer"));
 
   write_file(path, R"({"num-layers": 2.5})");
   CHECK_THAT(input_error_of([&] { load_model_config(path); }),
-             ContainsSubstring("expected an integer"));
+             ContainsSubstring("must be an integer"));
 
   write_file(path, R"({"tie-embeddings": 1})");
   CHECK_THAT(input_error_of([&] { load_model_config(path); }),
-             ContainsSubstring("expected true or false"));
+             ContainsSubstring("must be true or false, not number"));
 
   write_file(path, R"({"family": "bert"})");
   msg = input_error_of([&] { load_model_config(path); });
@@ -325,7 +325,7 @@ TEST_CASE("model config: JSON files", "[model]") {
 
   write_file(path, R"({"num-layers": 2,)");
   msg = input_error_of([&] { load_model_config(path); });
-  CHECK_THAT(msg, ContainsSubstring(path + ": not valid JSON"));
+  CHECK_THAT(msg, ContainsSubstring(path + ":1:18: not valid JSON"));
   CHECK(msg.find('\n') == std::string::npos);
 
   write_file(path, "[1, 2]");

@@ -1,5 +1,6 @@
 // The deterministic parallel-for, and what it is for: the CPU model's loss and gradients are
-// bit-identical with one thread and with several.
+// bit-identical with one thread and with several. The settings check of the ranks in a world of
+// one (tests/mpi/test_rank_agreement.cpp checks it on four).
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -16,6 +17,8 @@
 #include "core/parallel.hpp"
 #include "model/config.hpp"
 #include "model/gpt.hpp"
+#include "parallel/comm.hpp"
+#include "parallel/rank_agreement.hpp"
 
 using namespace meg;
 
@@ -124,4 +127,12 @@ TEST_CASE("gpt model: loss and gradients are bit-identical with 1 and 4 threads"
     // Not trivially so: the gradients are there.
     CHECK(std::any_of(grads1.begin(), grads1.end(), [](float g) { return g != 0.0f; }));
   }
+}
+
+TEST_CASE("check_ranks_agree: a process on its own agrees with itself, without MPI", "[core]") {
+  Comm& world = World::init().world();
+  REQUIRE(world.size() == 1);
+  const std::vector<RankSetting> settings{{"--iters", "300", {}}, {"--data", "0123", "a.blend"}};
+  CHECK(rank_disagreement(world, settings).empty());
+  CHECK_NOTHROW(check_ranks_agree(world, settings));
 }

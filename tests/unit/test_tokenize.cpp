@@ -1,7 +1,6 @@
 // The tokenizing pipeline: order, bad documents, decoding; SentencePiece through the interface,
 // word by word and with its native BPE path, against the library.
 #include <algorithm>
-#include <bit>
 #include <random>
 #include <set>
 #include <tuple>
@@ -10,6 +9,7 @@
 #include "core/error.hpp"
 #include "data/sentencepiece_tokenizer.hpp"
 #include "data/tokenize.hpp"
+#include "spm_proto.hpp"
 #include "test_util.hpp"
 
 using namespace meg;
@@ -91,21 +91,6 @@ std::set<std::string> check_native_bpe(const SentencePieceTokenizer& spm, const 
   return declined;
 }
 
-// A serialized ModelProto (sentencepiece_model.proto), for vocabularies no trainer would make.
-std::string proto_varint(uint64_t v) {
-  std::string out;
-  for (; v >= 0x80; v >>= 7) out += static_cast<char>(v | 0x80);
-  return out + static_cast<char>(v);
-}
-std::string proto_bytes(int field, std::string_view bytes) {
-  return proto_varint(field << 3 | 2) + proto_varint(bytes.size()) + std::string(bytes);
-}
-std::string proto_piece(std::string_view text, float score, int type) {
-  const auto bits = std::bit_cast<uint32_t>(score);
-  std::string p = proto_bytes(1, text) + proto_varint(2 << 3 | 5);
-  for (int i = 0; i < 4; ++i) p += static_cast<char>(bits >> (8 * i));
-  return proto_bytes(1, p + proto_varint(3 << 3) + proto_varint(type));
-}
 }  // namespace
 
 TEST_CASE("Output order does not depend on workers or batch size", "[tokenize]") {
