@@ -7,6 +7,7 @@ packages=(
   build-essential cmake ninja-build ccache pkg-config
   libzstd-dev zstd libsentencepiece-dev sentencepiece libfmt-dev catch2
   libopenmpi-dev openmpi-bin libopenblas-dev libcli11-dev nlohmann-json3-dev
+  clang libclang-rt-dev   # the sanitizer build and the fuzz targets (libFuzzer)
   fortunes fortunes-min   # the demo corpus
 )
 

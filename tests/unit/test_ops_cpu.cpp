@@ -82,7 +82,8 @@ constexpr double kFdTol = 1e-6;
 TEST_CASE("linear forward matches a naive product, backward matches finite differences", "[ops]") {
   std::mt19937 rng(1);
   struct Shape { int N, C, OC; };
-  for (auto [N, C, OC] : {Shape{5, 12, 7}, Shape{1, 3, 1}, Shape{6, 8, 16}}) {
+  for (const Shape& shape : {Shape{5, 12, 7}, Shape{1, 3, 1}, Shape{6, 8, 16}}) {
+    const int N = shape.N, C = shape.C, OC = shape.OC;  // lambdas below capture them
     CAPTURE(N, C, OC);
     Vec inp = random_vec(size_t(N) * C, rng), W = random_vec(size_t(OC) * C, rng),
         bias = random_vec(OC, rng), w = random_vec(size_t(N) * OC, rng);
@@ -184,7 +185,8 @@ TEST_CASE("few-row products match a naive product and give each row the same bit
 
 TEST_CASE("layernorm normalises each row and its backward matches finite differences", "[ops]") {
   std::mt19937 rng(2);
-  for (auto [N, C] : {std::pair{6, 12}, std::pair{3, 7}, std::pair{1, 2}}) {
+  for (const auto& shape : {std::pair{6, 12}, std::pair{3, 7}, std::pair{1, 2}}) {
+    const int N = shape.first, C = shape.second;  // lambdas below capture them
     CAPTURE(N, C);
     // Rows with an offset and a spread, so mean and variance both matter.
     Vec inp = random_vec(size_t(N) * C, rng, 0.5, 3.0), weight = random_vec(C, rng),
@@ -223,7 +225,8 @@ TEST_CASE("layernorm normalises each row and its backward matches finite differe
 
 TEST_CASE("rmsnorm gives unit mean square and its backward matches finite differences", "[ops]") {
   std::mt19937 rng(3);
-  for (auto [N, C] : {std::pair{6, 12}, std::pair{3, 7}, std::pair{2, 1}}) {
+  for (const auto& shape : {std::pair{6, 12}, std::pair{3, 7}, std::pair{2, 1}}) {
+    const int N = shape.first, C = shape.second;  // lambdas below capture them
     CAPTURE(N, C);
     Vec inp = random_vec(size_t(N) * C, rng, -2.0, 2.0), weight = random_vec(C, rng),
         w = random_vec(size_t(N) * C, rng);
@@ -343,7 +346,8 @@ TEST_CASE("rope rotates rotate_half pairs by position and its backward matches f
 
   SECTION("backward") {
     struct Shape { int B, T, NH, HS; };
-    for (auto [B, T, NH, HS] : {Shape{2, 5, 3, 8}, Shape{1, 3, 1, 2}, Shape{1, 4, 2, 6}}) {
+    for (const Shape& shape : {Shape{2, 5, 3, 8}, Shape{1, 3, 1, 2}, Shape{1, 4, 2, 6}}) {
+      const int B = shape.B, T = shape.T, NH = shape.NH, HS = shape.HS;  // lambdas below capture them
       CAPTURE(B, T, NH, HS);
       const size_t n = size_t(B) * T * NH * HS;
       Vec inp = random_vec(n, rng), w = random_vec(n, rng), out(n);
@@ -395,8 +399,8 @@ TEST_CASE("attention matches a naive version, is causal, and its backward matche
           "differences", "[ops]") {
   std::mt19937 rng(7);
   struct Shape { int B, T, NH, NKV, HS; };
-  for (auto [B, T, NH, NKV, HS] : {Shape{2, 5, 3, 1, 4}, Shape{1, 4, 4, 2, 3}, Shape{1, 3, 2, 2, 5},
-                                   Shape{2, 1, 2, 1, 3}}) {
+  for (const Shape& shape : {Shape{2, 5, 3, 1, 4}, Shape{1, 4, 4, 2, 3}, Shape{1, 3, 2, 2, 5}, Shape{2, 1, 2, 1, 3}}) {
+    const int B = shape.B, T = shape.T, NH = shape.NH, NKV = shape.NKV, HS = shape.HS;  // lambdas capture them
     CAPTURE(B, T, NH, NKV, HS);
     const size_t nq = size_t(B) * T * NH * HS, nk = size_t(B) * T * NKV * HS;
     Vec q = random_vec(nq, rng, -2, 2), k = random_vec(nk, rng, -2, 2), v = random_vec(nk, rng),
