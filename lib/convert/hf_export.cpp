@@ -1,7 +1,9 @@
 #include "convert/hf_export.hpp"
 
+#include <signal.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -14,6 +16,7 @@
 #include "convert/hf_names.hpp"
 #include "core/byte_stream.hpp"
 #include "core/error.hpp"
+#include "core/log.hpp"
 #include "data/tokenizer.hpp"
 
 namespace meg {
@@ -33,7 +36,9 @@ class StagingDir {
       if (!fs::is_directory(final_, ec)) input_error("{}: exists and is not a directory", final_dir);
       if (!fs::is_empty(final_, ec)) input_error("{}: exists and is not empty (refusing to mix two models)", final_dir);
     }
-    temp_ = final_.parent_path() / fmt::format(".{}.tmp-{}", final_.filename().string(), ::getpid());
+    const std::string prefix = fmt::format(".{}.tmp-", final_.filename().string());
+    remove_leftovers(final_.parent_path(), prefix);
+    temp_ = final_.parent_path() / fmt::format("{}{}", prefix, ::getpid());
     fs::remove_all(temp_, ec);
     if (!fs::create_directories(temp_, ec) || ec) system_error(temp_.string(), "cannot create directory");
   }
@@ -56,6 +61,23 @@ class StagingDir {
   }
 
  private:
+  // The staging folders PARENT/PREFIX<pid> of exports that were killed: their process is gone.
+  // One of a live process (an export running beside this one) is left alone.
+  static void remove_leftovers(const fs::path& parent, const std::string& prefix) {
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(parent, ec)) {
+      const std::string name = entry.path().filename().string();
+      if (!name.starts_with(prefix)) continue;
+      const std::string digits = name.substr(prefix.size());
+      if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+      const auto pid = static_cast<pid_t>(std::stol(digits));
+      if (::kill(pid, 0) == 0 || errno != ESRCH) continue;
+      std::error_code rm;
+      fs::remove_all(entry.path(), rm);
+      if (rm) log::warn("{}: cannot remove leftover of a killed export: {}", entry.path().string(), rm.message());
+    }
+  }
+
   fs::path final_, temp_;
   bool committed_ = false;
 };

@@ -5,7 +5,8 @@
 #     run's losses equal an uninterrupted run's bit for bit.
 #   meg-ckpt-convert resharding into a directory that holds an older conversion: `latest` names
 #     the old or the new checkpoint, each identical to a conversion never interrupted; exporting to
-#     Hugging Face: the directory is absent or identical to an export never interrupted.
+#     Hugging Face: the directory is absent or identical to an export never interrupted, and the
+#     next export removes the killed ones' staging folders.
 # MEG_CRASH_TRIALS kills per case (default 5, for make test's time; raise it to hunt).
 source "$(dirname "$0")/lib.sh"
 M=$MEG_TEST_DATA/megatron
@@ -114,6 +115,10 @@ for trial in $(seq "$TRIALS"); do
   rm -rf hf
   kill_at_random "$full" meg-ckpt-convert -q --load src --to hf --save hf
   [ ! -e hf ] || diff -r hf ref-hf >/dev/null || fail "trial $trial: hf holds a partial export: $(ls -l hf)"
-  rm -rf .hf.tmp-*  # a killed export's staging folder, never read: left to the user, as the man page says
 done
+# The next export takes away the staging folders that the killed ones left.
+rm -rf hf
+meg-ckpt-convert -q --load src --to hf --save hf
+diff -r hf ref-hf >/dev/null || fail "the export after the killed ones differs"
+if ls -A | grep -q '^\.hf\.tmp-'; then fail "killed exports' staging folders are left: $(ls -A | grep '^\.hf\.tmp-')"; fi
 echo "crash safety: all tests passed ($TRIALS trials per case)"
