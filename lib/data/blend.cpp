@@ -12,6 +12,7 @@
 #include "core/byte_stream.hpp"
 #include "core/error.hpp"
 #include "core/hash.hpp"
+#include "core/log.hpp"
 #include "core/memory_limit.hpp"
 #include "core/progress.hpp"
 #include "core/thread_pool.hpp"
@@ -339,6 +340,30 @@ void check_sizes(const std::vector<BlendInput>& inputs, const BlendOptions& opti
   }
 }
 
+// The default sample count of a split is none when one input's part of it cannot fill a sample:
+// a small input's 1 in 1000 test documents under the default --split, say. Training would then go
+// without validation, or a later evaluation without a test split, with nothing said; so each
+// input to blame is named (splits the options ask nothing of, with weight 0 or 0 samples given,
+// are empty by request).
+void warn_empty_splits(const std::vector<BlendInput>& inputs, const BlendOptions& options,
+                       const std::array<double, kNumSplits>& split,
+                       const std::vector<std::array<DocumentRange, kNumSplits>>& ranges,
+                       const std::vector<std::array<uint64_t, kNumSplits>>& tokens,
+                       const std::array<uint64_t, kNumSplits>& requested) {
+  const uint64_t T = options.seq_length;
+  for (int s = 0; s < kNumSplits; ++s) {
+    if (requested[s] > 0 || options.samples[s] || split[s] == 0) continue;
+    const auto name = split_name(Split(s));
+    for (size_t k = 0; k < inputs.size(); ++k) {
+      if (tokens[k][s] >= T + 1) continue;
+      const uint64_t docs = ranges[k][s].size();
+      log::warn("{}: its {} split (--split {}) holds {} of its {} documents and {} tokens, less than one sample of "
+                "--seq-length {} + 1: the blend has no {} samples",
+                inputs[k].prefix, name, options.split, docs, ranges[k].back().end, tokens[k][s], T, name);
+    }
+  }
+}
+
 }  // namespace
 
 BlendStats build_blend(const std::vector<BlendInput>& inputs, const BlendOptions& options, const std::string& output) {
@@ -396,6 +421,7 @@ BlendStats build_blend(const std::vector<BlendInput>& inputs, const BlendOptions
   }
 
   check_sizes(inputs, options, weights, ranges, tokens, requested);
+  warn_empty_splits(inputs, options, split, ranges, tokens, requested);
 
   // The blend depends only on the weights and the sample counts, so it comes first: it says how
   // many samples each input's split must provide.

@@ -24,6 +24,21 @@ grep -q '"separate_final_epoch": true' dump.json || fail "json final epoch"
 $BUILD --valid-samples 40 --test-samples 5 --split 90,8,2 -o sized.blend 1 $M/fortunes_spm
 meg-blend --dump sized.blend | grep -q "^samples      train 1000, valid 40, test 5$" || fail "sized blend"
 
+# A split that an input's documents cannot fill leaves the blend without it (by default its size is
+# one epoch of the split over all inputs): a warning names each input to blame and the split. A
+# small input's 1 in 1000 test documents round to none; fortunes_spm's one test document is shorter
+# than a sample. Splits asked to be empty (weight 0, or 0 samples) are not warned about.
+head -n 100 $M/fortunes_fixture.jsonl | meg-tokenize -q --tokenizer $M/fortunes_spm.model - | meg-index -q -o small
+exits_with 0 $BUILD -o warned.blend 1 small 1 $M/fortunes_spm
+[ "$(grep -c . .err)" -eq 2 ] || fail "expected two warnings: $(cat .err)"
+stderr_matches "^meg-blend: warning: small: its test split \(--split 969,30,1\) holds 0 of its 100 documents and 0 tokens, less than one sample of --seq-length 64 \+ 1: the blend has no test samples$"
+stderr_matches "^meg-blend: warning: $M/fortunes_spm: its test split \(--split 969,30,1\) holds 1 of its 605 documents and [0-9]+ tokens, less than one sample of --seq-length 64 \+ 1: the blend has no test samples$"
+meg-blend --dump warned.blend | grep -q "^samples      train 1000, valid [1-9][0-9]*, test 0$" || fail "warned blend: $(meg-blend --dump warned.blend)"
+for quiet in "--test-samples 0" "--split 97,3,0"; do
+  exits_with 0 $BUILD $quiet -o quiet.blend 1 small 1 $M/fortunes_spm
+  [ ! -s .err ] || fail "$quiet warned: $(cat .err)"
+done
+
 # Bad weights and arguments.
 expect_fail 1 "weight 'abc' of .*fortunes_spm is not a number" -- $BUILD -o bad.blend abc $M/fortunes_spm
 expect_fail 1 "weights sum to 0" -- $BUILD -o bad.blend 0 $M/fortunes_spm 0 $M/fortunes_gpt2
