@@ -7,6 +7,7 @@
 #include "core/error.hpp"
 #include "optim/lr_schedule.hpp"
 #include "parallel/comm.hpp"
+#include "train/loss_plot.hpp"
 #include "train/trainer.hpp"
 
 int main(int argc, char** argv) {
@@ -74,13 +75,28 @@ int main(int argc, char** argv) {
                                              .sequence_parallel = &o.sequence_parallel});
   app.add_flag("--time-communication", o.time_communication,
                "Measure the device communication time per iteration (log line and metrics)");
+
+  // Seeing a run: TensorBoard events while it trains, and its loss curves drawn afterwards.
+  std::string plot;
+  std::vector<std::string> plot_runs;
+  app.add_option("--tensorboard-dir", o.tensorboard_dir, "Write TensorBoard event files to DIR (rank 0)");
+  app.add_option("--plot", plot,
+                 "Instead of training: draw the loss curves of RUN... (metrics files or --save directories) as the "
+                 "SVG file OUT");
+  app.add_option("runs", plot_runs, "With --plot: the runs to draw");
   meg::cli::add_common_options(
       app, "meg-pretrain --model tiny --data run.blend --tokenizer spm.model --iters 100 --micro-batch 4 "
-           "--global-batch 8 --lr 1e-3 --warmup-iters 10 --save ckpt --save-interval 50");
+           "--global-batch 8 --lr 1e-3 --warmup-iters 10 --save ckpt --save-interval 50\n"
+           "  meg-pretrain --plot loss.svg ckpt other-run/metrics.jsonl");
 
   return meg::cli::run_tool(
       app, argc, argv,
       [&] {
+        if (!plot.empty()) {
+          meg::write_loss_plot(plot, plot_runs);
+          return 0;
+        }
+        if (!plot_runs.empty()) meg::input_error("'{}': runs to draw need --plot OUT.svg", plot_runs.front());
         o.lr.style = meg::parse_lr_decay_style(decay);
         meg::Trainer trainer(o);
         return trainer.run();

@@ -52,7 +52,7 @@ run() {
   python3 - "$metrics" "$warmup" "$model" "$layout" "$np" "$micro x $seq" "${base[$model]:-0}" <<'PY'
 import json, statistics, sys
 path, warmup, model, layout, np, shape, base = sys.argv[1:]
-rows = [json.loads(l) for l in open(path) if '"tokens_per_s"' in l]
+rows = [r for r in map(json.loads, open(path)) if r["split"] == "train"]
 rows = [r for r in rows if r["iteration"] > int(warmup)] or rows
 med = lambda k: statistics.median(r[k] for r in rows)
 tps, np, base = med("tokens_per_s"), int(np), float(base)

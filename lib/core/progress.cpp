@@ -2,6 +2,9 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include <fmt/format.h>
 
 #include "core/log.hpp"
@@ -10,13 +13,16 @@ namespace meg {
 namespace {
 constexpr auto kTerminalInterval = std::chrono::milliseconds(200);
 constexpr auto kLogInterval = std::chrono::seconds(30);
+}  // namespace
 
 std::string human_duration(double seconds) {
-  if (seconds < 60) return fmt::format("{:.0f}s", seconds);
-  if (seconds < 3600) return fmt::format("{:.0f}m{:02.0f}s", seconds / 60 - 0.5, std::fmod(seconds, 60.0));
-  return fmt::format("{:.0f}h{:02.0f}m", seconds / 3600 - 0.5, std::fmod(seconds / 60, 60.0));
+  if (!std::isfinite(seconds)) return "?";
+  const auto s = static_cast<int64_t>(std::llround(std::max(0.0, seconds)));
+  if (s < 60) return fmt::format("{}s", s);
+  if (s < 3600) return fmt::format("{}m{:02}s", s / 60, s % 60);
+  if (s < 86400) return fmt::format("{}h{:02}m", s / 3600, s / 60 % 60);
+  return fmt::format("{}d{:02}h", s / 86400, s / 3600 % 24);
 }
-}  // namespace
 
 std::string human_count(double value, const std::string& unit) {
   static const char* kPrefixes[] = {"", "k", "M", "G", "T", "P"};

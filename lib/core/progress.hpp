@@ -31,5 +31,7 @@ class Progress {
 
 // "12.3 MB", "4.56 GB" for byte counts; "1.23 M" for other units.
 std::string human_count(double value, const std::string& unit);
+// "42s", "3m07s", "5h12m", "2d03h" (rounded to the second, then cut to two units).
+std::string human_duration(double seconds);
 
 }  // namespace meg

@@ -112,6 +112,7 @@ nlohmann::ordered_json TrainOptions::to_json() const {
   j["keep"] = keep;
   j["load"] = load;
   j["metrics"] = metrics;
+  j["tensorboard-dir"] = tensorboard_dir;
   j["exit-after-minutes"] = exit_after_minutes;
   j["exit-interval"] = exit_interval;
   j["device"] = device;
@@ -267,14 +268,6 @@ Trainer::Trainer(TrainOptions options) : opt_(std::move(options)) {
       log::info("no checkpoint in {}: starting from iteration 0", opt_.load);
     }
   }
-
-  std::string metrics = opt_.metrics;
-  if (world_->rank() != 0) metrics.clear();  // rank 0 writes the metrics
-  else if (metrics.empty() && !opt_.save.empty()) {
-    std::filesystem::create_directories(opt_.save);
-    metrics = (std::filesystem::path(opt_.save) / "metrics.jsonl").string();
-  }
-  if (!metrics.empty()) metrics_.open(metrics);
 }
 
 Trainer::~Trainer() = default;
@@ -295,7 +288,7 @@ nlohmann::ordered_json Trainer::settings() const {
   return j;
 }
 
-// Every option but --metrics, which only rank 0 writes, and the resolved model (what the model
+// Every option but --metrics and --tensorboard-dir, which only rank 0 writes, and the resolved model (what the model
 // options, the model config file and the tokenizer's vocabulary made of it). The files that
 // options name go by their content, since each rank may reach the same file by another path: the
 // blend by its fingerprint (its options and its inputs' indices), the tokenizer by its own, and
@@ -307,7 +300,7 @@ std::vector<RankSetting> Trainer::shared_settings(uint64_t tokenizer_fingerprint
   };
   const nlohmann::ordered_json options = opt_.to_json(), model = config_.to_json();
   for (const auto& [key, value] : options.items())
-    if (key != "metrics" && key != "data" && key != "tokenizer" && key != "merges" && key != "model-config" &&
+    if (key != "metrics" && key != "tensorboard-dir" && key != "data" && key != "tokenizer" && key != "merges" && key != "model-config" &&
         key != "load")
       add("--" + key, value);
   for (const auto& [key, value] : model.items()) add("the model's " + key, value);
@@ -320,8 +313,51 @@ std::vector<RankSetting> Trainer::shared_settings(uint64_t tokenizer_fingerprint
   return out;
 }
 
-void Trainer::write_metrics(const nlohmann::ordered_json& line) {
-  if (metrics_.is_open()) metrics_.write(line);
+RunLogOptions Trainer::run_log_options() const {
+  RunLogOptions o;
+  o.start_iteration = iteration_;
+  o.iters = opt_.iters;
+  o.log_interval = opt_.log_interval;
+  o.tokens_per_iter = static_cast<double>(opt_.global_batch) * static_cast<double>(data_->seq_length());
+  o.flops_per_token = static_cast<double>(config_.flops_per_token(config_.seq_length));
+  o.world_size = world_->size();
+  o.time_communication = opt_.time_communication;
+  o.device_numbers = [this] { return DeviceNumbers{backend_->peak_memory(), backend_->take_communication_ms()}; };
+  if (world_->rank() != 0) return o;  // rank 0 writes the files
+  o.metrics = opt_.metrics;
+  if (o.metrics.empty() && !opt_.save.empty()) {
+    std::filesystem::create_directories(opt_.save);
+    o.metrics = (std::filesystem::path(opt_.save) / "metrics.jsonl").string();
+  }
+  o.tensorboard_dir = opt_.tensorboard_dir;
+  return o;
+}
+
+RunFacts Trainer::run_facts(const RunLogOptions& log) const {
+  RunFacts f;
+  f.model_source = !opt_.model_config.empty() ? opt_.model_config : opt_.model;
+  f.model = config_;
+  f.layout = layout_;
+  f.virtual_stages = opt_.virtual_stages;
+  f.distributed_optimizer = opt_.distributed_optimizer;
+  f.sequence_parallel = opt_.sequence_parallel;
+  f.backend = backend_->describe();
+  f.micro_batch = opt_.micro_batch;
+  f.global_batch = opt_.global_batch;
+  f.seq_length = static_cast<int64_t>(data_->seq_length());
+  f.start_iteration = iteration_;
+  f.iters = opt_.iters;
+  f.blend = opt_.data;
+  f.blend_train_samples = data_->num_samples(Split::kTrain);
+  for (size_t k = 0; k < data_->blend().num_inputs(); ++k)
+    f.train_tokens_per_epoch += data_->blend().input(k).splits[int(Split::kTrain)].tokens;
+  f.lr = schedule_->options();
+  f.save = opt_.save;
+  f.save_interval = opt_.save_interval;
+  f.keep = opt_.keep;
+  f.metrics = log.metrics;
+  f.tensorboard_dir = log.tensorboard_dir;
+  return f;
 }
 
 double Trainer::train_step(double* grad_norm_out) {
@@ -511,16 +547,14 @@ int Trainer::run() {
   const auto kick = [this] {
     if (watchdog_) watchdog_->kick();
   };
-  log::info("settings {}", settings().dump());
+  const RunLogOptions log_options = run_log_options();
+  RunLog run_log(log_options);
+  run_log.start(settings(), run_summary(run_facts(log_options)));
   if (iteration_ >= opt_.iters) {
     log::info("iteration {} already reaches --iters {}: nothing to train", iteration_, opt_.iters);
     return 0;
   }
   const auto start = Clock::now();
-  const double tokens_per_iter = static_cast<double>(opt_.global_batch) * static_cast<double>(data_->seq_length());
-  double loss_acc = 0;
-  int64_t acc_iters = 0;
-  auto window_start = Clock::now();
   bool stopped = false;
   while (iteration_ < opt_.iters) {
     kick();
@@ -528,42 +562,14 @@ int Trainer::run() {
     const double lr = schedule_->lr_at(iteration_);
     const double loss = train_step(&norm);
     ++iteration_;
-    loss_acc += loss;
-    ++acc_iters;
-    if (iteration_ % opt_.log_interval == 0 || iteration_ == opt_.iters) {
-      const double secs = std::chrono::duration<double>(Clock::now() - window_start).count();
-      const double ms = 1000.0 * secs / static_cast<double>(acc_iters);
-      const double tps = tokens_per_iter * static_cast<double>(acc_iters) / std::max(secs, 1e-9);
-      const double mean_loss = loss_acc / static_cast<double>(acc_iters);
-      const auto consumed = static_cast<int64_t>(tokens_per_iter) * iteration_;
-      const size_t peak = backend_->peak_memory();
-      std::string extra = peak > 0 ? fmt::format(" | peak mem {:.2f} GiB", double(peak) / double(1 << 30)) : "";
-      const double comm_ms = backend_->take_communication_ms() / static_cast<double>(acc_iters);
-      if (opt_.time_communication) extra += fmt::format(" | comm {:.1f} ms/iter", comm_ms);
-      log::info("iter {}/{} | tokens {} | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | {:.1f} ms/iter | {:.0f} tokens/s{}",
-                iteration_, opt_.iters, consumed, mean_loss, lr, norm, ms, tps, extra);
-      nlohmann::ordered_json line{{"iteration", iteration_}, {"consumed_tokens", consumed}, {"loss", mean_loss},
-                                  {"lr", lr},        {"grad_norm", norm},          {"ms_per_iter", ms},
-                                  {"tokens_per_s", tps}};
-      if (peak > 0) line["peak_memory_bytes"] = peak;
-      if (opt_.time_communication) line["comm_ms_per_iter"] = comm_ms;
-      // Model FLOPs (6 N + 12 L C T per token) per second and GPU, Megatron's throughput figure.
-      line["model_tflops_per_gpu"] = tps * static_cast<double>(config_.flops_per_token(config_.seq_length)) /
-                                     static_cast<double>(world_->size()) / 1e12;
-      write_metrics(line);
-      loss_acc = 0;
-      acc_iters = 0;
-      window_start = Clock::now();
-    }
+    run_log.train_step(iteration_, loss, lr, norm);
     if (opt_.eval_interval > 0 && opt_.eval_iters > 0 && iteration_ % opt_.eval_interval == 0) {
       if (data_->num_samples(Split::kValid) == 0) {
         log::warn("{} has no validation samples: no evaluation", opt_.data);
         opt_.eval_interval = 0;
       } else {
         kick();
-        const double vl = evaluate();
-        log::info("iter {} | valid loss {:.4f} | valid ppl {:.3f}", iteration_, vl, std::exp(vl));
-        write_metrics({{"iteration", iteration_}, {"valid_loss", vl}, {"valid_ppl", std::exp(vl)}});
+        run_log.evaluation(iteration_, evaluate());
       }
     }
     kick();

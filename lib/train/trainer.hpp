@@ -19,10 +19,8 @@
 // so they stop together. A watchdog ends the job when a rank makes no progress for
 // MEG_COLLECTIVE_TIMEOUT seconds (a collective that never completes), rather than hang.
 //
-// Metrics are JSON lines (one per --log-interval, one per evaluation):
-//   {"iteration": 10, "consumed_tokens": 1280, "loss": 6.9, "lr": 0.001, "grad_norm": 1.2,
-//    "ms_per_iter": 12.3, "tokens_per_s": 10400.0}
-//   {"iteration": 10, "valid_loss": 6.8, "valid_ppl": 900.2}
+// Rank 0 writes the metrics (JSON lines, one per --log-interval, one per evaluation) and, with
+// --tensorboard-dir, TensorBoard events: train/run_log.hpp.
 //
 // Checkpoints (ckpt/checkpoint.hpp): model.safetensors holds the parameters by their table names,
 // optimizer.safetensors the AdamW moments as "exp_avg.<name>" and "exp_avg_sq.<name>", all fp32
@@ -48,7 +46,8 @@
 #include "parallel/rank_agreement.hpp"
 #include "parallel/watchdog.hpp"
 #include "train/backend.hpp"
-#include "train/metrics_file.hpp"
+#include "train/run_log.hpp"
+#include "train/run_summary.hpp"
 
 namespace meg {
 
@@ -84,6 +83,7 @@ struct TrainOptions {
   int keep = 0;
   std::string load;
   std::string metrics;  // default: SAVE/metrics.jsonl when --save is given
+  std::string tensorboard_dir;  // --tensorboard-dir: TensorBoard event files (train/tensorboard_writer.hpp)
   double exit_after_minutes = 0;
   int64_t exit_interval = 0;  // save and stop when the iteration is a multiple of N (0: never)
   std::string device;     // cpu or cuda; empty: cuda when a GPU is present, else cpu
@@ -130,7 +130,10 @@ class Trainer {
   // Whether the ranks hold different parts of the state (then each writes its own shard).
   bool sharded_state() const;
   void load_from(const std::string& dir);
-  void write_metrics(const nlohmann::ordered_json& line);
+  // What the run log writes where (rank 0 writes files, the others none), and what the start-up
+  // block tells.
+  RunLogOptions run_log_options() const;
+  RunFacts run_facts(const RunLogOptions& log) const;
 
   TrainOptions opt_;
   ModelConfig config_;
@@ -141,7 +144,6 @@ class Trainer {
   Comm* dp_group_ = nullptr;
   std::unique_ptr<Watchdog> watchdog_;  // distributed runs: ends the job when no step completes
   std::unique_ptr<LrSchedule> schedule_;
-  MetricsFile metrics_;
   int64_t iteration_ = 0;
   int64_t last_saved_ = -1;
   int64_t tokenizer_vocab_ = 0;

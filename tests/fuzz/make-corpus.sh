@@ -13,7 +13,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 export PATH="$bin:$PATH" LC_ALL=C.UTF-8
 rm -rf "$corpus" "$here/fixtures"
-mkdir -p "$corpus"/{token_stream,indexed_dataset,blend,safetensors,checkpoint,hf_config,jsonl_documents,eval_task,prompts,spm_model} \
+mkdir -p "$corpus"/{token_stream,indexed_dataset,blend,safetensors,checkpoint,hf_config,jsonl_documents,eval_task,prompts,metrics,spm_model} \
          "$here/fixtures"
 gpt2=(--tokenizer "$data/gpt2/vocab.json" --merges "$data/gpt2/merges.txt")
 
@@ -99,6 +99,20 @@ cat > "$corpus/prompts/prompts.jsonl" <<'JSONL'
 {"prompt": "x", "max_tokens": 3, "temperature": 0.7, "top_k": 5, "top_p": 0.9, "repetition_penalty": 1.1, "seed": 4, "stop": ["\n", "."]}
 
 {"prompt_ids": [464, 2068, 7586], "stop": "end"}
+JSONL
+
+# Metrics: train and valid records as meg-pretrain writes them (a resumed run repeating
+# iteration 2), and records of a file written before records had a "split".
+cat > "$corpus/metrics/metrics.jsonl" <<'JSONL'
+{"iteration":1,"split":"train","consumed_tokens":256,"loss":7.6061,"lr":0.001,"grad_norm":1.64,"ms_per_iter":41.2,"tokens_per_s":6221.8,"model_tflops_per_gpu":0.009}
+{"iteration":2,"split":"train","consumed_tokens":512,"loss":7.5941,"lr":0.002,"grad_norm":1.94,"ms_per_iter":40.1,"tokens_per_s":6384.0,"peak_memory_bytes":1048576,"model_tflops_per_gpu":0.009}
+{"iteration":2,"split":"valid","valid_loss":7.0236,"valid_ppl":1122.9}
+{"iteration":2,"split":"train","consumed_tokens":512,"loss":7.5941,"lr":0.002,"grad_norm":1.94,"ms_per_iter":40.3,"tokens_per_s":6352.2,"model_tflops_per_gpu":0.009}
+JSONL
+cat > "$corpus/metrics/old.jsonl" <<'JSONL'
+{"iteration": 10, "consumed_tokens": 1280, "loss": 6.9, "lr": 0.001, "grad_norm": 1.2}
+{"iteration": 10, "valid_loss": 6.8, "valid_ppl": 900.2}
+{"iteration": 20, "consumed_tokens": 2560, "loss": 0.0, "lr": 0.001, "grad_norm": 1.2}
 JSONL
 
 # SentencePiece models: BPE, unigram and BPE with byte fallback, trained on the documents with

@@ -22,7 +22,7 @@ $RUN --iters 200 --device cuda --precision bf16 --metrics bf16.jsonl --save ck_g
 python3 - cpu.jsonl fp32.jsonl bf16.jsonl <<'PY' || fail "the GPU loss curves do not track the CPU's"
 import json, sys
 def losses(path):
-    return [json.loads(l)["loss"] for l in open(path) if '"loss"' in l]
+    return [r["loss"] for r in map(json.loads, open(path)) if r["split"] == "train"]
 cpu, fp32, bf16 = (losses(p) for p in sys.argv[1:])
 assert len(cpu) == len(fp32) == len(bf16) == 200, (len(cpu), len(fp32), len(bf16))
 def early(a, b): return max(abs(x - y) / abs(x) for x, y in zip(a[:10], b[:10]))

@@ -12,10 +12,11 @@ TRAIN="$BASE --data run.blend"
 # (1) The loss falls; metrics carry every field; evaluation lines appear.
 $TRAIN --iters 30 --global-batch 8 --eval-interval 10 --eval-iters 2 --metrics learn.jsonl
 [ "$(losses learn.jsonl | wc -l)" -eq 30 ] || fail "expected 30 training lines: $(cat learn.jsonl)"
-for f in iteration consumed_tokens loss lr grad_norm ms_per_iter tokens_per_s; do
+for f in iteration split consumed_tokens loss lr grad_norm ms_per_iter tokens_per_s; do
   grep -q "\"$f\":" learn.jsonl || fail "metrics lack $f"
 done
-[ "$(grep -c '"valid_loss":.*"valid_ppl":' learn.jsonl)" -eq 3 ] || fail "expected 3 evaluations: $(cat learn.jsonl)"
+[ "$(grep -c '"split":"train",' learn.jsonl)" -eq 30 ] || fail "expected 30 train records: $(cat learn.jsonl)"
+[ "$(grep -c '"split":"valid","valid_loss":.*"valid_ppl":' learn.jsonl)" -eq 3 ] || fail "expected 3 evaluations: $(cat learn.jsonl)"
 first=$(losses learn.jsonl | head -1)
 last=$(losses learn.jsonl | tail -1)
 awk -v a="$first" -v b="$last" 'BEGIN { exit !(a - b > 0.5) }' || fail "loss did not fall: $first -> $last"
