@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/build_info.hpp"
 #include "core/error.hpp"
 #include "core/json_file.hpp"
 #include "core/log.hpp"
@@ -69,7 +70,7 @@ class JsonConfig : public CLI::Config {
 }  // namespace
 
 void add_common_options(CLI::App& app, const std::string& example) {
-  app.set_version_flag("--version", std::string(MEG_VERSION));
+  app.set_version_flag("--version", version_line(app.get_name()), "Print the version, the commit and the build");
   app.add_flag_callback("-q,--quiet", [] { log::set_quiet(true); }, "Print no progress or summary");
   app.config_formatter(std::make_shared<JsonConfig>(app));
   app.set_config("--config", "", "Read options from a JSON settings file (command line wins)");
