@@ -5,6 +5,7 @@
 #include "core/cli.hpp"
 #include "core/cli_groups.hpp"
 #include "core/error.hpp"
+#include "core/megatron_names.hpp"
 #include "optim/lr_schedule.hpp"
 #include "parallel/comm.hpp"
 #include "train/loss_plot.hpp"
@@ -15,16 +16,23 @@ int main(int argc, char** argv) {
   meg::TrainOptions o;
   std::string decay = "cosine";
   auto& ov = o.overrides;
+  meg::cli::MegatronConversions megatron;
+  using meg::cli::with_megatron_names;
 
   app.add_option("--model", o.model, "Model preset (tiny, tiny-llama, gpt2-124m, llama-1b, ...)");
   app.add_option("--model-config", o.model_config, "JSON model config file (its keys win over the preset)");
   app.add_option("--num-layers", ov.num_layers, "Override: transformer blocks");
   app.add_option("--hidden-size", ov.hidden_size, "Override: model width");
-  app.add_option("--num-heads", ov.num_heads, "Override: attention heads");
+  app.add_option(with_megatron_names("--num-heads"), ov.num_heads, "Override: attention heads");
   app.add_option("--num-kv-heads", ov.num_kv_heads, "Override: key/value heads");
   app.add_option("--ffn-hidden-size", ov.ffn_hidden_size, "Override: MLP width");
   app.add_option("--seq-length", ov.seq_length, "Sequence length (default and must-match: the blend's)");
   app.add_option("--vocab-size", ov.vocab_size, "Override: vocabulary size");
+  app.add_option(with_megatron_names("--init-std"), ov.init_std,
+                 "Override: standard deviation of the normal weight initialisation");
+  app.add_option("--max-position-embeddings", ov.max_position_embeddings,
+                 "Megatron's position count, checked: at least --seq-length, and equal to it with learned "
+                 "positions (GPT-2)");
   app.add_option("--hidden-dropout", o.hidden_dropout,
                  "Override: dropout probability of the embedding and block outputs (default 0)");
   app.add_option("--attention-dropout", o.attention_dropout,
@@ -33,14 +41,18 @@ int main(int argc, char** argv) {
   app.add_option("--data", o.data, "The blend file (meg-blend)");
   meg::cli::add_tokenizer_options(app, o.tokenizer, o.merges, "it gives the vocabulary size");
 
-  app.add_option("--iters", o.iters, "Optimizer steps to train to");
-  app.add_option("--micro-batch", o.micro_batch, "Samples per forward/backward")->capture_default_str();
-  app.add_option("--global-batch", o.global_batch, "Samples per optimizer step (a multiple of --micro-batch)");
+  app.add_option(with_megatron_names("--iters"), o.iters, "Optimizer steps to train to");
+  app.add_option(with_megatron_names("--micro-batch"), o.micro_batch, "Samples per forward/backward")
+      ->capture_default_str();
+  app.add_option(with_megatron_names("--global-batch"), o.global_batch,
+                 "Samples per optimizer step (a multiple of --micro-batch)");
   app.add_option("--lr", o.lr.lr, "Peak learning rate")->capture_default_str();
   app.add_option("--min-lr", o.lr.min_lr, "Learning rate at the end of the decay")->capture_default_str();
-  app.add_option("--warmup-iters", o.lr.warmup_iters, "Linear warmup steps")->capture_default_str();
+  app.add_option(with_megatron_names("--warmup-iters"), o.lr.warmup_iters, "Linear warmup steps")
+      ->capture_default_str();
   app.add_option("--lr-decay-iters", o.lr.decay_iters, "Decay length (0: --iters)")->capture_default_str();
-  app.add_option("--lr-decay", decay, "constant, linear, cosine or inverse-square-root")->capture_default_str();
+  app.add_option(with_megatron_names("--lr-decay"), decay, "constant, linear, cosine or inverse-square-root")
+      ->capture_default_str();
   app.add_option("--weight-decay", o.adam.weight_decay, "AdamW decoupled weight decay")->capture_default_str();
   app.add_option("--clip-grad", o.clip_grad, "Clip gradients to this global norm (0: off)")->capture_default_str();
   app.add_option("--adam-beta1", o.adam.beta1, "AdamW beta1")->capture_default_str();
@@ -57,10 +69,10 @@ int main(int argc, char** argv) {
   app.add_option("--save-interval", o.save_interval, "Save every N steps (0: at the end only)")->capture_default_str();
   app.add_option("--keep", o.keep, "Keep the newest N checkpoints (0: all)")->capture_default_str();
   meg::cli::add_load_option(app, o.load, "training resumes from it (from iteration 0 when DIR holds none)");
-  app.add_option("--exit-after-minutes", o.exit_after_minutes, "Save and exit after M minutes");
+  app.add_option(with_megatron_names("--exit-after-minutes"), o.exit_after_minutes, "Save and exit after M minutes");
   app.add_option("--exit-interval", o.exit_interval, "Save and exit when the iteration is a multiple of N");
   meg::cli::add_device_options(app, o.device, o.precision);
-  app.add_option("--recompute", o.recompute,
+  app.add_option(with_megatron_names("--recompute"), o.recompute,
                  "Activation recomputation on cuda: none, selective (norms and MLP activation) or full (whole "
                  "blocks)")
       ->capture_default_str();
@@ -73,6 +85,7 @@ int main(int argc, char** argv) {
                                              .virtual_stages = &o.virtual_stages,
                                              .distributed_optimizer = &o.distributed_optimizer,
                                              .sequence_parallel = &o.sequence_parallel});
+  meg::cli::add_megatron_conversions(app, megatron);
   app.add_flag("--time-communication", o.time_communication,
                "Measure the device communication time per iteration (log line and metrics)");
 
@@ -97,6 +110,7 @@ int main(int argc, char** argv) {
           return 0;
         }
         if (!plot_runs.empty()) meg::input_error("'{}': runs to draw need --plot OUT.svg", plot_runs.front());
+        meg::cli::resolve_megatron_conversions(megatron, ov.num_layers, o.pp, o.virtual_stages, ov.num_kv_heads);
         o.lr.style = meg::parse_lr_decay_style(decay);
         meg::Trainer trainer(o);
         return trainer.run();

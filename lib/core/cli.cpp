@@ -1,11 +1,14 @@
 #include "core/cli.hpp"
 
 #include <algorithm>
+#include <optional>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "core/build_info.hpp"
 #include "core/error.hpp"
 #include "core/json_file.hpp"
 #include "core/log.hpp"
@@ -14,7 +17,9 @@
 namespace meg::cli {
 namespace {
 
-// CLI11 reads TOML/INI settings files by default; ours are JSON, flat or nested by subcommand.
+// CLI11 reads TOML/INI settings files by default; ours are JSON, flat or nested by subcommand. A
+// null is an option not given (a checkpoint's record of the options holds them so): skipped, once
+// its key is known to name an option.
 class JsonConfig : public CLI::Config {
  public:
   explicit JsonConfig(const CLI::App& app) : app_(app) {}
@@ -36,9 +41,13 @@ class JsonConfig : public CLI::Config {
   }
 
  private:
-  static void collect(const nlohmann::json& j, const std::vector<std::string>& parents,
-                      std::vector<CLI::ConfigItem>& items) {
+  void collect(const nlohmann::json& j, const std::vector<std::string>& parents,
+               std::vector<CLI::ConfigItem>& items) const {
     for (const auto& [key, value] : j.items()) {
+      if (value.is_null()) {
+        if (parents.empty() && app_.get_option_no_throw("--" + key) == nullptr) throw CLI::ConfigError::Extras(key);
+        continue;
+      }
       if (value.is_object()) {
         auto p = parents;
         p.push_back(key);
@@ -69,7 +78,7 @@ class JsonConfig : public CLI::Config {
 }  // namespace
 
 void add_common_options(CLI::App& app, const std::string& example) {
-  app.set_version_flag("--version", std::string(MEG_VERSION));
+  app.set_version_flag("--version", version_line(app.get_name()), "Print the version, the commit and the build");
   app.add_flag_callback("-q,--quiet", [] { log::set_quiet(true); }, "Print no progress or summary");
   app.config_formatter(std::make_shared<JsonConfig>(app));
   app.set_config("--config", "", "Read options from a JSON settings file (command line wins)");
@@ -94,6 +103,57 @@ int answer(const CLI::App& app, const CLI::Error& e) {
   return status;
 }
 
+// The edit distance of A and B (optimal string alignment: a swap of neighbours counts one).
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i)
+    for (size_t j = 1; j <= b.size(); ++j) {
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  return d[a.size()][b.size()];
+}
+
+// The long option name of APP (without dashes; Megatron's names included) nearest to WORD, when
+// it is near enough to be what a typo of it meant: at most a third of WORD's letters off.
+std::optional<std::string> nearest_option(const CLI::App& app, const std::string& word) {
+  std::optional<std::string> best;
+  size_t best_distance = std::max<size_t>(1, word.size() / 3) + 1;
+  for (const CLI::Option* option : app.get_options())
+    for (const std::string& name : option->get_lnames())
+      if (const size_t d = edit_distance(word, name); d < best_distance) {
+        best = name;
+        best_distance = d;
+      }
+  return best;
+}
+
+// The line for an error CLI11 found. An unknown option, or an unknown key of the settings file,
+// gets the nearest option name as a suggestion.
+std::string parse_error_line(const CLI::App& app, const CLI::ParseError& e) {
+  // Errors found in the settings file name it, as every diagnostic names its file.
+  const CLI::Option* config = app.get_config_ptr();
+  const std::string where = config != nullptr && config->count() > 0 ? config->as<std::string>() + ": " : "";
+  std::string what = e.what();
+  if (const auto at = what.find("INI was not able to parse "); at != std::string::npos) {
+    const std::string key = what.substr(at + 26);  // CLI11 words it for INI files
+    what = "unknown setting '" + key + "'";
+    if (const auto near = nearest_option(app, key)) what += "; did you mean '" + *near + "'?";
+  } else if (dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr) {
+    for (const std::string& arg : app.remaining()) {
+      if (arg.size() < 3 || arg.compare(0, 2, "--") != 0) continue;
+      const std::string name = arg.substr(2, arg.find('=') - 2);
+      what = "unknown option --" + name;
+      if (const auto near = nearest_option(app, name)) what += "; did you mean --" + *near + "?";
+      break;
+    }
+  }
+  return where + what + " (try --help)";
+}
+
 }  // namespace
 
 int run_tool(CLI::App& app, int argc, char** argv, const std::function<int()>& body,
@@ -111,13 +171,7 @@ int run_tool(CLI::App& app, int argc, char** argv, const std::function<int()>& b
     log::write_line(e.what());
     return kExitBadInput;
   } catch (const CLI::ParseError& e) {
-    // Errors found in the settings file name it, as every diagnostic names its file.
-    const CLI::Option* config = app.get_config_ptr();
-    const std::string where = config != nullptr && config->count() > 0 ? config->as<std::string>() + ": " : "";
-    std::string what = e.what();
-    if (const auto at = what.find("INI was not able to parse "); at != std::string::npos)
-      what = "unknown setting '" + what.substr(at + 26) + "'";  // CLI11 words it for INI files
-    log::write_line(where + what + " (try --help)");
+    log::write_line(parse_error_line(app, e));
     return kExitBadInput;
   }
   int status = kExitOk;

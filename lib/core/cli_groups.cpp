@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "core/megatron_names.hpp"
+
 namespace meg::cli {
 namespace {
 
@@ -50,13 +52,13 @@ TokenizerOptions add_tokenizer_options(CLI::App& app, std::string& tokenizer, st
                                        const std::string& note, const std::string& context) {
   TokenizerOptions added;
   added.tokenizer =
-      app.add_option("-t,--tokenizer", tokenizer,
+      app.add_option(with_megatron_names("-t,--tokenizer"), tokenizer,
                      in_context(context, with_note("The tokenizer, a SentencePiece .model or a GPT-2 vocab.json "
                                                    "(with --merges)",
                                                    note)))
           ->type_name("FILE")
           ->group("Tokenizer");
-  added.merges = app.add_option("--merges", merges,
+  added.merges = app.add_option(with_megatron_names("--merges"), merges,
                                 in_context(context, "The GPT-2 tokenizer's merges.txt, with --tokenizer vocab.json"))
                      ->type_name("FILE")
                      ->group("Tokenizer");
@@ -72,12 +74,29 @@ void add_device_options(CLI::App& app, std::string& device, std::string& precisi
                  in_context(context, "bf16 (the default on cuda), fp16 or fp32; the CPU computes in fp32 only"))
       ->type_name("bf16|fp16|fp32")
       ->group(heading);
+  // Megatron's precision flags. A flag's callback runs once --precision holds what the command
+  // line or the settings file gave it (CLI11 runs them in the order declared), so a flag that
+  // disagrees with it is seen here.
+  for (const std::string value : {"bf16", "fp16"}) {
+    const std::string flag = "--" + value, other = value == "bf16" ? "--fp16" : "--bf16";
+    app.add_flag_callback(
+           flag,
+           [&app, &precision, value, flag, other] {
+             if (app.count(other) > 0) throw CLI::ValidationError(flag, "conflicts with " + other);
+             if (!precision.empty() && precision != value)
+               throw CLI::ValidationError(flag, "conflicts with --precision " + precision);
+             precision = value;
+           },
+           in_context(context, "Same as --precision " + value + " (Megatron-LM's flag)"))
+        ->group(heading);
+  }
 }
 
 std::vector<CLI::Option*> add_parallel_layout_options(CLI::App& app, const ParallelLayoutFields& f) {
   std::vector<CLI::Option*> added;
   const auto size = [&](const char* name, int* field, const std::string& help) {
-    if (field != nullptr) added.push_back(app.add_option(name, *field, help)->capture_default_str());
+    if (field != nullptr)
+      added.push_back(app.add_option(with_megatron_names(name), *field, help)->capture_default_str());
   };
   const auto flag = [&](const char* name, bool* field, const std::string& help) {
     if (field != nullptr) added.push_back(app.add_flag(name, *field, help));

@@ -30,8 +30,9 @@ CLI::Validator whole_number(uint64_t min = 0, uint64_t max = UINT64_MAX);
 // ROLE, when given, says what the tool makes of it ("the embedder").
 CLI::Option* add_load_option(CLI::App& app, std::string& load, const std::string& role = "");
 
-// -t/--tokenizer FILE and --merges FILE. WITHOUT says what the tool does when --tokenizer is not
-// given ("" when it needs one).
+// -t/--tokenizer FILE and --merges FILE (Megatron: --tokenizer-model or --vocab-file, and
+// --merge-file). WITHOUT says what the tool does when --tokenizer is not given ("" when it needs
+// one).
 struct TokenizerOptions {
   CLI::Option* tokenizer = nullptr;
   CLI::Option* merges = nullptr;
@@ -39,12 +40,13 @@ struct TokenizerOptions {
 TokenizerOptions add_tokenizer_options(CLI::App& app, std::string& tokenizer, std::string& merges,
                                        const std::string& without = "", const std::string& context = "");
 
-// --device cpu|cuda and --precision bf16|fp16|fp32, left empty when not given.
+// --device cpu|cuda and --precision bf16|fp16|fp32, left empty when not given; Megatron's flags
+// --bf16 and --fp16 set the precision too (refused together, or with another --precision).
 void add_device_options(CLI::App& app, std::string& device, std::string& precision, const std::string& context = "");
 
 // The parallel layout (parallel/layout.hpp): --tp, --pp, --dp, --cp, --ep, --virtual-stages,
 // --use-distributed-optimizer and --sequence-parallel, each bound to its field; a tool offers the
-// options whose field it gives.
+// options whose field it gives. The sizes take Megatron's names too (core/megatron_names.hpp).
 struct ParallelLayoutFields {
   int* tp = nullptr;
   int* pp = nullptr;

@@ -102,4 +102,10 @@ T json_get(const Json& j, const std::string& key, const std::string& where, cons
   return json_as<T>(*it, where + ": key '" + key + "'");
 }
 
+// VALUE, or null when unset (a settings record's option that was not given).
+template <typename T>
+nlohmann::ordered_json json_or_null(const std::optional<T>& value) {
+  return value ? nlohmann::ordered_json(*value) : nlohmann::ordered_json(nullptr);
+}
+
 }  // namespace meg

@@ -343,6 +343,7 @@ void apply_overrides(ModelConfig& c, const ModelOverrides& o) {
   if (o.ffn_hidden_size) c.ffn_hidden_size = *o.ffn_hidden_size;
   if (o.seq_length) c.seq_length = *o.seq_length;
   if (o.vocab_size) c.vocab_size = *o.vocab_size;
+  if (o.init_std) c.init_std = *o.init_std;
 
   if (o.num_heads && !o.num_kv_heads && base.num_kv_heads == base.num_heads)
     c.num_kv_heads = c.num_heads;
@@ -350,6 +351,27 @@ void apply_overrides(ModelConfig& c, const ModelOverrides& o) {
       c.activation != Activation::swiglu)
     c.ffn_hidden_size = 4 * c.hidden_size;
   if (o.vocab_size && c.make_vocab_size_divisible_by > 0) c.pad_vocab();
+
+  if (const auto positions = o.max_position_embeddings) {
+    if (*positions < c.seq_length)
+      input_error("--max-position-embeddings {} is below the sequence length {}", *positions, c.seq_length);
+    if (c.learned_positions() && *positions != c.seq_length)
+      input_error("--max-position-embeddings {}: learned position embeddings have one row per position of the "
+                  "sequence length, {}",
+                  *positions, c.seq_length);
+  }
+}
+
+nlohmann::ordered_json ModelOverrides::to_json() const {
+  return {{"num-layers", json_or_null(num_layers)},
+          {"hidden-size", json_or_null(hidden_size)},
+          {"num-heads", json_or_null(num_heads)},
+          {"num-kv-heads", json_or_null(num_kv_heads)},
+          {"ffn-hidden-size", json_or_null(ffn_hidden_size)},
+          {"seq-length", json_or_null(seq_length)},
+          {"vocab-size", json_or_null(vocab_size)},
+          {"init-std", json_or_null(init_std)},
+          {"max-position-embeddings", json_or_null(max_position_embeddings)}};
 }
 
 ModelConfig resolve_model_config(const std::string& preset, const std::string& config_file,

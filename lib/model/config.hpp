@@ -159,7 +159,9 @@ struct ModelConfig {
 ModelConfig load_model_config(const std::string& path);
 
 // Single-field overrides from the command line (--num-layers, --hidden-size, --num-heads,
-// --num-kv-heads, --ffn-hidden-size, --seq-length, --vocab-size); unset fields leave the config.
+// --num-kv-heads, --ffn-hidden-size, --seq-length, --vocab-size, --init-std); unset fields leave
+// the config. --max-position-embeddings (Megatron-LM's) sets no field: it is checked against the
+// result (see apply_overrides).
 struct ModelOverrides {
   std::optional<int64_t> num_layers;
   std::optional<int64_t> hidden_size;
@@ -168,13 +170,21 @@ struct ModelOverrides {
   std::optional<int64_t> ffn_hidden_size;
   std::optional<int64_t> seq_length;
   std::optional<int64_t> vocab_size;
+  std::optional<double> init_std;
+  std::optional<int64_t> max_position_embeddings;
+
+  // The overrides by their option names, null where unset: {"num-layers": 4, "hidden-size": null, ...}.
+  nlohmann::ordered_json to_json() const;
 };
 
 // Applies the overrides. Derived sizes follow their base when the user did not set them too:
 // with --num-heads and no --num-kv-heads, a config without grouped-query attention (NKV == NH)
 // keeps NKV == NH; with --hidden-size and no --ffn-hidden-size, a GELU config (GPT-2) whose ffn is
 // 4 * C keeps ffn = 4 * C (a SwiGLU width is never derived: give --ffn-hidden-size). --vocab-size
-// re-pads the vocabulary (TP 1). Does not validate.
+// re-pads the vocabulary (TP 1). Does not validate, but for --max-position-embeddings: an
+// InputError when it is below the sequence length (as Megatron asserts), or, with learned
+// positions, differs from it (their rows are the training length here, where Megatron may have
+// more rows than it trains on).
 void apply_overrides(ModelConfig& config, const ModelOverrides& overrides);
 
 // The whole resolution meg-pretrain does: PRESET (may be empty) and then CONFIG_FILE (may be

@@ -58,6 +58,10 @@ ParallelLayout ParallelLayout::resolve(int world, int tp, int pp, int cp, int ep
   l.pp = pp;
   l.cp = cp;
   l.ep = ep;
+  // A layout of several ranks run as one process was most likely started without its launcher.
+  if (const int64_t needed = model * dp.value_or(1); world == 1 && needed > 1)
+    input_error("tp {} x pp {} x cp {} x ep {}{} = {} processes, but the job has 1: start it with mpirun -np {}", tp,
+                pp, cp, ep, dp ? fmt::format(" x dp {}", *dp) : "", needed, needed);
   if (dp) {
     if (model * *dp != world)
       input_error("tp {} x pp {} x cp {} x ep {} x dp {} = {} processes, but the job has {}", tp, pp, cp, ep, *dp,

@@ -32,7 +32,8 @@ struct ParallelLayout {
 
   // The layout of a job of WORLD processes: tp, pp, cp, ep as given (each >= 1) and dp given or,
   // when not, WORLD / (tp * pp * cp * ep). InputError naming the sizes when the product does not
-  // equal WORLD (or does not divide it, for the derived dp), or a size is below 1.
+  // equal WORLD (or does not divide it, for the derived dp), or a size is below 1; for a WORLD of
+  // one process, the InputError says to start the job under mpirun with the ranks it needs.
   static ParallelLayout resolve(int world, int tp, int pp, int cp = 1, int ep = 1, std::optional<int> dp = {});
 
   int world_size() const { return tp * cp * ep * dp * pp; }

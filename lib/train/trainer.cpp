@@ -88,6 +88,9 @@ nlohmann::ordered_json TrainOptions::to_json() const {
   nlohmann::ordered_json j;
   j["model"] = model;
   j["model-config"] = model_config;
+  j.update(overrides.to_json());
+  j["hidden-dropout"] = json_or_null(hidden_dropout);
+  j["attention-dropout"] = json_or_null(attention_dropout);
   j["data"] = data;
   j["tokenizer"] = absolute_path(tokenizer);
   j["merges"] = absolute_path(merges);
@@ -97,6 +100,7 @@ nlohmann::ordered_json TrainOptions::to_json() const {
   j["lr"] = lr.lr;
   j["min-lr"] = lr.min_lr;
   j["warmup-iters"] = lr.warmup_iters;
+  j["lr-decay-iters"] = lr.decay_iters;
   j["lr-decay"] = std::string(lr_decay_style_name(lr.style));
   j["weight-decay"] = adam.weight_decay;
   j["clip-grad"] = clip_grad;
@@ -120,7 +124,7 @@ nlohmann::ordered_json TrainOptions::to_json() const {
   j["recompute"] = recompute;
   j["tp"] = tp;
   j["pp"] = pp;
-  j["dp"] = dp ? nlohmann::ordered_json(*dp) : nlohmann::ordered_json(nullptr);
+  j["dp"] = json_or_null(dp);
   j["cp"] = cp;
   j["ep"] = ep;
   j["use-distributed-optimizer"] = distributed_optimizer;
@@ -288,8 +292,9 @@ nlohmann::ordered_json Trainer::settings() const {
   return j;
 }
 
-// Every option but --metrics and --tensorboard-dir, which only rank 0 writes, and the resolved model (what the model
-// options, the model config file and the tokenizer's vocabulary made of it). The files that
+// Every option but --metrics and --tensorboard-dir, which only rank 0 writes, and the resolved
+// model (what the model options, the model config file and the tokenizer's vocabulary made of it,
+// which stands for the model options). The files that
 // options name go by their content, since each rank may reach the same file by another path: the
 // blend by its fingerprint (its options and its inputs' indices), the tokenizer by its own, and
 // the checkpoint by checkpoint_identity().
@@ -299,9 +304,11 @@ std::vector<RankSetting> Trainer::shared_settings(uint64_t tokenizer_fingerprint
     out.push_back({name, value.is_string() ? value.get<std::string>() : value.dump(), {}});
   };
   const nlohmann::ordered_json options = opt_.to_json(), model = config_.to_json();
+  const nlohmann::ordered_json model_options = ModelOverrides{}.to_json();
   for (const auto& [key, value] : options.items())
-    if (key != "metrics" && key != "tensorboard-dir" && key != "data" && key != "tokenizer" && key != "merges" && key != "model-config" &&
-        key != "load")
+    if (key != "metrics" && key != "tensorboard-dir" && key != "data" && key != "tokenizer" && key != "merges" &&
+        key != "model-config" && key != "load" && !model_options.contains(key) && key != "hidden-dropout" &&
+        key != "attention-dropout")
       add("--" + key, value);
   for (const auto& [key, value] : model.items()) add("the model's " + key, value);
   const auto file = [&out](const std::string& option, const std::string& path, const auto& fingerprint) {

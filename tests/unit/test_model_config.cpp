@@ -397,6 +397,31 @@ TEST_CASE("model config: command-line overrides", "[model]") {
   CHECK_THAT(msg, ContainsSubstring("hidden-size 768 is not divisible by num-heads 5"));
 }
 
+TEST_CASE("model config: --init-std overrides, --max-position-embeddings is checked", "[model]") {
+  ModelConfig c = ModelConfig::preset("tiny");  // learned positions, seq 64
+  ModelOverrides o;
+  o.init_std = 0.006;
+  o.max_position_embeddings = 64;
+  apply_overrides(c, o);
+  CHECK(c.init_std == 0.006);
+  CHECK(c.seq_length == 64);  // sets no field
+  CHECK(o.to_json().dump() ==
+        R"({"num-layers":null,"hidden-size":null,"num-heads":null,"num-kv-heads":null,"ffn-hidden-size":null,)"
+        R"("seq-length":null,"vocab-size":null,"init-std":0.006,"max-position-embeddings":64})");
+
+  // Megatron asserts at least the sequence length; learned positions have exactly its rows here.
+  o = {};
+  o.max_position_embeddings = 32;
+  CHECK(input_error_of([&] { apply_overrides(c, o); }) ==
+        "--max-position-embeddings 32 is below the sequence length 64");
+  o.max_position_embeddings = 128;
+  CHECK_THAT(input_error_of([&] { apply_overrides(c, o); }),
+             ContainsSubstring("learned position embeddings have one row per position of the sequence length, 64"));
+  ModelConfig rope = ModelConfig::preset("tiny-llama");
+  apply_overrides(rope, o);  // RoPE has no rows: more positions than the training length are fine
+  CHECK(rope.seq_length == 64);
+}
+
 TEST_CASE("model config: validation names the problem", "[model]") {
   const ModelConfig good = tiny_with_vocab("tiny", 1000);
   const ModelConfig good_llama = tiny_with_vocab("tiny-llama", 1000);

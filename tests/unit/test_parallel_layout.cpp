@@ -47,6 +47,11 @@ TEST_CASE("resolve derives dp and checks the sizes", "[parallel]") {
       Catch::Matchers::Message("tp 5 x pp 1 x cp 1 x ep 1 = 5 does not divide the job's 12 processes"));
   CHECK_THROWS_MATCHES(ParallelLayout::resolve(8, 2, 2, 1, 1, 3), InputError,
                        Catch::Matchers::Message("tp 2 x pp 2 x cp 1 x ep 1 x dp 3 = 12 processes, but the job has 8"));
+  // A job of one process was most likely started without its launcher: the line says how.
+  CHECK_THROWS_WITH(ParallelLayout::resolve(1, 2, 2),
+                    "tp 2 x pp 2 x cp 1 x ep 1 = 4 processes, but the job has 1: start it with mpirun -np 4");
+  CHECK_THROWS_WITH(ParallelLayout::resolve(1, 1, 1, 1, 1, 2),
+                    "tp 1 x pp 1 x cp 1 x ep 1 x dp 2 = 2 processes, but the job has 1: start it with mpirun -np 2");
   CHECK_THROWS_WITH(ParallelLayout::resolve(8, 0, 1), "--tp 0: a parallel size must be at least 1");
   CHECK_THROWS_WITH(ParallelLayout::resolve(8, 1, -2), "--pp -2: a parallel size must be at least 1");
   CHECK_THROWS_WITH(ParallelLayout::resolve(8, 1, 1, 0), "--cp 0: a parallel size must be at least 1");
@@ -136,8 +141,8 @@ TEST_CASE("a process started on its own is a world of one", "[parallel]") {
   CHECK_FALSE(world.distributed());
   CHECK(world.world().handle() == 0);
 
-  CHECK_THROWS_MATCHES(world.set_layout(ParallelLayout{2, 1, 1, 1, 1}), InputError,
-                       Catch::Matchers::Message("tp 2 x pp 1 x cp 1 x ep 1 x dp 1 = 2 processes, but the job has 1"));
+  CHECK_THROWS_WITH(world.set_layout(ParallelLayout{2, 1, 1, 1, 1}),
+                    "tp 2 x pp 1 x cp 1 x ep 1 x dp 1 = 2 processes, but the job has 1: start it with mpirun -np 2");
   world.set_layout(ParallelLayout{});
   CHECK(world.layout() == ParallelLayout{});
   for (ParallelDim d : kDims) {
