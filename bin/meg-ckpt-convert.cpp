@@ -52,7 +52,8 @@ int main(int argc, char** argv) {
                                       "bf16 or fp16 (half the size, rounded to nearest even)")
                            ->transform(CLI::CheckedTransformer(dtypes).description(""))
                            ->type_name("fp32|bf16|fp16");
-  const auto tokenizer_options = meg::cli::add_tokenizer_options(app, tokenizer, merges, "copied into it", "--to hf");
+  const auto tokenizer_options = meg::cli::add_tokenizer_options(
+      app, tokenizer, merges, "copied into it (default: the one the checkpoint keeps)", "--to hf");
   auto* shard_option = app.add_option("--max-shard-size", max_shard_bytes,
                                       "--to hf: bytes per safetensors file before the model is split into shards "
                                       "with an index (as save_pretrained)")

@@ -37,7 +37,7 @@ int main(int argc, char** argv) {
   app.add_option("--limit", o.limit, "Score only the first N documents (0: all)")->capture_default_str();
   app.add_option("--batch", o.batch, "Rows (requests) per forward pass")->capture_default_str();
   meg::cli::add_device_options(app, device, precision);
-  meg::cli::add_tokenizer_options(app, tokenizer, merges, "default: the one the checkpoint records");
+  meg::cli::add_tokenizer_options(app, tokenizer, merges, "default: the one the checkpoint keeps");
   meg::cli::add_common_options(app,
                                "meg-eval --load runs/gpt --task lambada_openai.jsonl --task-type lambada --json\n"
                                "  meg-eval --load runs/gpt --task hellaswag.jsonl --task-type multiple-choice "

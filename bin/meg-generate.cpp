@@ -16,7 +16,7 @@ int main(int argc, char** argv) {
   auto& s = o.settings;
 
   meg::cli::add_load_option(app, o.load)->required();
-  meg::cli::add_tokenizer_options(app, o.tokenizer, o.merges, "default: the one the checkpoint records");
+  meg::cli::add_tokenizer_options(app, o.tokenizer, o.merges, "default: the one the checkpoint keeps");
   app.add_option("--prompt", o.prompt, "Answer this one prompt (streamed; default: one prompt per line of stdin)");
   app.add_option("--prompts", o.prompts,
                  "JSONL file of prompts ('-': stdin), each line {\"prompt\": ...} with optional settings of its own; "

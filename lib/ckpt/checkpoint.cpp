@@ -206,6 +206,25 @@ void CheckpointWriter::add_file(const CheckpointFileInfo& info) {
   state.bytes = info.bytes;
 }
 
+void CheckpointWriter::attach(const CheckpointAttachment& a) {
+  if (!valid_file_name(a.name) || ends_with(a.name, ".safetensors") || files_.count(a.name) || attached_.count(a.name))
+    throw std::invalid_argument(fmt::format("checkpoint attachment name {} is not a plain, new, non-safetensors name",
+                                            quote(a.name)));
+  const std::string to = join(temp_, a.name);
+  if (!a.link || ::link(a.source.c_str(), to.c_str()) != 0) {  // another file system: a copy
+    const MappedFile from(a.source);
+    ByteWriter out(to);
+    out.write(from.data(), from.size());
+    out.commit();
+  }
+  const MappedFile placed(to);
+  const uint64_t sum = xxh64(placed.data(), placed.size());
+  if (a.xxh64 && sum != *a.xxh64)
+    input_error("{}: changed since it was read (xxh64 {}, then {}); the checkpoint would not keep what was used",
+                a.source, hex64(sum), hex64(*a.xxh64));
+  attached_[a.name] = {a.name, sum, placed.size()};
+}
+
 std::string CheckpointWriter::commit(const ojson& record) {
   if (committed_) throw std::logic_error("CheckpointWriter::commit called twice");
   ojson files = ojson::object();
@@ -213,12 +232,18 @@ std::string CheckpointWriter::commit(const ojson& record) {
     close_file(name);
     files[name] = {{"xxh64", hex64(state.xxh64)}, {"bytes", state.bytes}};
   }
+  for (const auto& a : options_.attachments) attach(a);
   ojson j = {{"format", kCheckpointFormat},
              {"version", kCheckpointVersion},
              {"iteration", iteration_},
              {"meg_version", MEG_VERSION},
              {"record", record},
              {"files", std::move(files)}};
+  if (!attached_.empty()) {
+    ojson attachments = ojson::object();
+    for (const auto& [name, info] : attached_) attachments[name] = {{"xxh64", hex64(info.xxh64)}, {"bytes", info.bytes}};
+    j["attachments"] = std::move(attachments);
+  }
   {
     ByteWriter out(join(temp_, kCheckpointRecordFile));
     const std::string text = j.dump(2, ' ', false, ojson::error_handler_t::replace) + "\n";
@@ -341,6 +366,24 @@ const SafetensorsFile& Checkpoint::file(const std::string& name) const {
   return *it->second;
 }
 
+std::vector<std::string> Checkpoint::attachment_names() const {
+  std::vector<std::string> out;
+  for (const auto& [name, a] : attachments_) out.push_back(name);
+  return out;
+}
+
+std::string Checkpoint::attachment_path(const std::string& name) const {
+  const auto it = attachments_.find(name);
+  if (it == attachments_.end()) input_error("{}: checkpoint has no attached file {}", path_, quote(name));
+  return it->second.path;
+}
+
+std::vector<CheckpointAttachment> Checkpoint::carried_attachments() const {
+  std::vector<CheckpointAttachment> out;
+  for (const auto& [name, a] : attachments_) out.push_back({name, a.path, true, a.xxh64});
+  return out;
+}
+
 const SafetensorsTensor& Checkpoint::tensor(const std::string& file_name, const std::string& name) const {
   return file(file_name).tensor(name);
 }
@@ -350,17 +393,24 @@ const SafetensorsTensor& Checkpoint::tensor(const std::string& file_name, const 
   return file(file_name).tensor(name, dtype, shape);
 }
 
-Checkpoint load_checkpoint(const std::string& path, CheckpointLoadOptions options) {
+bool holds_checkpoint(const std::string& path) {
+  std::error_code ec;
+  return fs::exists(join(path, kCheckpointRecordFile), ec) || fs::exists(join(path, kCheckpointLatestFile), ec) ||
+         !list_checkpoints(path).empty();
+}
+
+std::string checkpoint_to_load(const std::string& path) {
   const fs::path p = strip_trailing(path);
   std::error_code ec;
-  std::string dir;
-  if (fs::exists(p / kCheckpointRecordFile, ec)) {
-    dir = p.string();
-  } else if (parse_checkpoint_dir_name(p.filename().string()) && fs::is_directory(p, ec)) {
+  if (fs::exists(p / kCheckpointRecordFile, ec)) return p.string();
+  if (parse_checkpoint_dir_name(p.filename().string()) && fs::is_directory(p, ec))
     input_error("{}: incomplete checkpoint: it has no {}", p.string(), kCheckpointRecordFile);
-  } else {
-    dir = find_latest(p.string());
-  }
+  return find_latest(p.string());
+}
+
+Checkpoint load_checkpoint(const std::string& path, CheckpointLoadOptions options) {
+  const std::string dir = checkpoint_to_load(path);
+  std::error_code ec;
 
   Checkpoint ck;
   ck.path_ = dir;
@@ -389,8 +439,12 @@ Checkpoint load_checkpoint(const std::string& path, CheckpointLoadOptions option
   if (!j.contains("record")) input_error("{}: no \"record\"", record_path);
   const auto files = j.find("files");
   if (files == j.end() || !files->is_object()) input_error("{}: no \"files\" object", record_path);
+  const auto attachments = j.find("attachments");
+  if (attachments != j.end() && !attachments->is_object())
+    input_error("{}: \"attachments\" is not an object", record_path);
 
-  for (const auto& [name, entry] : files->items()) {
+  // A listed file: present, of its recorded size and (when verified) checksum.
+  const auto check_listed = [&](const std::string& name, const ojson& entry, bool verify) {
     if (!valid_file_name(name)) input_error("{}: file name {} is not a plain file name", record_path, quote(name));
     const std::string where = fmt::format("{}: file {}", record_path, quote(name));
     if (!entry.is_object()) input_error("{}: entry is not an object", where);
@@ -414,17 +468,26 @@ Checkpoint load_checkpoint(const std::string& path, CheckpointLoadOptions option
     if (size > want_bytes)
       input_error("{}: {} bytes, longer than the {} recorded in {}", file_path, size, want_bytes,
                   kCheckpointRecordFile);
-    // The checksum comes before the structure: a corrupt file is named as such rather than
-    // reported through whatever its damaged header happens to say.
-    if (options.verify_checksums && (!options.checksum_file || options.checksum_file(name))) {
+    if (verify) {
       MappedFile raw(file_path);
       const uint64_t got = xxh64(raw.data(), raw.size());
       if (got != want_xxh)
         input_error("{}: checksum mismatch: xxh64 {} but {} recorded in {} (corrupt or replaced file)", file_path,
                     hex64(got), hex64(want_xxh), kCheckpointRecordFile);
     }
-    ck.files_[name] = std::make_unique<SafetensorsFile>(file_path);
+    return Checkpoint::ListedFile{file_path, want_xxh, want_bytes};
+  };
+  for (const auto& [name, entry] : files->items()) {
+    // The checksum comes before the structure: a corrupt file is named as such rather than
+    // reported through whatever its damaged header happens to say.
+    const bool verify = options.verify_checksums && (!options.checksum_file || options.checksum_file(name));
+    ck.files_[name] = std::make_unique<SafetensorsFile>(check_listed(name, entry, verify).path);
   }
+  if (attachments != j.end())
+    for (const auto& [name, entry] : attachments->items()) {
+      if (files->contains(name)) input_error("{}: {} is listed as a file and as an attachment", record_path, quote(name));
+      ck.attachments_[name] = check_listed(name, entry, options.verify_checksums);  // small: always read
+    }
   return ck;
 }
 

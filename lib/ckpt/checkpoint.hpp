@@ -6,6 +6,8 @@
 //   DIR/iter_0000100/                one saved iteration (7 digits, more past 9999999)
 //     model.safetensors              tensors, in safetensors files; the names are the caller's
 //     optimizer.safetensors          (one file per concern or per shard)
+//     tokenizer.model                attached files (not safetensors): the caller's, listed
+//                                    under "attachments" (meg-pretrain's tokenizer)
 //     checkpoint.json                the record, written last
 //   DIR/iter_0000200/ ...
 //   DIR/.iter_0000300.tmp-PID/       a save in progress, or one that crashed: never loaded
@@ -20,7 +22,13 @@
 //    "record": {...},                             the caller's: model config, resolved options,
 //                                                 consumed samples, data position, RNG states,
 //                                                 optimizer settings, parallel layout ...
-//    "files": {"model.safetensors": {"xxh64": "16 hex digits", "bytes": 123456}, ...}}
+//    "files": {"model.safetensors": {"xxh64": "16 hex digits", "bytes": 123456}, ...},
+//    "attachments": {"tokenizer.model": {"xxh64": "16 hex digits", "bytes": 4567}, ...}}
+//
+// "files" are safetensors files; "attachments" (optional) are other files kept with the
+// checkpoint, copied from elsewhere when it is saved: a reader that does not know them ignores
+// them. An attachment that is a file of another checkpoint is hard-linked where the file system
+// allows, so that the checkpoints of a run share one copy of what they all hold.
 //
 // Saving: the files are written into DIR/.iter_NNNNNNN.tmp-PID/, each through a temporary name,
 // synced and renamed; checkpoint.json is written last and synced; the directory is synced and
@@ -37,8 +45,8 @@
 // silently replaced by another checkpoint. Without `latest` (a hand-copied tree), the complete
 // iter_* directory with the highest iteration is taken. The record is checked (format, version,
 // iteration against the directory name, file names), then every file it lists: present, its
-// recorded size (else "truncated" or "longer than recorded"), a valid safetensors file, and its
-// recorded XXH64. Tensors are fetched by file and name with their expected dtype and shape.
+// recorded size (else "truncated" or "longer than recorded"), a valid safetensors file (not the
+// attachments), and its recorded XXH64. Tensors are fetched by file and name with their expected dtype and shape.
 // Every refusal is a one-line InputError naming the file and the problem.
 #pragma once
 
@@ -83,9 +91,22 @@ CheckpointFileInfo write_checkpoint_file(const std::string& temp_dir, const std:
                                          const std::vector<SafetensorsInput>& tensors,
                                          const SafetensorsMetadata& metadata = {});
 
+// A file to keep with a checkpoint (not a safetensors file): copied from SOURCE when it commits.
+struct CheckpointAttachment {
+  std::string name;    // a plain file name in the checkpoint, not ending in .safetensors
+  std::string source;  // the file to take
+  // SOURCE is a file of another checkpoint, which nothing rewrites: hard-link it rather than copy
+  // where the file system allows (a link to a file that may be edited in place would change too).
+  bool link = false;
+  // When set, the checksum SOURCE must have: a file that changed since the caller read it is an
+  // InputError naming it.
+  std::optional<uint64_t> xxh64;
+};
+
 struct CheckpointSaveOptions {
   int keep = 0;            // keep the newest N complete checkpoints; 0 keeps all
   bool overwrite = false;  // replace an existing checkpoint of the same iteration
+  std::vector<CheckpointAttachment> attachments = {};
 };
 
 // Writes one checkpoint in steps, for tensors streamed piece by piece:
@@ -117,8 +138,9 @@ class CheckpointWriter {
   // name rules of file() apply; InputError when the file is missing or not of INFO's size.
   void add_file(const CheckpointFileInfo& info);
 
-  // Closes the open files, writes checkpoint.json with RECORD, renames the directory into place,
-  // updates `latest` and removes old checkpoints. Returns the path of the checkpoint directory.
+  // Closes the open files, places the attachments, writes checkpoint.json with RECORD, renames
+  // the directory into place, updates `latest` and removes old checkpoints. Returns the path of
+  // the checkpoint directory.
   std::string commit(const nlohmann::ordered_json& record);
 
   const std::string& temp_path() const { return temp_; }
@@ -134,7 +156,10 @@ class CheckpointWriter {
   int64_t iteration_;
   CheckpointSaveOptions options_;
   std::map<std::string, FileState> files_;
+  std::map<std::string, CheckpointFileInfo> attached_;
   bool committed_ = false;
+
+  void attach(const CheckpointAttachment& a);
 };
 
 // Saves a checkpoint in one call; FILES maps file names to their tensors. Returns its path.
@@ -157,6 +182,14 @@ std::vector<CheckpointEntry> list_checkpoints(const std::string& dir);
 // directory. InputError when DIR holds no checkpoint.
 std::string find_latest(const std::string& dir);
 
+// Whether PATH names a checkpoint (a directory holding checkpoint.json) or a directory holding
+// some (a `latest` file, or complete iter_* directories).
+bool holds_checkpoint(const std::string& path);
+
+// The checkpoint directory load_checkpoint(PATH) reads: PATH itself when it holds checkpoint.json,
+// else find_latest(PATH). InputError for an iter_* directory without its record.
+std::string checkpoint_to_load(const std::string& path);
+
 struct CheckpointLoadOptions {
   // The files whose checksums are verified, when set (a reader of some files, such as an export of
   // the parameters alone, need not read the rest); all when empty.
@@ -172,8 +205,15 @@ class Checkpoint {
   const nlohmann::ordered_json& record() const { return json_["record"]; }
   const nlohmann::ordered_json& json() const { return json_; }  // the whole checkpoint.json
 
-  std::vector<std::string> file_names() const;
+  std::vector<std::string> file_names() const;  // the safetensors files
   const SafetensorsFile& file(const std::string& name) const;  // InputError when absent
+
+  // The attached files (CheckpointAttachment), checked as the others are (present, size, checksum).
+  std::vector<std::string> attachment_names() const;
+  bool has_attachment(const std::string& name) const { return attachments_.count(name) > 0; }
+  std::string attachment_path(const std::string& name) const;  // InputError when absent
+  // Attachments that carry them into another checkpoint (by hard link where possible).
+  std::vector<CheckpointAttachment> carried_attachments() const;
 
   // Tensor NAME of FILE; InputError when absent or of another dtype or shape.
   const SafetensorsTensor& tensor(const std::string& file, const std::string& name) const;
@@ -185,7 +225,12 @@ class Checkpoint {
   std::string path_;
   int64_t iteration_ = 0;
   nlohmann::ordered_json json_;
+  struct ListedFile {
+    std::string path;
+    uint64_t xxh64 = 0, bytes = 0;
+  };
   std::map<std::string, std::unique_ptr<SafetensorsFile>> files_;
+  std::map<std::string, ListedFile> attachments_;
 };
 
 // Loads PATH: a checkpoint directory (holding checkpoint.json) or a directory of checkpoints

@@ -23,12 +23,12 @@ void broadcast_string(Comm& c, std::string& text, int root) {
 }  // namespace
 
 std::string save_sharded_checkpoint(const std::string& dir, int64_t iteration, const nlohmann::ordered_json& record,
-                                    int keep, World& world, const LocalState& local) {
+                                    const CheckpointSaveOptions& options, World& world, const LocalState& local) {
   const RankCoords at = world.coords();
   std::unique_ptr<CheckpointWriter> writer;
   std::string temp;
   if (world.rank() == 0) {
-    writer = std::make_unique<CheckpointWriter>(dir, iteration, CheckpointSaveOptions{.keep = keep, .overwrite = true});
+    writer = std::make_unique<CheckpointWriter>(dir, iteration, options);
     temp = writer->temp_path();
   }
   broadcast_string(world.world(), temp, 0);

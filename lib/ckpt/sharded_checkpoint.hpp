@@ -48,9 +48,9 @@ struct LocalState {
 };
 
 // Writes the checkpoint of ITERATION into DIR from every rank's LOCAL part (collective over the
-// world). Returns the checkpoint's path on rank 0, "" elsewhere.
+// world), saved as rank 0's OPTIONS say. Returns the checkpoint's path on rank 0, "" elsewhere.
 std::string save_sharded_checkpoint(const std::string& dir, int64_t iteration, const nlohmann::ordered_json& record,
-                                    int keep, World& world, const LocalState& local);
+                                    const CheckpointSaveOptions& options, World& world, const LocalState& local);
 
 // The whole model's parameters and AdamW moments (the table layout of CONFIG) from the shards of
 // CK, written in layout SAVED with VIRTUAL_STAGES model chunks per pipeline rank (with the

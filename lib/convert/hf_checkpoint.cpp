@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "ckpt/checkpoint.hpp"
+#include "ckpt/checkpoint_tokenizer.hpp"
 #include "ckpt/safetensors_floats.hpp"
 #include "ckpt/state_reader.hpp"
 #include "convert/hf_config.hpp"
@@ -29,16 +30,31 @@ using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 // The tokenizer of Hugging Face directory DIR where meg reads its kind (transformers' SentencePiece
-// tokenizer.model, or GPT-2's vocab.json with merges.txt), by absolute path, as meg-pretrain records
-// its --tokenizer and --merges: meg-eval and meg-generate then take it by default. Null when it has
+// tokenizer.model, or GPT-2's vocab.json with merges.txt), by absolute path. None when it has
 // neither (a tokenizer.json alone, as Llama 3's).
-nlohmann::ordered_json hf_tokenizer_options(const std::string& dir) {
+TokenizerFiles hf_tokenizer_files(const std::string& dir) {
   const std::filesystem::path d = std::filesystem::absolute(dir).lexically_normal();
-  if (std::filesystem::is_regular_file(d / "tokenizer.model"))
-    return {{"tokenizer", (d / "tokenizer.model").string()}, {"merges", ""}};
+  if (std::filesystem::is_regular_file(d / "tokenizer.model")) return {(d / "tokenizer.model").string(), ""};
   if (std::filesystem::is_regular_file(d / "vocab.json") && std::filesystem::is_regular_file(d / "merges.txt"))
-    return {{"tokenizer", (d / "vocab.json").string()}, {"merges", (d / "merges.txt").string()}};
-  return nullptr;
+    return {(d / "vocab.json").string(), (d / "merges.txt").string()};
+  return {};
+}
+
+// The tokenizer an export copies: --tokenizer when given, else the one the checkpoint keeps (or,
+// older, records by a path that still holds it).
+HfExportOptions with_checkpoint_tokenizer(HfExportOptions hf, const Checkpoint& ck) {
+  if (!hf.tokenizer.empty()) return hf;
+  const TokenizerFiles kept = checkpoint_tokenizer(ck);
+  if (kept.empty()) return hf;
+  for (const std::string& file : {kept.tokenizer, kept.merges})
+    if (!file.empty() && !std::filesystem::is_regular_file(file)) {
+      log::warn("{}: the tokenizer file it records, {}, is not there: the export has no tokenizer (give --tokenizer)",
+                ck.path(), file);
+      return hf;
+    }
+  hf.tokenizer = kept.tokenizer;
+  hf.merges = kept.merges;
+  return hf;
 }
 
 // --verify of an export: the directory DIR read back by the importer holds SOURCE's tensors of
@@ -82,7 +98,7 @@ HfConvertResult export_checkpoint_to_hf(const ToHfOptions& options) {
     whole.resize(t.numel);
     reader.read(t, StateKind::param, whole.data());
   };
-  HfExportOptions hf = options.hf;
+  HfExportOptions hf = with_checkpoint_tokenizer(options.hf, ck);
   if (options.verify)
     hf.before_commit = [&](const std::string& dir) {
       verify_export(dir, src.config, hf.dtype, source);
@@ -111,8 +127,12 @@ HfConvertResult import_hf_checkpoint(const FromHfOptions& options) {
   };
   HfConvertResult result{options.dir, "", config, 0, 0};
   const auto start = Clock::now();
+  // The tokenizer, when the directory has one meg reads, is kept with the checkpoint, so that
+  // fine-tuning from it and meg-generate find it there (ckpt/checkpoint_tokenizer.hpp).
+  const TokenizerFiles tokenizer = hf_tokenizer_files(options.dir);
+  const KeptTokenizer kept(tokenizer, false);
   write_or_nothing(options.save, [&] {
-    CheckpointWriter w(options.save, 0);
+    CheckpointWriter w(options.save, 0, {.attachments = kept.attachments()});
     log::info("{} (Hugging Face, {}) -> {} ({})", options.dir, to_string(config.family), w.final_path(),
               options.layout.describe());
     result.bytes = write_native_state(w, config, options.layout, source);
@@ -127,7 +147,10 @@ HfConvertResult import_hf_checkpoint(const FromHfOptions& options) {
     record["optimizer_step"] = 0;
     set_record_layout(record, options.layout);
     record["imported_from"] = {{"format", "hf"}, {"dir", std::filesystem::absolute(options.dir).string()}};
-    if (auto tokenizer = hf_tokenizer_options(options.dir); !tokenizer.is_null()) record["options"] = tokenizer;
+    if (!tokenizer.empty()) {
+      record["options"] = {{"tokenizer", tokenizer.tokenizer}, {"merges", tokenizer.merges}};
+      record["tokenizer"] = kept.record();
+    }
     result.path = w.commit(record);
   });
   result.seconds = seconds_since(start);

@@ -4,10 +4,12 @@
 // and writer that resharding uses.
 //
 // Export takes the parameters only (Hugging Face files hold no optimizer state) and drops meg's
-// vocabulary padding rows. Import writes iteration 0 with the imported parameters, zero AdamW
-// moments and optimizer step 0 (the state of a run about to take its first step from those
-// weights), the model config with its vocabulary padded for the layout's tp, and the layout; the
-// record holds none of a training run's data position ("blend_fingerprint", "options", "seed").
+// vocabulary padding rows; it copies the tokenizer given, or else the one the checkpoint keeps
+// (ckpt/checkpoint_tokenizer.hpp). Import writes iteration 0 with the imported parameters, zero
+// AdamW moments and optimizer step 0 (the state of a run about to take its first step from those
+// weights), the model config with its vocabulary padded for the layout's tp, the layout, and the
+// directory's tokenizer (when meg reads its kind) kept with the checkpoint; the record holds none
+// of a training run's data position ("blend_fingerprint", "seed") nor its other options.
 //
 // Everything about the input is checked before anything is written; --verify reads the output back
 // under its temporary name and compares every tensor with the source before it is renamed into

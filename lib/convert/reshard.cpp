@@ -43,7 +43,7 @@ ReshardResult reshard_checkpoint(const ReshardOptions& options) {
   ReshardResult result{ck.path(), "", src.layout, 0, 0};
   const auto start = std::chrono::steady_clock::now();
   write_or_nothing(options.save, [&] {
-    CheckpointWriter w(options.save, ck.iteration());
+    CheckpointWriter w(options.save, ck.iteration(), {.attachments = ck.carried_attachments()});
     log::info("{} ({}) -> {} ({})", ck.path(), src.layout.describe(), w.final_path(), layout.describe());
     Progress progress("resharding", 3 * sizeof(float) * table_size(reader.table()));
     result.bytes = write_native_state(w, config, layout, [&](const ParamTensor& full, StateKind kind, auto& whole) {

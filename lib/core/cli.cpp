@@ -190,6 +190,14 @@ int run_tool(CLI::App& app, int argc, char** argv, const std::function<int()>& b
   return status;
 }
 
+std::set<std::string> given_options(const CLI::App& app) {
+  std::set<std::string> given;
+  for (const CLI::Option* o : app.get_options())
+    if (o->count() > 0)
+      for (const auto& name : o->get_lnames()) given.insert(name);
+  return given;
+}
+
 unsigned resolve_workers(unsigned requested) {
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   if (requested == 0) return cores;

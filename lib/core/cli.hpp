@@ -9,6 +9,7 @@
 #pragma once
 
 #include <functional>
+#include <set>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -25,6 +26,11 @@ void add_common_options(CLI::App& app, const std::string& example);
 // runs with that status after the line is printed (a distributed job aborts all its ranks there).
 int run_tool(CLI::App& app, int argc, char** argv, const std::function<int()>& body,
              const std::function<void(int)>& on_failure = {});
+
+// The long names (without dashes; every alias of each) of the options APP's user gave, on the
+// command line or in the --config file, once APP has parsed: what a tool tells apart from the
+// defaults it may take elsewhere (meg-pretrain, from a checkpoint).
+std::set<std::string> given_options(const CLI::App& app);
 
 // Worker threads to use when the user gave N (0 = all available cores); InputError for more than
 // 4 per core (at least 64 allowed, never more than 1024).

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <filesystem>
 #include <future>
 #include <limits>
 #include <numeric>
@@ -258,6 +259,33 @@ std::vector<BlendInput> parse_blend_arguments(const std::vector<std::string>& ar
   return inputs;
 }
 
+std::vector<BlendInput> parse_data_path(const std::vector<std::string>& words) {
+  std::vector<std::string> args;
+  for (const auto& w : words) {
+    size_t at = 0;
+    while ((at = w.find_first_not_of(" \t\n", at)) != std::string::npos) {
+      const size_t end = std::min(w.find_first_of(" \t\n", at), w.size());
+      args.push_back(w.substr(at, end - at));
+      at = end;
+    }
+  }
+  if (args.empty()) input_error("--data-path: no inputs: give WEIGHT PREFIX pairs or PREFIX ...");
+  bool pairs = args.size() % 2 == 0;
+  for (size_t i = 0; pairs && i < args.size(); i += 2) pairs = parse_number(args[i]).has_value();
+  std::vector<BlendInput> inputs;
+  if (pairs) {
+    inputs = parse_blend_arguments(args);
+  } else {
+    for (const auto& prefix : args) {
+      const double tokens = args.size() == 1 ? 1.0 : double(IndexedDataset(prefix).num_tokens());
+      if (tokens == 0) input_error("--data-path: {} holds no tokens", prefix);
+      inputs.push_back({tokens, prefix});
+    }
+  }
+  for (auto& in : inputs) in.prefix = std::filesystem::absolute(in.prefix).lexically_normal().string();
+  return inputs;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Writing the file
 
@@ -365,6 +393,48 @@ void warn_empty_splits(const std::vector<BlendInput>& inputs, const BlendOptions
 }
 
 }  // namespace
+
+uint64_t blend_fingerprint(const BlendHeader& header, std::span<const BlendInputRecord> inputs,
+                           std::span<const std::string_view> prefixes, bool with_requested) {
+  Hasher fp;
+  fp.update_value(kBlendVersion);
+  fp.update_value(header.seq_length);
+  fp.update_value(header.seed);
+  fp.update_value(header.split);
+  if (with_requested) fp.update_value(header.requested);
+  fp.update_value(static_cast<uint64_t>(inputs.size()));
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    fp.update_value(inputs[k].prefix_bytes);
+    fp.update(prefixes[k]);
+    fp.update_value(inputs[k].weight);
+    fp.update_value(inputs[k].idx_hash);
+    fp.update_value(inputs[k].bin_bytes);
+  }
+  return fp.digest();
+}
+
+uint64_t planned_blend_fingerprint(const std::vector<BlendInput>& inputs, const BlendOptions& options) {
+  BlendHeader header{};
+  header.seq_length = options.seq_length;
+  header.seed = options.seed;
+  const auto split = parse_split(options.split);
+  for (int s = 0; s < kNumSplits; ++s) {
+    if (!options.samples[s]) throw std::invalid_argument("planned_blend_fingerprint: every sample count is needed");
+    header.split[s] = split[s];
+    header.requested[s] = *options.samples[s];
+  }
+  std::vector<BlendInputRecord> records(inputs.size());
+  std::vector<std::string_view> prefixes;
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    const IndexedDataset d(inputs[k].prefix);
+    records[k].prefix_bytes = inputs[k].prefix.size();
+    records[k].weight = inputs[k].weight;
+    records[k].idx_hash = d.idx_fingerprint();
+    records[k].bin_bytes = d.bin_bytes();
+    prefixes.push_back(inputs[k].prefix);
+  }
+  return blend_fingerprint(header, records, prefixes);
+}
 
 BlendStats build_blend(const std::vector<BlendInput>& inputs, const BlendOptions& options, const std::string& output) {
   const uint64_t T = options.seq_length;
@@ -515,23 +585,9 @@ BlendStats build_blend(const std::vector<BlendInput>& inputs, const BlendOptions
   }
   header.file_size = layout.size();
 
-  // The fingerprint identifies what the blend was built from and how; training stores it to refuse
-  // resuming on a different blend.
-  Hasher fp;
-  fp.update_value(kBlendVersion);
-  fp.update_value(header.seq_length);
-  fp.update_value(header.seed);
-  fp.update_value(header.split);
-  fp.update_value(header.requested);
-  fp.update_value(static_cast<uint64_t>(K));
-  for (size_t k = 0; k < K; ++k) {
-    fp.update_value(records[k].prefix_bytes);
-    fp.update(inputs[k].prefix);
-    fp.update_value(records[k].weight);
-    fp.update_value(records[k].idx_hash);
-    fp.update_value(records[k].bin_bytes);
-  }
-  header.fingerprint = fp.digest();
+  std::vector<std::string_view> prefixes;
+  for (const auto& in : inputs) prefixes.push_back(in.prefix);
+  header.fingerprint = blend_fingerprint(header, records, prefixes);
 
   Hasher sum;
   const auto& chunks = layout.chunks();

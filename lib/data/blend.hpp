@@ -23,6 +23,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "data/indexed_dataset.hpp"
@@ -115,6 +116,13 @@ struct BlendInput {
 // not a non-negative number, a weight of 0, or weights summing to 0.
 std::vector<BlendInput> parse_blend_arguments(const std::vector<std::string>& args);
 
+// Megatron's --data-path: WEIGHT PREFIX pairs "W1 P1 W2 P2 ...", or prefixes alone "P1 P2 ..."
+// (an odd count, or a weight that is not a number, means prefixes alone), in one or more WORDS
+// that may each hold several separated by spaces. Prefixes alone are weighed by their tokens
+// (Megatron weighs them by their samples, the same shares to a sample). The prefixes are made
+// absolute: the blend that names them is written elsewhere. InputError as parse_blend_arguments.
+std::vector<BlendInput> parse_data_path(const std::vector<std::string>& words);
+
 struct BlendOptions {
   uint64_t seq_length = 0;
   uint32_t seed = 1234;  // Megatron's default --seed
@@ -187,5 +195,15 @@ struct BlendInputRecord {
 static_assert(sizeof(BlendInputRecord) == 296);
 
 inline constexpr uint64_t kBlendFinalEpochSeparate = 1;
+
+// The fingerprint a blend file holds: the XXH64 of its options (sequence length, seed, split, and
+// with WITH_REQUESTED the sample counts asked for) and of every input's prefix, weight, .idx hash
+// and .bin size, taken from its header, its input records and their PREFIXES. Without the sample
+// counts it names the data a blend draws from and how it shuffles it, whatever its length.
+uint64_t blend_fingerprint(const BlendHeader& header, std::span<const BlendInputRecord> inputs,
+                           std::span<const std::string_view> prefixes, bool with_requested = true);
+// The fingerprint build_blend(INPUTS, OPTIONS) would give its file, read from the inputs' indices
+// without building anything; OPTIONS must give every split's sample count.
+uint64_t planned_blend_fingerprint(const std::vector<BlendInput>& inputs, const BlendOptions& options);
 
 }  // namespace meg

@@ -76,6 +76,16 @@ std::string_view BlendFile::prefix(size_t k) const {
 // ---------------------------------------------------------------------------------------------
 // GptDataset
 
+uint64_t GptDataset::source_fingerprint() const {
+  std::vector<BlendInputRecord> records;
+  std::vector<std::string_view> prefixes;
+  for (size_t k = 0; k < blend_.num_inputs(); ++k) {
+    records.push_back(blend_.input(k));
+    prefixes.push_back(blend_.prefix(k));
+  }
+  return blend_fingerprint(blend_.header(), records, prefixes, false);
+}
+
 GptDataset::GptDataset(const std::string& blend_path) : blend_(blend_path) {
   inputs_.reserve(blend_.num_inputs());
   for (size_t k = 0; k < blend_.num_inputs(); ++k) {

@@ -69,6 +69,9 @@ class GptDataset {
   uint64_t seq_length() const { return blend_.header().seq_length; }  // samples hold one token more
   uint64_t num_samples(Split s) const { return blend_.header().samples[int(s)]; }
   uint64_t fingerprint() const { return blend_.header().fingerprint; }
+  // The fingerprint without the sample counts (blend_fingerprint): the same for blends of the same
+  // data and shuffles built for more or fewer samples.
+  uint64_t source_fingerprint() const;
 
   // Writes the seq_length() + 1 tokens of sample I (< num_samples(SPLIT)) to OUT.
   void sample(Split split, uint64_t i, int32_t* out) const;

@@ -1,8 +1,7 @@
 #include "infer/checkpoint_model.hpp"
 
-#include <filesystem>
-
 #include "ckpt/checkpoint.hpp"
+#include "ckpt/checkpoint_tokenizer.hpp"
 #include "ckpt/state_reader.hpp"
 #include "core/error.hpp"
 #include "model/tensor_parallel_shard.hpp"
@@ -30,11 +29,9 @@ CheckpointModel load_checkpoint_model(const std::string& dir, int tp, int rank) 
     m.params.resize(m.config.num_parameters());
     for (const ParamTensor& t : reader.table()) read(t, m.params.data() + t.offset);
   }
-  const auto& options = ck.record().value("options", nlohmann::ordered_json::object());
-  if (options.is_object()) {
-    if (options.contains("tokenizer") && options["tokenizer"].is_string()) m.tokenizer = options["tokenizer"];
-    if (options.contains("merges") && options["merges"].is_string()) m.merges = options["merges"];
-  }
+  const TokenizerFiles tokenizer = checkpoint_tokenizer(ck);
+  m.tokenizer = tokenizer.tokenizer;
+  m.merges = tokenizer.merges;
   return m;
 }
 
@@ -44,14 +41,9 @@ std::unique_ptr<Tokenizer> load_model_tokenizer(const CheckpointModel& model, co
   const std::string path = given ? tokenizer : model.tokenizer;
   if (path.empty())
     input_error("{}: the checkpoint records no tokenizer; name one with --tokenizer", model.path);
-  // Checkpoints record absolute paths; older ones the path as meg-pretrain was given it, which only
-  // reads from the directory it ran in.
-  if (!given)
-    for (const std::string& file : {model.tokenizer, model.merges})
-      if (!file.empty() && !std::filesystem::exists(file))
-        input_error("{}: the tokenizer file it records, {}, is not there (a relative path is read from the current "
-                    "directory); name the tokenizer with --tokenizer",
-                    model.path, file);
+  // Checkpoints keep their tokenizer's files; older ones record its absolute path, or older still
+  // the path as meg-pretrain was given it, which only reads from the directory it ran in.
+  if (!given) require_recorded_tokenizer({model.tokenizer, model.merges}, model.path);
   auto tok = load_tokenizer(path, given ? merges : model.merges);
   if (tok->vocab_size() > model.config.vocab_size)
     input_error("{}: the tokenizer's {} tokens do not fit the model's vocabulary of {}", path, tok->vocab_size(),

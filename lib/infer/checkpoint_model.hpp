@@ -18,7 +18,8 @@ struct CheckpointModel {
   ModelConfig config;         // as trained (its vocabulary padded for the training's tp)
   std::vector<float> params;  // gpt_parameter_table(config)'s storage order, or with tp above 1
                               // rank RANK's shard (model/tensor_parallel_shard.hpp)
-  std::string tokenizer;      // the training's --tokenizer and --merges ("" when not recorded)
+  std::string tokenizer;      // the training's tokenizer: the checkpoint's copy, or in older
+                              // checkpoints the recorded --tokenizer ("" when none)
   std::string merges;
   int tp = 1, rank = 0;
 };

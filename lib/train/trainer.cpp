@@ -9,15 +9,13 @@
 
 #include "ckpt/checkpoint.hpp"
 #include "ckpt/sharded_checkpoint.hpp"
-#include "core/device.hpp"
 #include "core/error.hpp"
 #include "core/hash.hpp"
-#include "core/json_file.hpp"
 #include "core/log.hpp"
 #include "core/mapped_file.hpp"
+#include "data/blend_cache.hpp"
 #include "data/tokenizer.hpp"
-#include "model/pipeline.hpp"
-#include "model/tensor_parallel.hpp"
+#include "train/resolved_options.hpp"
 #include "train/signals.hpp"
 
 namespace meg {
@@ -25,32 +23,18 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Whether --load DIR names a checkpoint (DIR itself) or a directory holding some.
-bool has_checkpoint(const std::string& dir) {
-  const std::filesystem::path d(dir);
-  return std::filesystem::exists(d / kCheckpointRecordFile) || std::filesystem::exists(d / kCheckpointLatestFile) ||
-         !list_checkpoints(dir).empty();
-}
-
-// The checkpoint.json of the checkpoint --load DIR resumes from (has_checkpoint(DIR) must hold).
-std::string checkpoint_record_path(const std::string& dir) {
-  const std::filesystem::path own = std::filesystem::path(dir) / kCheckpointRecordFile;
-  if (std::filesystem::exists(own)) return own.string();
-  return (std::filesystem::path(find_latest(dir)) / kCheckpointRecordFile).string();
-}
-
 uint64_t file_xxh64(const std::string& path) {
   const MappedFile file(path);
   return xxh64(file.data(), file.size());
 }
 
-// The checkpoint --load DIR resumes from, as the ranks compare it: its directory (which names the
-// iteration) and the XXH64 of its record, which holds the checksum of every file.
+// The checkpoint the run starts from (an iter_* directory, or "" for none), as the ranks compare
+// it: its directory (which names the iteration) and the XXH64 of its record, which holds the
+// checksum of every file.
 std::string checkpoint_identity(const std::string& dir) {
-  if (dir.empty() || !has_checkpoint(dir)) return "no checkpoint";
-  const std::string record = checkpoint_record_path(dir);
-  return fmt::format("{}, record {}", std::filesystem::path(record).parent_path().filename().string(),
-                     hex64(file_xxh64(record)));
+  if (dir.empty()) return "no checkpoint";
+  const std::string record = (std::filesystem::path(dir) / kCheckpointRecordFile).string();
+  return fmt::format("{}, record {}", std::filesystem::path(dir).filename().string(), hex64(file_xxh64(record)));
 }
 
 std::vector<uint64_t> shape_of(const ParamTensor& t) {
@@ -76,169 +60,37 @@ nlohmann::ordered_json parallel_json(const ParallelLayout& layout, int virtual_s
   return j;
 }
 
-// PATH made absolute (empty stays empty): the checkpoints record the tokenizer, which meg-eval
-// and meg-generate then load from wherever they run.
-std::string absolute_path(const std::string& path) {
-  return path.empty() ? path : std::filesystem::absolute(path).lexically_normal().string();
-}
-
 }  // namespace
-
-nlohmann::ordered_json TrainOptions::to_json() const {
-  nlohmann::ordered_json j;
-  j["model"] = model;
-  j["model-config"] = model_config;
-  j.update(overrides.to_json());
-  j["hidden-dropout"] = json_or_null(hidden_dropout);
-  j["attention-dropout"] = json_or_null(attention_dropout);
-  j["data"] = data;
-  j["tokenizer"] = absolute_path(tokenizer);
-  j["merges"] = absolute_path(merges);
-  j["iters"] = iters;
-  j["micro-batch"] = micro_batch;
-  j["global-batch"] = global_batch;
-  j["lr"] = lr.lr;
-  j["min-lr"] = lr.min_lr;
-  j["warmup-iters"] = lr.warmup_iters;
-  j["lr-decay-iters"] = lr.decay_iters;
-  j["lr-decay"] = std::string(lr_decay_style_name(lr.style));
-  j["weight-decay"] = adam.weight_decay;
-  j["clip-grad"] = clip_grad;
-  j["adam-beta1"] = adam.beta1;
-  j["adam-beta2"] = adam.beta2;
-  j["adam-eps"] = adam.eps;
-  j["seed"] = seed;
-  j["eval-interval"] = eval_interval;
-  j["eval-iters"] = eval_iters;
-  j["log-interval"] = log_interval;
-  j["save"] = save;
-  j["save-interval"] = save_interval;
-  j["keep"] = keep;
-  j["load"] = load;
-  j["metrics"] = metrics;
-  j["tensorboard-dir"] = tensorboard_dir;
-  j["exit-after-minutes"] = exit_after_minutes;
-  j["exit-interval"] = exit_interval;
-  j["device"] = device;
-  j["precision"] = precision;
-  j["recompute"] = recompute;
-  j["tp"] = tp;
-  j["pp"] = pp;
-  j["dp"] = json_or_null(dp);
-  j["cp"] = cp;
-  j["ep"] = ep;
-  j["use-distributed-optimizer"] = distributed_optimizer;
-  j["sequence-parallel"] = sequence_parallel;
-  j["virtual-stages"] = virtual_stages;
-  j["time-communication"] = time_communication;
-  return j;
-}
 
 Trainer::Trainer(TrainOptions options) : opt_(std::move(options)) {
   world_ = &World::init();
-  layout_ = ParallelLayout::resolve(world_->size(), opt_.tp, opt_.pp, opt_.cp, opt_.ep, opt_.dp);
-  const auto not_yet = [](const char* what, const char* option, int size) {
-    if (size > 1) input_error("{} {}: {} is not implemented yet; use data parallelism (more ranks, or --dp)", option,
-                              size, what);
-  };
-  not_yet("context parallelism", "--cp", layout_.cp);
-  not_yet("expert parallelism", "--ep", layout_.ep);
-  if (opt_.sequence_parallel && layout_.tp == 1)
-    input_error("--sequence-parallel splits the tensor-parallel regions: it needs --tp above 1");
   if (world_->rank() != 0) {  // rank 0 speaks for the job; the others report only their errors
     log::set_errors_only(true);
     log::set_program(fmt::format("{} (rank {})", log::program(), world_->rank()));
   }
-  const auto [device, precision] = resolve_device_precision(opt_.device, opt_.precision);
-  const bool cpu = device == Device::cpu;
-  if (cpu) checked_device(opt_.device, precision);  // its precision; the backend checks for a GPU
-  if (cpu && opt_.recompute != "none")
-    input_error("--recompute {}: recomputation is for the GPU's memory; the CPU path keeps its activations",
-                opt_.recompute);
-  if (opt_.data.empty()) input_error("--data BLEND is required");
-  if (opt_.iters <= 0) input_error("--iters must be positive, got {}", opt_.iters);
-  if (opt_.micro_batch <= 0) input_error("--micro-batch must be positive, got {}", opt_.micro_batch);
-  if (opt_.global_batch == 0) opt_.global_batch = opt_.micro_batch;
-  if (opt_.global_batch <= 0 || opt_.global_batch % (opt_.micro_batch * layout_.dp) != 0)
-    input_error("--global-batch {} must be a positive multiple of --micro-batch {} times the {} data-parallel ranks",
-                opt_.global_batch, opt_.micro_batch, layout_.dp);
-  if (opt_.log_interval <= 0) input_error("--log-interval must be positive, got {}", opt_.log_interval);
-  if (opt_.eval_interval < 0) input_error("--eval-interval must not be negative, got {}", opt_.eval_interval);
-  if (opt_.eval_iters < 0) input_error("--eval-iters must not be negative, got {}", opt_.eval_iters);
-  if (opt_.save_interval < 0) input_error("--save-interval must not be negative, got {}", opt_.save_interval);
-  if (opt_.keep < 0) input_error("--keep must not be negative, got {}", opt_.keep);
-  if (opt_.exit_after_minutes < 0)
-    input_error("--exit-after-minutes must not be negative, got {}", opt_.exit_after_minutes);
-  if (opt_.exit_interval < 0) input_error("--exit-interval must not be negative, got {}", opt_.exit_interval);
-  if (opt_.save_interval > 0 && opt_.save.empty()) input_error("--save-interval needs --save DIR");
+  run_ = std::make_unique<ResolvedRun>(resolve_train_options(opt_, world_->size()));
+  layout_ = run_->layout;
 
-  data_ = std::make_unique<GptDataset>(opt_.data);
-  const auto blend_seq = static_cast<int64_t>(data_->seq_length());
-  if (opt_.overrides.seq_length && *opt_.overrides.seq_length != blend_seq)
-    input_error("--seq-length {} differs from the sequence length {} of {}", *opt_.overrides.seq_length,
-                blend_seq, opt_.data);
-  ModelOverrides overrides = opt_.overrides;
-  overrides.seq_length = blend_seq;
-
-  // Without --model or --model-config, a run that loads a checkpoint takes the checkpoint's model
-  // (one imported by meg-ckpt-convert --from hf, say).
-  std::string checkpoint_json;
-  nlohmann::json checkpoint_model;
-  if (opt_.model.empty() && opt_.model_config.empty() && !opt_.load.empty() && has_checkpoint(opt_.load)) {
-    checkpoint_json = checkpoint_record_path(opt_.load);
-    const nlohmann::json j = read_json_file(checkpoint_json);
-    if (!j.contains("record") || !j["record"].contains("model"))
-      input_error("{}: no model in the checkpoint's record", checkpoint_json);
-    checkpoint_model = j["record"]["model"];
-  }
   uint64_t tokenizer_fingerprint = 0;
   if (!opt_.tokenizer.empty()) {
     const auto tokenizer = load_tokenizer(opt_.tokenizer, opt_.merges);
     tokenizer_vocab_ = tokenizer->vocab_size();
     tokenizer_fingerprint = tokenizer->fingerprint();
-    if (!overrides.vocab_size) {
-      int64_t base_vocab = 0;
-      if (!opt_.model_config.empty()) base_vocab = load_model_config(opt_.model_config).vocab_size;
-      else if (!opt_.model.empty()) base_vocab = ModelConfig::preset(opt_.model).vocab_size;
-      else if (!checkpoint_json.empty()) base_vocab = ModelConfig::from_json(checkpoint_model, checkpoint_json).vocab_size;
-      if (base_vocab == 0) overrides.vocab_size = tokenizer_vocab_;
-    }
+    tokenizer_ = KeptTokenizer({opt_.tokenizer, opt_.merges}, run_->tokenizer_in_checkpoint);
+    if (run_->start == RunStart::resume && tokenizer_.differs_from(run_->checkpoint_json))
+      log::warn("{}: --tokenizer {} is not the tokenizer the checkpoint keeps: the run will not repeat an "
+                "uninterrupted one",
+                run_->record_path(), opt_.tokenizer);
   }
-  config_ = checkpoint_json.empty() ? resolve_model_config(opt_.model, opt_.model_config, overrides)
-                                    : resolve_model_config_json(checkpoint_model, checkpoint_json, overrides);
-  if (opt_.hidden_dropout || opt_.attention_dropout) {
-    if (opt_.hidden_dropout) config_.hidden_dropout = *opt_.hidden_dropout;
-    if (opt_.attention_dropout) config_.attention_dropout = *opt_.attention_dropout;
-    config_.validate("--hidden-dropout/--attention-dropout");
-  }
-  if (config_.seq_length != blend_seq)
-    input_error("model config: seq-length {} differs from the sequence length {} of {}", config_.seq_length,
+  open_data();
+  const auto blend_seq = static_cast<int64_t>(data_->seq_length());
+  if (opt_.overrides.seq_length && *opt_.overrides.seq_length != blend_seq)
+    input_error("--seq-length {} differs from the sequence length {} of {}", *opt_.overrides.seq_length,
                 blend_seq, opt_.data);
-  if (tokenizer_vocab_ > 0) config_.set_vocab_from_tokenizer(tokenizer_vocab_);
-  if (layout_.pp > 1) {
-    check_pipeline_parallel(config_, layout_.pp, opt_.virtual_stages);
-  }
-  if (opt_.virtual_stages != 1) {
-    if (layout_.pp == 1) input_error("--virtual-stages needs --pp above 1");
-    const int64_t micro_batches = opt_.global_batch / (opt_.micro_batch * layout_.dp);  // each replica's
-    if (micro_batches % layout_.pp != 0)
-      input_error("--virtual-stages {}: the interleaved schedule needs each replica's micro-batches (--global-batch "
-                  "{} / (--micro-batch {} x {} data-parallel ranks) = {}) to be a multiple of --pp {}",
-                  opt_.virtual_stages, opt_.global_batch, opt_.micro_batch, layout_.dp, micro_batches, layout_.pp);
-  }
-  if (layout_.tp > 1) {
-    config_.pad_vocab(layout_.tp);  // Megatron pads the vocabulary to a multiple of 128 * tp
-    check_tensor_parallel(config_, layout_.tp);
-  }
-
-  const uint64_t needed = static_cast<uint64_t>(opt_.iters) * static_cast<uint64_t>(opt_.global_batch);
-  if (data_->num_samples(Split::kTrain) < needed)
-    input_error("{}: {} train samples, but --iters {} x --global-batch {} needs {}", opt_.data,
-                data_->num_samples(Split::kTrain), opt_.iters, opt_.global_batch, needed);
-
-  if (opt_.sequence_parallel && (opt_.micro_batch * static_cast<int64_t>(data_->seq_length())) % layout_.tp != 0)
+  config_ = resolve_train_model(opt_, *run_, tokenizer_vocab_, blend_seq);
+  if (opt_.sequence_parallel && (opt_.micro_batch * blend_seq) % layout_.tp != 0)
     input_error("--sequence-parallel: the {} x {} positions of a micro-batch do not divide over {} ranks",
-                opt_.micro_batch, data_->seq_length(), layout_.tp);
+                opt_.micro_batch, blend_seq, layout_.tp);
 
   // Everything above is this rank's alone; from here on the ranks work together, so first they
   // make sure they were started alike.
@@ -252,7 +104,7 @@ Trainer::Trainer(TrainOptions options) : opt_(std::move(options)) {
                               opt_.sequence_parallel,
                               opt_.virtual_stages};
   backend_ = opt_.device == "cuda"
-                 ? make_cuda_backend(config_, opt_.adam, opt_.seed, precision, opt_.recompute, groups)
+                 ? make_cuda_backend(config_, opt_.adam, opt_.seed, run_->precision, opt_.recompute, groups)
                  : make_cpu_backend(config_, opt_.adam, opt_.seed, groups);
   if (opt_.time_communication) backend_->set_communication_timing(true);
   opt_.lr.train_iters = opt_.iters;
@@ -264,14 +116,46 @@ Trainer::Trainer(TrainOptions options) : opt_(std::move(options)) {
   tokens_.resize(BT);
   targets_.resize(BT);
 
-  if (!opt_.load.empty()) {
-    if (has_checkpoint(opt_.load)) {
-      load_from(opt_.load);
-    } else {
-      if (!std::filesystem::is_directory(opt_.load)) input_error("--load {}: no such directory", opt_.load);
-      log::info("no checkpoint in {}: starting from iteration 0", opt_.load);
-    }
+  if (run_->start != RunStart::fresh) load_start();
+  const uint64_t held = data_->num_samples(Split::kTrain), needed = train_samples_needed(opt_, *run_);
+  if (held == 0) input_error("{}: no train samples", opt_.data);
+  if (needed > held)
+    log::info("{}: {} train samples, and the run reads {} to --iters {}: the sample index wraps ({:.2f} epochs of the "
+              "blend)",
+              opt_.data, held, needed, opt_.iters, static_cast<double>(needed) / static_cast<double>(held));
+
+}
+
+void Trainer::open_data() {
+  if (opt_.data_path.empty()) {
+    data_ = std::make_unique<GptDataset>(opt_.data);
+    return;
   }
+  // Megatron's sample counts: what training reads, and what evaluation does (the same
+  // --eval-iters micro-batches each time); no test samples.
+  const int64_t seq_length = train_seq_length(opt_, *run_);
+  if (seq_length < 2) input_error("--data-path: the model's sequence length is {}; give --seq-length", seq_length);
+  BlendOptions blend;
+  blend.seq_length = static_cast<uint64_t>(seq_length);
+  blend.seed = static_cast<uint32_t>(opt_.seed);
+  blend.split = opt_.split;
+  const bool evaluates = opt_.eval_interval > 0 && opt_.eval_iters > 0;
+  blend.samples = {train_samples_needed(opt_, *run_),
+                   static_cast<uint64_t>(evaluates ? opt_.eval_iters * opt_.micro_batch : 0), uint64_t{0}};
+  const std::string cache = opt_.data_cache_path.empty()
+                                ? (std::filesystem::path(opt_.save) / "data-cache").string()
+                                : opt_.data_cache_path;
+  const auto inputs = parse_data_path(opt_.data_path);
+  // Rank 0 builds it; the others find it in the cache.
+  CachedBlend cached;
+  if (world_->rank() == 0) cached = cached_blend(inputs, blend, cache);
+  world_->world().barrier();
+  if (world_->rank() != 0) cached = cached_blend(inputs, blend, cache);
+  opt_.data = cached.path;
+  data_ = std::make_unique<GptDataset>(opt_.data);
+  log::info("{} {} from --data-path: {} train, {} valid samples of {}+1 tokens from {} input{}",
+            cached.built ? "built" : "reusing", opt_.data, data_->num_samples(Split::kTrain),
+            data_->num_samples(Split::kValid), seq_length, inputs.size(), inputs.size() == 1 ? "" : "s");
 }
 
 Trainer::~Trainer() = default;
@@ -306,8 +190,9 @@ std::vector<RankSetting> Trainer::shared_settings(uint64_t tokenizer_fingerprint
   const nlohmann::ordered_json options = opt_.to_json(), model = config_.to_json();
   const nlohmann::ordered_json model_options = ModelOverrides{}.to_json();
   for (const auto& [key, value] : options.items())
-    if (key != "metrics" && key != "tensorboard-dir" && key != "data" && key != "tokenizer" && key != "merges" &&
-        key != "model-config" && key != "load" && !model_options.contains(key) && key != "hidden-dropout" &&
+    if (key != "metrics" && key != "tensorboard-dir" && key != "data" && key != "data-path" &&
+        key != "data-cache-path" && key != "tokenizer" && key != "merges" && key != "model-config" && key != "load" &&
+        key != "pretrained-checkpoint" && !model_options.contains(key) && key != "hidden-dropout" &&
         key != "attention-dropout")
       add("--" + key, value);
   for (const auto& [key, value] : model.items()) add("the model's " + key, value);
@@ -316,7 +201,8 @@ std::vector<RankSetting> Trainer::shared_settings(uint64_t tokenizer_fingerprint
   };
   file("--data", opt_.data, [&] { return hex64(data_->fingerprint()); });
   file("--tokenizer", opt_.tokenizer, [&] { return hex64(tokenizer_fingerprint); });  // with --merges
-  file("--load", opt_.load, [&] { return checkpoint_identity(opt_.load); });
+  file("--load", opt_.load.empty() ? opt_.pretrained_checkpoint : opt_.load,
+       [&] { return checkpoint_identity(run_->checkpoint); });
   return out;
 }
 
@@ -375,8 +261,8 @@ double Trainer::train_step(double* grad_norm_out) {
   for (int64_t m = 0; m < micro_batches; ++m) {
     const int64_t micro = m * D + r;  // the micro-batch's number in the global batch
     for (int j = 0; j < B; ++j) {
-      const uint64_t index = static_cast<uint64_t>(iteration_ * opt_.global_batch + micro * opt_.micro_batch + j);
-      data_->sample(Split::kTrain, index, sample_.data());
+      const auto index = static_cast<uint64_t>(consumed_samples_ + micro * opt_.micro_batch + j);
+      data_->sample(Split::kTrain, index % data_->num_samples(Split::kTrain), sample_.data());  // epochs wrap
       std::memcpy(tokens_.data() + static_cast<size_t>(j) * T, sample_.data(), sizeof(int32_t) * T);
       std::memcpy(targets_.data() + static_cast<size_t>(j) * T, sample_.data() + 1, sizeof(int32_t) * T);
     }
@@ -388,6 +274,7 @@ double Trainer::train_step(double* grad_norm_out) {
     input_error("iteration {}: the loss ({}) or gradient norm ({}) is not finite; lower --lr", iteration_ + 1,
                 s.loss, s.grad_norm);
   if (s.skipped) log::warn("iteration {}: fp16 gradients overflowed; step skipped, loss scale lowered", iteration_ + 1);
+  consumed_samples_ += opt_.global_batch;
   *grad_norm_out = s.grad_norm;
   return s.loss;
 }
@@ -414,14 +301,16 @@ nlohmann::ordered_json Trainer::checkpoint_record() const {
   record["model"] = config_.to_json();
   record["options"] = opt_.to_json();
   record["iteration"] = iteration_;
-  record["consumed_samples"] = iteration_ * opt_.global_batch;
+  record["consumed_samples"] = consumed_samples_;
   record["optimizer_step"] = backend_->optimizer_step();
   record["backend_state"] = nlohmann::ordered_json::parse(backend_->extra_state());
   record["blend_fingerprint"] = hex64(data_->fingerprint());
+  record["blend_source_fingerprint"] = hex64(data_->source_fingerprint());
   record["seed"] = opt_.seed;
   record["parallel"] = parallel_json(layout_, opt_.virtual_stages);
   record["sharded"] = sharded_state();
   record["distributed_optimizer"] = opt_.distributed_optimizer && layout_.dp > 1;
+  if (const auto tokenizer = tokenizer_.record(); !tokenizer.is_null()) record["tokenizer"] = tokenizer;
   return record;
 }
 
@@ -432,11 +321,14 @@ bool Trainer::sharded_state() const {
 void Trainer::save_checkpoint_now() {
   if (opt_.save.empty() || last_saved_ == iteration_) return;
   const auto start = Clock::now();
+  // Replacing a checkpoint of the same iteration is this run's own doing (resolved_options.hpp
+  // refuses a directory of another run's, unless --overwrite).
+  const CheckpointSaveOptions save{.keep = opt_.keep, .overwrite = true, .attachments = tokenizer_.attachments()};
   std::string path;
   if (sharded_state()) {  // every rank writes its part (ckpt/sharded_checkpoint.hpp)
     LocalState local;
     backend_->get_local_state(local);
-    path = save_sharded_checkpoint(opt_.save, iteration_, checkpoint_record(), opt_.keep, *world_, local);
+    path = save_sharded_checkpoint(opt_.save, iteration_, checkpoint_record(), save, *world_, local);
   } else if (world_->rank() == 0) {  // the data-parallel replicas hold what rank 0 writes
     std::vector<float> params, m, v;
     backend_->get_state(params, m, v);
@@ -447,38 +339,53 @@ void Trainer::save_checkpoint_now() {
       optim_tensors.push_back({"exp_avg_sq." + t.name, SafetensorsDtype::kF32, shape_of(t), v.data() + t.offset});
     }
     path = save_checkpoint(opt_.save, iteration_, checkpoint_record(),
-                           {{"model.safetensors", model_tensors}, {"optimizer.safetensors", optim_tensors}},
-                           {.keep = opt_.keep, .overwrite = true});
+                           {{"model.safetensors", model_tensors}, {"optimizer.safetensors", optim_tensors}}, save);
     world_->world().barrier();  // the others wait for the checkpoint to be complete
   } else {
     world_->world().barrier();
   }
   last_saved_ = iteration_;
+  if (!path.empty()) tokenizer_.saved_in(path);  // the next checkpoint links this one's copy
   log::info("saved {} in {:.2f} s", path, std::chrono::duration<double>(Clock::now() - start).count());
 }
 
-void Trainer::load_from(const std::string& dir) {
-  const Checkpoint ck = load_checkpoint(dir);
-  const std::string where = (std::filesystem::path(ck.path()) / kCheckpointRecordFile).string();
+void Trainer::check_resumed_blend(const nlohmann::ordered_json& rec, const std::string& where) const {
+  // A checkpoint imported by meg-ckpt-convert (--from hf) holds no data position to continue.
+  if (!rec.contains("blend_fingerprint")) return;
+  const std::string was = rec["blend_fingerprint"].get<std::string>(), fp = hex64(data_->fingerprint());
+  if (was == fp) return;
+  const auto consumed = static_cast<uint64_t>(consumed_samples_);
+  const std::string at = fmt::format("sample {} of its {} train samples", consumed % data_->num_samples(Split::kTrain),
+                                     data_->num_samples(Split::kTrain));
+  if (opt_.override_data) {
+    log::info("--override-data: the run continues on {} (fingerprint {}; the checkpoint's blend had {}) at {}",
+              opt_.data, fp, was, at);
+  } else if (rec.value("blend_source_fingerprint", "") == hex64(data_->source_fingerprint())) {
+    log::warn("{}: the checkpoint's blend {} was built for other sample counts from the same data, split and seed: "
+              "the run continues on {} at {}; from there its samples may differ from an uninterrupted run's",
+              where, was, opt_.data, at);
+  } else {
+    input_error("{}: the checkpoint was trained on a blend with fingerprint {}, but {} has {} (--override-data "
+                "continues on it)",
+                where, was, opt_.data, fp);
+  }
+}
+
+void Trainer::load_start() {
+  const bool resume = run_->start == RunStart::resume;
+  const Checkpoint ck = load_checkpoint(run_->checkpoint);
+  const std::string where = run_->record_path();
   const auto& rec = ck.record();
+  if (resume) {
+    iteration_ = run_->iteration;
+    consumed_samples_ = run_->consumed_samples;
+  }
   try {
     const ModelConfig saved = ModelConfig::from_json(rec.at("model"), where);
     if (!(saved == config_))
       input_error("{}: the checkpoint's model config differs from the requested one ({})", where,
                   first_difference(saved.to_json(), config_.to_json()));
-    // A checkpoint imported by meg-ckpt-convert (--from hf) holds no data position to continue.
-    const std::string fp = hex64(data_->fingerprint());
-    if (rec.contains("blend_fingerprint") && rec["blend_fingerprint"].get<std::string>() != fp)
-      input_error("{}: the checkpoint was trained on a blend with fingerprint {}, but {} has {}", where,
-                  rec["blend_fingerprint"].get<std::string>(), opt_.data, fp);
-    if (rec.contains("options")) {
-      // The data position and the schedule follow these; a change is allowed but ends exactness.
-      const auto now = opt_.to_json();
-      for (const char* key : {"global-batch", "iters", "lr", "min-lr", "warmup-iters", "lr-decay"})
-        if (rec["options"].contains(key) && rec["options"][key] != now[key])
-          log::warn("{}: --{} was {} and is now {}: the run will not repeat an uninterrupted one", where, key,
-                    rec["options"][key].dump(), now[key].dump());
-    }
+    if (resume) check_resumed_blend(rec, where);
     if (rec.contains("parallel")) {
       // Checkpoints hold the whole model whatever the data- and tensor-parallel sizes, so those may
       // change (the sums' rounding does); the vocabulary padding, which follows tp, is checked with
@@ -491,13 +398,11 @@ void Trainer::load_from(const std::string& dir) {
                       "(meg-ckpt-convert)",
                       where, dim, saved[dim].dump(), dim, now[dim].dump());
       for (const char* dim : {"dp", "tp", "pp", "virtual_stages"})
-        if (saved.contains(dim) && saved[dim] != now[dim])
+        if (resume && saved.contains(dim) && saved[dim] != now[dim])
           log::warn("{}: the checkpoint was written with {} {} and this run has {}: the model is the same, the "
                     "sums' rounding is not",
                     where, dim, saved[dim].dump(), now[dim].dump());
     }
-    const int64_t it = rec.at("iteration").get<int64_t>();
-    const int64_t step = rec.at("optimizer_step").get<int64_t>();
     const size_t n = backend_->num_parameters();
     std::vector<float> params(n), m(n), v(n);
     if (rec.value("sharded", false)) {
@@ -522,14 +427,25 @@ void Trainer::load_from(const std::string& dir) {
         copy("optimizer.safetensors", "exp_avg_sq." + t.name, v.data() + t.offset);
       }
     }
-    backend_->set_state(params, m, v, step);
-    if (rec.contains("backend_state")) backend_->restore_extra_state(rec["backend_state"].dump());
-    iteration_ = it;
-    last_saved_ = it;
+    // The optimizer's state: the AdamW moments and step, and the backend's (fp16's loss scale).
+    if (resume && !opt_.no_load_optim) {
+      backend_->set_state(params, m, v, rec.at("optimizer_step").get<int64_t>());
+      if (rec.contains("backend_state")) backend_->restore_extra_state(rec["backend_state"].dump());
+    } else {
+      std::fill(m.begin(), m.end(), 0.0f);
+      std::fill(v.begin(), v.end(), 0.0f);
+      backend_->set_state(params, m, v, 0);
+    }
   } catch (const nlohmann::json::exception& e) {
     input_error("{}: malformed record: {}", where, e.what());
   }
-  log::info("loaded {} (iteration {})", ck.path(), iteration_);
+  if (!resume) {
+    log::info("fine-tuning from {}: its weights, at iteration 0 with a fresh optimizer", ck.path());
+    return;
+  }
+  last_saved_ = iteration_;
+  log::info("loaded {} (iteration {}{})", ck.path(), iteration_,
+            opt_.no_load_optim ? "; --no-load-optim: fresh AdamW moments" : "");
 }
 
 bool Trainer::any_rank(bool flag) {

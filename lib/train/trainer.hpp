@@ -6,11 +6,14 @@
 // of B samples (forward + backward each, gradients accumulated and divided by G / B). With D
 // data-parallel ranks, each takes G / (B D) of the micro-batches, as Megatron's sampler deals them:
 // the sample of step s, micro-batch m of data-parallel rank r, row j is train sample
-// s*G + (m*D + r)*B + j of the blend, and that micro-batch's dropout key is (seed, s, m*D + r). So
-// the samples and masks of a step are the same whatever the layout, and with D = 1 the formula is
-// the single process's s*G + m*B + j. The data position is a function of the step alone, so a run
-// resumed from a checkpoint (parameters, AdamW moments and step count, iteration) continues bit
-// for bit as the uninterrupted run would have.
+// C + (m*D + r)*B + j of the blend, C the samples consumed before the step (s*G while G stays the
+// same), and that micro-batch's dropout key is (seed, s, m*D + r). So the samples and masks of a
+// step are the same whatever the layout, and with D = 1 the formula is the single process's
+// C + m*B + j. A run longer than its blend reads it again: the sample index wraps, epoch after
+// epoch (logged at the start). A run resumed from a checkpoint (parameters, AdamW moments and
+// step count, iteration, consumed samples) continues bit for bit as the uninterrupted run would
+// have; train/resolved_options.hpp says what it takes from the checkpoint, and how fine-tuning
+// starts from one.
 //
 // Distributed runs: rank 0 logs, writes the metrics and the checkpoints (data-parallel replicas
 // hold the same state); the others report only errors. Before their first collective the ranks
@@ -26,17 +29,21 @@
 // optimizer.safetensors the AdamW moments as "exp_avg.<name>" and "exp_avg_sq.<name>", all fp32
 // whatever the device and precision (so a checkpoint written on a GPU loads on the CPU and the
 // reverse); the record holds the model config, the resolved options, iteration, consumed samples,
-// optimizer step, the blend fingerprint, the seed, the parallel layout, and the backend's extra
-// state (fp16's loss scale).
+// optimizer step, the blend fingerprints (with and without its sample counts), the seed, the
+// parallel layout, the backend's extra state (fp16's loss scale) and the tokenizer, whose files
+// every checkpoint keeps (ckpt/checkpoint_tokenizer.hpp).
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "ckpt/checkpoint_tokenizer.hpp"
 #include "data/gpt_dataset.hpp"
 #include "model/config.hpp"
 #include "optim/adamw.hpp"
@@ -51,6 +58,8 @@
 
 namespace meg {
 
+struct ResolvedRun;
+
 struct TrainOptions {
   // Model: a preset and/or a JSON config file, then single-field overrides.
   std::string model;
@@ -61,13 +70,17 @@ struct TrainOptions {
   std::optional<double> hidden_dropout;
   std::optional<double> attention_dropout;
 
-  std::string data;       // the blend file
+  std::string data;                    // the blend file (meg-blend), or the one --data-path built
+  std::vector<std::string> data_path;  // Megatron's --data-path: a blend built and cached by the run
+  std::string split = "969,30,1";      // --split of the --data-path blend
+  std::string data_cache_path;         // where that blend is kept (default SAVE/data-cache)
+  bool override_data = false;          // resume on another blend, at the consumed samples
   std::string tokenizer;  // gives the vocabulary size (optional when the config has one)
   std::string merges;     // GPT-2 BPE merges.txt, with a vocab.json tokenizer
 
   int64_t iters = 0;
   int64_t micro_batch = 1;
-  int64_t global_batch = 0;  // 0: the micro-batch
+  int64_t global_batch = 0;  // 0: the micro-batch times the data-parallel size
 
   LrScheduleOptions lr;  // train_iters is set from iters
   AdamWOptions adam;
@@ -82,6 +95,16 @@ struct TrainOptions {
   int64_t save_interval = 0;  // 0: save only at the end (and on a stop request)
   int keep = 0;
   std::string load;
+  // Fine-tuning, as Megatron-LM's options: --finetune loads the weights only (iteration 0, a fresh
+  // optimizer and schedule, any data); --pretrained-checkpoint is fine-tuned from when --load
+  // holds no checkpoint; --no-load-optim starts fresh AdamW moments; --no-load-rng takes --seed
+  // rather than the checkpoint's (the dropout masks are a function of seed, iteration and
+  // micro-batch: the seed is all the random state there is).
+  bool finetune = false;
+  std::string pretrained_checkpoint;
+  bool no_load_optim = false;
+  bool no_load_rng = false;
+  bool overwrite = false;  // save into a directory that holds another run's checkpoints
   std::string metrics;  // default: SAVE/metrics.jsonl when --save is given
   std::string tensorboard_dir;  // --tensorboard-dir: TensorBoard event files (train/tensorboard_writer.hpp)
   double exit_after_minutes = 0;
@@ -99,6 +122,12 @@ struct TrainOptions {
   // Measure the device communication time of each iteration (logged, and in the metrics).
   bool time_communication = false;
 
+  // The long names (without dashes, every alias) of the options the user gave, on the command
+  // line or in --config: a resumed run takes the others from its checkpoint
+  // (train/resolved_options.hpp). An alias must be another name of the same CLI11 option, so
+  // that the set holds the name the record uses (to_json's key).
+  std::set<std::string> given;
+
   // The options as stored with checkpoints and printed at start.
   nlohmann::ordered_json to_json() const;
 };
@@ -106,7 +135,7 @@ struct TrainOptions {
 class Trainer {
  public:
   // Resolves and checks everything (InputError on a bad option, data or checkpoint), builds the
-  // model and optimizer, and loads the checkpoint of --load when there is one.
+  // model and optimizer, and loads the checkpoint the run starts from when there is one.
   explicit Trainer(TrainOptions options);
   ~Trainer();
 
@@ -129,13 +158,20 @@ class Trainer {
   std::vector<RankSetting> shared_settings(uint64_t tokenizer_fingerprint) const;
   // Whether the ranks hold different parts of the state (then each writes its own shard).
   bool sharded_state() const;
-  void load_from(const std::string& dir);
+  // The blend: --data, or the one --data-path builds (or finds in its cache) for the model's
+  // sequence length.
+  void open_data();
+  // Loads the checkpoint the run starts from: all of it to resume, the weights to fine-tune.
+  void load_start();
+  // Refuses, or allows with a line, a resumed run on a blend other than its checkpoint's.
+  void check_resumed_blend(const nlohmann::ordered_json& record, const std::string& where) const;
   // What the run log writes where (rank 0 writes files, the others none), and what the start-up
   // block tells.
   RunLogOptions run_log_options() const;
   RunFacts run_facts(const RunLogOptions& log) const;
 
   TrainOptions opt_;
+  std::unique_ptr<ResolvedRun> run_;  // where the run starts (train/resolved_options.hpp)
   ModelConfig config_;
   std::unique_ptr<GptDataset> data_;
   std::unique_ptr<TrainBackend> backend_;
@@ -145,8 +181,10 @@ class Trainer {
   std::unique_ptr<Watchdog> watchdog_;  // distributed runs: ends the job when no step completes
   std::unique_ptr<LrSchedule> schedule_;
   int64_t iteration_ = 0;
+  int64_t consumed_samples_ = 0;  // train samples read so far, the data position
   int64_t last_saved_ = -1;
   int64_t tokenizer_vocab_ = 0;
+  KeptTokenizer tokenizer_;  // what each checkpoint keeps of the tokenizer
   std::vector<int32_t> sample_, tokens_, targets_;
 };
 

@@ -90,7 +90,7 @@ done
 # (b) meg-ckpt-convert. A checkpoint of a larger model (so that a conversion takes a while), at
 # iterations 3 and 6; the conversions of each, uninterrupted, as the references.
 meg-pretrain -q --device cpu --model tiny --hidden-size 256 --num-layers 4 --tokenizer $M/fortunes_spm.model \
-  --data run.blend --micro-batch 4 --iters 6 --save-interval 3 --save src
+  --data run.blend --micro-batch 4 --lr 1e-3 --iters 6 --save-interval 3 --save src
 meg-ckpt-convert -q --load src/iter_0000003 --save ref3 --tp 2
 full=$(timed_ms meg-ckpt-convert -q --load src/iter_0000006 --save ref6 --tp 2)
 for trial in $(seq "$TRIALS"); do

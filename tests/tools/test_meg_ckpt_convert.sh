@@ -159,8 +159,10 @@ for model in tiny tiny-llama; do
   A=$model/iter_0000003
   fingerprint $A > before.md5
   rm -rf hf back i22 hf22 bf16
-  convert --load $A --to hf --save hf --verify
-  [ "$(ls hf)" = "$(printf 'config.json\ngeneration_config.json\nmodel.safetensors')" ] || fail "hf holds $(ls hf)"
+  convert --load $A --to hf --save hf --verify  # with the tokenizer the checkpoint keeps
+  [ "$(ls hf)" = "$(printf 'config.json\ngeneration_config.json\nmodel.safetensors\ntokenizer.model')" ] ||
+    fail "hf holds $(ls hf)"
+  same_file hf/tokenizer.model $M/fortunes_spm.model
   convert --from hf hf --save back --verify
   same_params $A back/iter_0000000 2100
   python3 -c "
@@ -200,11 +202,14 @@ same_file hf/model.safetensors hfs2/model.safetensors
 # SentencePiece tokenizer.model, or GPT-2's vocab.json with merges.txt (here GPT-2's own, too large
 # for this model, which says that it was taken); with neither, there is none to take.
 meg-generate -q --device cpu --load back --prompt "The" --max-tokens 3 > /dev/null || fail "generating from back"
-rm -rf hfg backg nothing && cp -r hf hfg && cp $MEG_TEST_DATA/gpt2/vocab.json $MEG_TEST_DATA/gpt2/merges.txt hfg/
+# The import keeps the tokenizer's files with the checkpoint.
+cmp -s back/iter_0000000/tokenizer.model hfs/tokenizer.model || fail "the import did not keep the tokenizer"
+rm -rf hfg hfn backg nothing && cp -r hf hfn && rm hfn/tokenizer.model
+cp -r hfn hfg && cp $MEG_TEST_DATA/gpt2/vocab.json $MEG_TEST_DATA/gpt2/merges.txt hfg/
 convert --from hf hfg --save backg
-expect_fail 1 "^meg-generate: .*/hfg/vocab.json: the tokenizer's 50257 tokens do not fit the model's vocabulary of 2100$" \
+expect_fail 1 "^meg-generate: .*backg/iter_0000000/vocab.json: the tokenizer's 50257 tokens do not fit the model's vocabulary of 2100$" \
   -- meg-generate -q --device cpu --load backg --prompt "The"
-convert --from hf hf --save nothing
+convert --from hf hfn --save nothing
 expect_fail 1 "nothing.*: the checkpoint records no tokenizer; name one with --tokenizer" \
   -- meg-generate -q --device cpu --load nothing --prompt "The"
 # Bad Hugging Face input and options: one line naming the file, exit 1, nothing written.

@@ -59,16 +59,23 @@ done
 out=$($GEN --load gpt --prompt "Emoji 😀")
 [ "$out" = " and 日本語 façade split bytes." ] || fail "gpt: 'Emoji 😀' gave '$out'"
 
-# The checkpoint records its tokenizer (given to meg-pretrain as vocab.json and merges.txt, here) by
-# absolute path, so it loads from any directory. One that records relative paths, as older
-# checkpoints do, loads where they lead, and elsewhere is refused with the file and the way out.
+# The checkpoint keeps its tokenizer (given to meg-pretrain as vocab.json and merges.txt, here), so
+# it loads from any directory, and wherever the run directory goes. Older checkpoints name the
+# tokenizer by its path only: one that records relative paths loads where they lead, and elsewhere
+# is refused with the file and the way out.
 mkdir -p elsewhere
 [ "$(cd elsewhere && $GEN --load ../gpt --prompt "Emoji 😀")" = "$out" ] || fail "gpt loaded from another directory"
+mv gpt elsewhere/gpt-moved
+[ "$($GEN --load elsewhere/gpt-moved --prompt "Emoji 😀")" = "$out" ] || fail "gpt loaded after its directory moved"
+mv elsewhere/gpt-moved gpt
 cp -r gpt old
 python3 - old/iter_*/checkpoint.json <<'PY'
-import json, sys
+import json, os, sys
 j = json.load(open(sys.argv[1]))
 j["record"]["options"].update(tokenizer="vocab.json", merges="merges.txt")
+del j["record"]["tokenizer"]
+for name in j.pop("attachments"):
+    os.remove(os.path.join(os.path.dirname(sys.argv[1]), name))
 json.dump(j, open(sys.argv[1], "w"))
 PY
 [ "$($GEN --load old --prompt "Emoji 😀")" = "$out" ] || fail "a checkpoint recording relative tokenizer paths"

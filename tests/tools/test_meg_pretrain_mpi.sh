@@ -64,10 +64,10 @@ done
 same_as_one_process --model tiny --num-layers 8 --global-batch 24 -- "4 --pp 4 --virtual-stages 2"
 expect_fail_mpi 1 "key/value heads \(2\) do not divide over 4 ranks" -- \
   mpi 4 meg-pretrain -q --device cpu --model tiny-llama --data run.blend --tokenizer $M/fortunes_spm.model \
-  --micro-batch 2 --global-batch 8 --iters 2 --tp 4
+  --micro-batch 2 --global-batch 8 --lr 3e-3 --iters 2 --tp 4
 expect_fail_mpi 1 "the model's 2 blocks do not divide over 4 stages" -- \
   mpi 4 meg-pretrain -q --device cpu --model tiny --data run.blend --tokenizer $M/fortunes_spm.model \
-  --micro-batch 2 --global-batch 8 --iters 2 --pp 4
+  --micro-batch 2 --global-batch 8 --lr 3e-3 --iters 2 --pp 4
 
 # The record holds the layout. Exact resume under mpirun (the first leg stops at iteration 3), for
 # data parallelism, the distributed optimizer, tensor and pipeline parallelism; the last three
@@ -159,12 +159,12 @@ ranks_disagree() {  # ranks_disagree PATTERN -- N COMMAND... : -np M COMMAND...:
   [ "$(grep -c '^meg-pretrain' "$WORK/.err")" -eq 1 ] || fail "'$*': more than one reason: $(cat "$WORK/.err")"
 }
 SAME="meg-pretrain -q --device cpu --model tiny --tokenizer $M/fortunes_spm.model --data run.blend --log-interval 1
-      --global-batch 12"
+      --global-batch 12 --lr 1e-3"
 ranks_disagree "--iters \\(rank 0: 3, rank 1: 4\\)" -- 1 $SAME --iters 3 : -np 1 $SAME --iters 4
 ranks_disagree "--micro-batch \\(rank 0: 2, rank 2: 1\\)" -- \
   2 $SAME --iters 3 --micro-batch 2 : -np 1 $SAME --iters 3 --micro-batch 1
 ranks_disagree "--iters \\(rank 0: 3, rank 1: 4\\), --lr \\(rank 0: 0.001, rank 1: 0.002\\)" -- \
-  1 $SAME --iters 3 --lr 1e-3 : -np 1 $SAME --iters 4 --lr 2e-3
+  1 $SAME --iters 3 : -np 1 ${SAME/--lr 1e-3/--lr 2e-3} --iters 4
 # A model option is compared through the model it resolves to.
 ranks_disagree "the model's num-layers \\(rank 0: 2, rank 1: 4\\), the model's hybrid-layer-pattern \\(.*\\)" -- \
   1 $SAME --iters 3 : -np 1 $SAME --iters 3 --num-layers 4
@@ -172,8 +172,9 @@ ranks_disagree "the model's num-layers \\(rank 0: 2, rank 1: 4\\), the model's h
 meg-blend -q --seq-length 32 --samples 400 -o gpt2.blend 1 $M/fortunes_gpt2
 ranks_disagree "--data \\(rank 0: [0-9a-f]{16} \\(run.blend\\), rank 1: [0-9a-f]{16} \\(gpt2.blend\\)\\)" -- \
   1 $SAME --iters 3 : -np 1 ${SAME/run.blend/gpt2.blend} --iters 3
-$SAME --iters 2 --save ck2
-$SAME --iters 3 --save ck3
+# (Both stop short of --iters 4, which the runs that resume them then do not change.)
+$SAME --iters 4 --exit-interval 2 --save ck2
+$SAME --iters 4 --exit-interval 3 --save ck3
 ranks_disagree "--load \\(rank 0: iter_0000002, record [0-9a-f]{16} \\(ck2\\), rank 1: iter_0000003, record [0-9a-f]{16} \\(ck3\\)\\)" -- \
   1 $SAME --iters 4 --load ck2 : -np 1 $SAME --iters 4 --load ck3
 timeout 120 bash -c 'mpi "$@"' mpi 1 $SAME --iters 4 --load ck3 --metrics both.jsonl : -np 1 $SAME --iters 4 --load ck3/iter_0000003 2>/dev/null
@@ -182,7 +183,7 @@ timeout 120 bash -c 'mpi "$@"' mpi 1 $SAME --iters 4 --load ck3 --metrics both.j
 # A rank that dies ends the job: the survivor must not wait in a collective forever.
 meg-blend -q --seq-length 32 --samples 40000 -o long.blend 1 $M/fortunes_spm
 LONG="meg-pretrain -q --device cpu --model tiny --data long.blend --tokenizer $M/fortunes_spm.model --micro-batch 2
-      --global-batch 4 --iters 10000 --log-interval 1 --metrics long.jsonl"
+      --global-batch 4 --lr 1e-3 --iters 10000 --log-interval 1 --metrics long.jsonl"
 mpi 2 $LONG &
 job=$!
 for _ in $(seq 100); do grep -q '"loss"' long.jsonl 2>/dev/null && break; sleep 0.1; done

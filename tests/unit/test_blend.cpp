@@ -361,3 +361,37 @@ TEST_CASE("An input builds what the blend draws when Megatron's surplus falls sh
     CHECK(std::count(tokens.begin(), tokens.end(), 100) == 1);
   }
 }
+
+TEST_CASE("A blend's fingerprint is known before it is built, and without its counts", "[blend]") {
+  TempDir dir;
+  BlendOptions o = options(32, 2000);
+  o.samples[1] = 20;
+  o.samples[2] = 0;
+  build_blend({{1, kSpm}, {3, kGpt2}}, o, dir.path("a"));
+  CHECK(planned_blend_fingerprint({{1, kSpm}, {3, kGpt2}}, o) == GptDataset(dir.path("a")).fingerprint());
+  BlendOptions longer = o, reseeded = o;
+  longer.samples[0] = 3000;
+  reseeded.seed = 99;
+  build_blend({{1, kSpm}, {3, kGpt2}}, longer, dir.path("b"));
+  build_blend({{1, kSpm}, {3, kGpt2}}, reseeded, dir.path("c"));
+  const GptDataset a(dir.path("a")), b(dir.path("b")), c(dir.path("c"));
+  CHECK(a.fingerprint() != b.fingerprint());
+  CHECK(a.source_fingerprint() == b.source_fingerprint());
+  CHECK(a.source_fingerprint() != c.source_fingerprint());
+}
+
+TEST_CASE("--data-path takes weight-prefix pairs or prefixes alone, as Megatron's", "[blend]") {
+  const auto abs = [](const std::string& p) { return std::filesystem::absolute(p).lexically_normal().string(); };
+  auto in = parse_data_path({"0.7 " + kSpm, "0.3", kGpt2});
+  REQUIRE(in.size() == 2);
+  CHECK((in[0].weight == 0.7 && in[0].prefix == abs(kSpm) && in[1].weight == 0.3 && in[1].prefix == abs(kGpt2)));
+  // Prefixes alone are weighed by their tokens; one prefix alone has weight 1.
+  in = parse_data_path({kSpm + " " + kGpt2});
+  REQUIRE(in.size() == 2);
+  CHECK(in[0].weight == double(IndexedDataset(kSpm).num_tokens()));
+  CHECK(in[1].weight == double(IndexedDataset(kGpt2).num_tokens()));
+  in = parse_data_path({kSpm});
+  CHECK((in.size() == 1 && in[0].weight == 1.0));
+  CHECK_THROWS_WITH(parse_data_path({"1", kSpm, "0", kGpt2}), ContainsSubstring("weight of") && ContainsSubstring("is 0"));
+  CHECK_THROWS_WITH(parse_data_path({" "}), ContainsSubstring("--data-path: no inputs"));
+}

@@ -15,6 +15,7 @@
 #include "catch.hpp"
 #include "ckpt/checkpoint.hpp"
 #include "core/error.hpp"
+#include "core/hash.hpp"
 #include "test_util.hpp"
 
 using namespace meg;
@@ -423,4 +424,35 @@ TEST_CASE("checkpoint loading refuses damaged checkpoints", "[ckpt]") {
     CHECK_THAT(input_error_of([&] { ck.file("rng.safetensors"); }),
                ContainsSubstring(path + ": checkpoint has no file \"rng.safetensors\""));
   }
+}
+
+TEST_CASE("checkpoint attachments are kept, checked and shared by hard link", "[ckpt]") {
+  TempDir tmp;
+  const std::string dir = tmp.path("ckpt"), source = tmp.path("spm.model");
+  write_file(source, "a tokenizer");
+  const uint64_t sum = xxh64("a tokenizer", 11);
+  const std::string first = save(dir, 1, {.attachments = {{"tokenizer.model", source, false, sum}}});
+  // A copy, never a link to a file that may be edited in place.
+  CHECK(fs::hard_link_count(first + "/tokenizer.model") == 1);
+  const Checkpoint ck = load_checkpoint(dir);
+  CHECK(ck.attachment_names() == std::vector<std::string>{"tokenizer.model"});
+  CHECK(read_file(ck.attachment_path("tokenizer.model")) == "a tokenizer");
+  CHECK(ck.file_names() == std::vector<std::string>{"model.safetensors", "optimizer.safetensors"});
+  CHECK_THROWS_WITH(ck.attachment_path("vocab.json"), ContainsSubstring("no attached file \"vocab.json\""));
+
+  // The next checkpoint links the first's copy.
+  const std::string second = save(dir, 2, {.attachments = load_checkpoint(first).carried_attachments()});
+  CHECK(fs::equivalent(first + "/tokenizer.model", second + "/tokenizer.model"));
+
+  // A source that changed since its checksum was read is refused, with nothing saved.
+  write_file(source, "another tokenizer");
+  CHECK_THROWS_WITH(save(dir, 3, {.attachments = {{"tokenizer.model", source, false, sum}}}),
+                    ContainsSubstring("spm.model: changed since it was read"));
+  CHECK_FALSE(fs::exists(dir + "/iter_0000003"));
+
+  // A damaged or missing attachment is refused on load.
+  write_file(second + "/tokenizer.model", "a tokenizeR");
+  CHECK_THAT(load_error(second), ContainsSubstring("tokenizer.model: checksum mismatch"));
+  fs::remove(second + "/tokenizer.model");
+  CHECK_THAT(load_error(second), ContainsSubstring("tokenizer.model: missing file"));
 }
