@@ -44,7 +44,10 @@ class JsonConfig : public CLI::Config {
   void collect(const nlohmann::json& j, const std::vector<std::string>& parents,
                std::vector<CLI::ConfigItem>& items) const {
     for (const auto& [key, value] : j.items()) {
-      if (value.is_null()) {
+      // A null, and an empty text or list (what a record holds for an option left empty), is an
+      // option not given; its key must still name one.
+      if (value.is_null() || (value.is_string() && value.get_ref<const std::string&>().empty()) ||
+          (value.is_array() && value.empty())) {
         if (parents.empty() && app_.get_option_no_throw("--" + key) == nullptr) throw CLI::ConfigError::Extras(key);
         continue;
       }

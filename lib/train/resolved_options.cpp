@@ -363,8 +363,7 @@ ResolvedRun resolve_train_options(TrainOptions& o, int world) {
   run.layout = ParallelLayout::resolve(world, o.tp, o.pp, o.cp, o.ep, o.dp);
   if (!has("global-batch")) {
     o.global_batch = o.micro_batch * run.layout.dp;
-    log::info("--global-batch {}: --micro-batch {} x {} data-parallel rank{} (the default)", o.global_batch,
-              o.micro_batch, run.layout.dp, run.layout.dp == 1 ? "" : "s");
+    run.default_global_batch = true;
   }
   check_values(o, run.layout);
   check_save_directory(o);

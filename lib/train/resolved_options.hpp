@@ -55,6 +55,9 @@ struct ResolvedRun {
   // Where training continues: the checkpoint's iteration and consumed samples (resume), else 0.
   int64_t iteration = 0;
   int64_t consumed_samples = 0;
+  // --global-batch was not given: it is --micro-batch x the data-parallel size (said at start-up,
+  // once everything is checked, so that a refusal stays one line).
+  bool default_global_batch = false;
 
   const nlohmann::json& record() const { return checkpoint_json["record"]; }
   std::string record_path() const;  // the checkpoint's checkpoint.json

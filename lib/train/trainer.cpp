@@ -472,6 +472,9 @@ int Trainer::run() {
   };
   const RunLogOptions log_options = run_log_options();
   RunLog run_log(log_options);
+  if (run_->default_global_batch)
+    log::info("--global-batch {}: --micro-batch {} x {} data-parallel rank{} (the default)", opt_.global_batch,
+              opt_.micro_batch, layout_.dp, layout_.dp == 1 ? "" : "s");
   run_log.start(settings(), run_summary(run_facts(log_options)));
   if (iteration_ >= opt_.iters) {
     log::info("iteration {} already reaches --iters {}: nothing to train", iteration_, opt_.iters);

@@ -10,7 +10,8 @@ M=$MEG_TEST_DATA/megatron
 G=$MEG_TEST_DATA/gpt2
 SPM=$M/fortunes_spm.model
 meg-blend -q --seq-length 32 --samples 400 -o run.blend 1 $M/fortunes_spm
-PRETRAIN="meg-pretrain --device cpu --data run.blend"
+BASE="meg-pretrain --device cpu --data run.blend"
+PRETRAIN="$BASE --lr 1e-3"
 TINY="--model tiny --tokenizer $SPM --iters 2"
 
 # settings [mpi N] ARGS...: the settings line (options, model, data, layout) of a meg-pretrain run
@@ -18,8 +19,9 @@ TINY="--model tiny --tokenizer $SPM --iters 2"
 settings() {
   local launch=()
   if [ "$1" = mpi ]; then launch=(mpi "$2"); shift 2; fi
-  local rc=0
-  "${launch[@]}" $PRETRAIN "$@" >/dev/null 2>"$WORK/.settings" || rc=$?
+  local rc=0 lr=(--lr 1e-3)  # a run needs a learning rate; the ones that set it say so
+  case " $* " in *" --lr "*) lr=() ;; esac
+  "${launch[@]}" $BASE "${lr[@]}" "$@" >/dev/null 2>"$WORK/.settings" || rc=$?
   [ "$rc" -eq 0 ] || fail "'$*' exited $rc: $(cat "$WORK/.settings")"
   sed -n 's/^meg-pretrain: settings //p' "$WORK/.settings"
 }
@@ -146,7 +148,7 @@ same_settings "--model tiny --tokenizer $SPM --config nulls.json" "$TINY"
 
 # (6) A checkpoint's recorded options, fed back as they are through --config, train the same run:
 # the same losses, the same weights, the same record (but for --save, given on the command line).
-TRAIN="$PRETRAIN --model tiny --tokenizer $SPM --num-layers 3 --micro-batch 2 --global-batch 4 --lr 3e-3
+TRAIN="$BASE --model tiny --tokenizer $SPM --num-layers 3 --micro-batch 2 --global-batch 4 --lr 3e-3
        --warmup-iters 1 --lr-decay-iters 3 --lr-decay linear --hidden-dropout 0.1 --seed 7 --iters 4
        --log-interval 1"
 $TRAIN -q --save a

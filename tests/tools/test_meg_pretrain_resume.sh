@@ -23,7 +23,7 @@ echo '{"lr": 0.001}' > lr.json
 exits_with 0 meg-pretrain -q --model tiny --tokenizer $SPM --data run.blend --iters 1 --config lr.json
 meg-pretrain --help > help.txt
 for option in --model --data --iters --lr; do
-  grep -E -- "^ +$option .*REQUIRED" help.txt >/dev/null || fail "--help does not mark $option REQUIRED"
+  grep -E -- "^ +$option[, ].*REQUIRED" help.txt >/dev/null || fail "--help does not mark $option REQUIRED"
 done
 expect_fail 1 "^meg-pretrain: --data and --data-path together" -- $TRAIN --lr 1e-3 --iters 1 --data-path $M/fortunes_spm
 
