@@ -188,7 +188,7 @@ std::set<std::string> take_recorded(TrainOptions& o, const nlohmann::json& recor
 
 // Warns about each option of kRunNumbers whose value differs from the checkpoint's.
 void warn_changed(const TrainOptions& o, const nlohmann::json& recorded, const std::string& where) {
-  const auto now = o.to_json();
+  const nlohmann::json now = o.to_json();  // of the recorded type, so that the two compare
   for (const char* key : kRunNumbers)
     if (recorded.contains(key) && recorded[key] != now[key])
       log::warn("{}: --{} was {} and is now {}: the run will not repeat an uninterrupted one", where, key,
