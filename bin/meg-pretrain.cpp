@@ -101,6 +101,13 @@ int main(int argc, char** argv) {
                   "Resume with --seed rather than the checkpoint's: the dropout masks are a function of seed, "
                   "iteration and micro-batch, so the seed is all the random state there is");
   checkpoint_flag("--overwrite", o.overwrite, "Save into a directory that holds another run's checkpoints");
+  checkpoint_flag("--exit-on-missing-checkpoint", o.exit_on_missing_checkpoint,
+                  "Refuse a --load that holds no checkpoint rather than start from iteration 0");
+  checkpoint_flag("--use-checkpoint-opt-param-scheduler", o.use_checkpoint_opt_param_scheduler,
+                  "Resuming, keep the checkpoint's --lr, --min-lr, --warmup-iters, --lr-decay-iters, --lr-decay and "
+                  "--weight-decay even when given");
+  checkpoint_flag("--override-opt-param-scheduler", o.override_opt_param_scheduler,
+                  "Resuming, take the given schedule options without the warning that the run changes");
   app.add_option(with_megatron_names("--exit-after-minutes"), o.exit_after_minutes, "Save and exit after M minutes");
   app.add_option("--exit-interval", o.exit_interval, "Save and exit when the iteration is a multiple of N");
   meg::cli::add_device_options(app, o.device, o.precision);

@@ -9,7 +9,7 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/progress.hpp"
-#include "data/sentencepiece_tokenizer.hpp"
+#include "tokenizer/sentencepiece_tokenizer.hpp"
 #include "data/tokenize.hpp"
 
 int main(int argc, char** argv) {

@@ -12,7 +12,7 @@
 //   node scripts/gen-gpt2-parity.js /tmp/package > tests/data/gpt2/parity.jsonl
 //
 // The selection is deterministic for a given machine; other package versions give other text. Run it
-// with the Node that made lib/data/unicode_tables.* (its header says which): the regex classes of
+// with the Node that made lib/tokenizer/unicode_tables.* (its header says which): the regex classes of
 // \p{L} and \p{N} follow Node's Unicode version.
 'use strict';
 const fs = require('fs');

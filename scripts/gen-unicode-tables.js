@@ -1,11 +1,11 @@
 #!/usr/bin/env node
-// Writes lib/data/unicode_tables.hpp and .cpp: the character classes that GPT-2's pre-tokenizer
+// Writes lib/tokenizer/unicode_tables.hpp and .cpp: the character classes that GPT-2's pre-tokenizer
 // regex distinguishes (\p{L}, \p{N}, \s, everything else), taken from this JavaScript engine's
 // Unicode data. Whitespace is the Unicode White_Space property, which is what \s means to GPT-2's
 // own encoder.py (Python's regex module), to Megatron-LM's copy of it and to Hugging Face
 // tokenizers; JavaScript's \s differs on two code points (it takes U+FEFF and leaves U+0085).
 //
-//   node scripts/gen-unicode-tables.js [OUTPUT_DIR]   (default: lib/data beside this script)
+//   node scripts/gen-unicode-tables.js [OUTPUT_DIR]   (default: lib/tokenizer beside this script)
 'use strict';
 const fs = require('fs');
 const path = require('path');
@@ -66,7 +66,7 @@ function rows(values, perLine, fmt) {
 }
 
 const cpp = `${header}
-#include "data/unicode_tables.hpp"
+#include "tokenizer/unicode_tables.hpp"
 
 #include <algorithm>
 #include <iterator>

@@ -109,6 +109,31 @@ std::optional<int64_t> parse_checkpoint_dir_name(const std::string& name) {
 // ---------------------------------------------------------------------------------------------
 // Saving
 
+namespace {
+
+// DIR/latest names iter_ITERATION, replaced through a synced temporary file and a rename.
+void write_latest(const std::string& dir, int64_t iteration) {
+  {
+    ByteWriter latest(join(dir, kCheckpointLatestFile));
+    const std::string text = checkpoint_dir_name(iteration) + "\n";
+    latest.write(text.data(), text.size());
+    latest.commit();
+  }
+  sync_directory(dir);
+}
+
+// The directory name DIR/latest holds, "" when there is no `latest`.
+std::string read_latest(const std::string& dir) {
+  const std::string latest = join(dir, kCheckpointLatestFile);
+  std::error_code ec;
+  if (!fs::exists(latest, ec)) return "";
+  std::string text = read_small_file(latest, kMaxLatestBytes);
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r' || text.back() == ' ')) text.pop_back();
+  return text;
+}
+
+}  // namespace
+
 CheckpointWriter::CheckpointWriter(const std::string& dir, int64_t iteration, CheckpointSaveOptions options)
     : dir_(dir), iteration_(iteration), options_(options) {
   if (options.keep < 0) throw std::invalid_argument(fmt::format("negative checkpoint keep {}", options.keep));
@@ -271,13 +296,7 @@ std::string CheckpointWriter::commit(const ojson& record) {
   committed_ = true;
   sync_directory(dir_);
 
-  {
-    ByteWriter latest(join(dir_, kCheckpointLatestFile));
-    const std::string text = checkpoint_dir_name(iteration_) + "\n";
-    latest.write(text.data(), text.size());
-    latest.commit();
-  }
-  sync_directory(dir_);
+  write_latest(dir_, iteration_);
 
   if (!aside.empty()) {
     fs::remove_all(aside, ec);
@@ -335,8 +354,7 @@ std::string find_latest(const std::string& dir) {
   if (!fs::is_directory(dir, ec)) input_error("{}: no such checkpoint directory", dir);
   const std::string latest = join(dir, kCheckpointLatestFile);
   if (fs::exists(latest, ec)) {
-    std::string text = read_small_file(latest, kMaxLatestBytes);
-    while (!text.empty() && (text.back() == '\n' || text.back() == '\r' || text.back() == ' ')) text.pop_back();
+    const std::string text = read_latest(dir);
     if (!parse_checkpoint_dir_name(text))
       input_error("{}: names {}, not a checkpoint directory iter_NNNNNNN", latest, quote(text));
     const std::string path = join(dir, text);
@@ -489,6 +507,23 @@ Checkpoint load_checkpoint(const std::string& path, CheckpointLoadOptions option
       ck.attachments_[name] = check_listed(name, entry, options.verify_checksums);  // small: always read
     }
   return ck;
+}
+
+std::optional<std::string> finish_interrupted_save(const std::string& dir, int64_t iteration, const ojson& record) {
+  const std::string name = checkpoint_dir_name(iteration);
+  const std::string path = join(dir, name);
+  if (!is_complete(path)) return std::nullopt;
+  // It is the newest: `latest`, if any, names an older one, and no complete checkpoint is newer.
+  const auto named = parse_checkpoint_dir_name(read_latest(dir));
+  const auto all = list_checkpoints(dir);
+  if ((named && *named >= iteration) || all.back().iteration != iteration) return std::nullopt;
+  try {
+    if (load_checkpoint(path).record() != record) return std::nullopt;
+  } catch (const InputError&) {
+    return std::nullopt;  // not the same checkpoint, whole: the writer's refusal says the rest
+  }
+  write_latest(dir, iteration);
+  return path;
 }
 
 }  // namespace meg

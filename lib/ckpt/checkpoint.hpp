@@ -237,4 +237,12 @@ class Checkpoint {
 // (then find_latest() picks one). Validates everything the header comment lists.
 Checkpoint load_checkpoint(const std::string& path, CheckpointLoadOptions options = {});
 
+// A save of ITERATION into DIR killed after its rename and before `latest`: DIR/iter_NNNNNNN is the
+// newest complete checkpoint, `latest` is absent or names an older one, its files check and its
+// record is RECORD. Then writes `latest` and returns the checkpoint's path, so that rerunning a
+// conversion finishes it; otherwise (no such checkpoint, a newer one or `latest` naming it or a
+// newer one, another record, a file that fails its check) changes nothing and returns nullopt.
+std::optional<std::string> finish_interrupted_save(const std::string& dir, int64_t iteration,
+                                                   const nlohmann::ordered_json& record);
+
 }  // namespace meg

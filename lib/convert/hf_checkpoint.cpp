@@ -125,12 +125,29 @@ HfConvertResult import_hf_checkpoint(const FromHfOptions& options) {
     if (kind == StateKind::param) whole = reader.tensor(full.name);
     else whole.assign(full.numel, 0.0f);
   };
-  HfConvertResult result{options.dir, "", config, 0, 0};
-  const auto start = Clock::now();
   // The tokenizer, when the directory has one meg reads, is kept with the checkpoint, so that
   // fine-tuning from it and meg-generate find it there (ckpt/checkpoint_tokenizer.hpp).
   const TokenizerFiles tokenizer = hf_tokenizer_files(options.dir);
   const KeptTokenizer kept(tokenizer, false);
+  nlohmann::ordered_json record;
+  record["model"] = config.to_json();
+  record["iteration"] = 0;
+  record["consumed_samples"] = 0;
+  record["optimizer_step"] = 0;
+  set_record_layout(record, options.layout);
+  record["imported_from"] = {{"format", "hf"}, {"dir", std::filesystem::absolute(options.dir).string()}};
+  if (!tokenizer.empty()) {
+    record["options"] = {{"tokenizer", tokenizer.tokenizer}, {"merges", tokenizer.merges}};
+    record["tokenizer"] = kept.record();
+  }
+
+  HfConvertResult result{options.dir, "", config, 0, 0};
+  if (auto done = finish_interrupted_save(options.save, 0, record)) {
+    log::info("{}: the same import was interrupted before it named its checkpoint `latest`; finished it", *done);
+    result.path = *done;
+    return result;
+  }
+  const auto start = Clock::now();
   write_or_nothing(options.save, [&] {
     CheckpointWriter w(options.save, 0, {.attachments = kept.attachments()});
     log::info("{} (Hugging Face, {}) -> {} ({})", options.dir, to_string(config.family), w.final_path(),
@@ -139,17 +156,6 @@ HfConvertResult import_hf_checkpoint(const FromHfOptions& options) {
     if (options.verify) {
       verify_native_state(w.temp_path(), config, options.layout, source);
       log::info("verified: every tensor of the output equals the input's");
-    }
-    nlohmann::ordered_json record;
-    record["model"] = config.to_json();
-    record["iteration"] = 0;
-    record["consumed_samples"] = 0;
-    record["optimizer_step"] = 0;
-    set_record_layout(record, options.layout);
-    record["imported_from"] = {{"format", "hf"}, {"dir", std::filesystem::absolute(options.dir).string()}};
-    if (!tokenizer.empty()) {
-      record["options"] = {{"tokenizer", tokenizer.tokenizer}, {"merges", tokenizer.merges}};
-      record["tokenizer"] = kept.record();
     }
     result.path = w.commit(record);
   });

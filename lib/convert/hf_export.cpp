@@ -17,7 +17,7 @@
 #include "core/byte_stream.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
-#include "data/tokenizer.hpp"
+#include "tokenizer/tokenizer.hpp"
 
 namespace meg {
 

@@ -40,7 +40,16 @@ ReshardResult reshard_checkpoint(const ReshardOptions& options) {
               0.0f);
   };
 
+  nlohmann::ordered_json record = ck.record();
+  record["model"]["padded-vocab-size"] = config.padded_vocab_size;
+  set_record_layout(record, layout);
+
   ReshardResult result{ck.path(), "", src.layout, 0, 0};
+  if (auto done = finish_interrupted_save(options.save, ck.iteration(), record)) {
+    log::info("{}: the same conversion was interrupted before it named its checkpoint `latest`; finished it", *done);
+    result.path = *done;
+    return result;
+  }
   const auto start = std::chrono::steady_clock::now();
   write_or_nothing(options.save, [&] {
     CheckpointWriter w(options.save, ck.iteration(), {.attachments = ck.carried_attachments()});
@@ -55,9 +64,6 @@ ReshardResult reshard_checkpoint(const ReshardOptions& options) {
       verify_native_state(w.temp_path(), config, layout, read_source_tensor);
       log::info("verified: every tensor of the output equals the input's");
     }
-    nlohmann::ordered_json record = ck.record();
-    record["model"]["padded-vocab-size"] = config.padded_vocab_size;
-    set_record_layout(record, layout);
     result.path = w.commit(record);
   });
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -1,5 +1,5 @@
 // Walking UTF-8 text code point by code point (the GPT-2 pre-tokenizer, meg-eval's Python string
-// functions). Validation is valid_utf8() of data/tokenizer.hpp.
+// functions). Validation is valid_utf8() of tokenizer/tokenizer.hpp.
 #pragma once
 
 #include <cstddef>

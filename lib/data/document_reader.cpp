@@ -5,7 +5,7 @@
 #include <fmt/format.h>
 
 #include "core/json_file.hpp"
-#include "data/tokenizer.hpp"
+#include "tokenizer/tokenizer.hpp"
 
 namespace meg {
 

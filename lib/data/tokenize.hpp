@@ -9,7 +9,7 @@
 #include "core/byte_stream.hpp"
 #include "data/document_reader.hpp"
 #include "data/token_stream.hpp"
-#include "data/tokenizer.hpp"
+#include "tokenizer/tokenizer.hpp"
 
 namespace meg {
 

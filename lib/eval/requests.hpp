@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "data/tokenizer.hpp"
+#include "tokenizer/tokenizer.hpp"
 #include "eval/fewshot.hpp"
 #include "eval/task.hpp"
 

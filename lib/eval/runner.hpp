@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "data/tokenizer.hpp"
+#include "tokenizer/tokenizer.hpp"
 #include "eval/batch_scoring.hpp"
 #include "eval/fewshot.hpp"
 #include "eval/metrics.hpp"

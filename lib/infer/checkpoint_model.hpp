@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "data/tokenizer.hpp"
+#include "tokenizer/tokenizer.hpp"
 #include "model/config.hpp"
 
 namespace meg {

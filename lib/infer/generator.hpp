@@ -32,7 +32,7 @@
 #include <string_view>
 #include <vector>
 
-#include "data/tokenizer.hpp"
+#include "tokenizer/tokenizer.hpp"
 #include "infer/inference_model.hpp"
 #include "infer/sampler.hpp"
 

@@ -19,7 +19,7 @@
 #include <string_view>
 #include <vector>
 
-#include "data/tokenizer.hpp"
+#include "tokenizer/tokenizer.hpp"
 #include "infer/generator.hpp"
 
 namespace meg {

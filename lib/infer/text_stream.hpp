@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "data/tokenizer.hpp"
+#include "tokenizer/tokenizer.hpp"
 
 namespace meg {
 

@@ -108,6 +108,9 @@ const std::vector<OptionField>& option_fields() {
         field("no-load-optim", Taken::never, &T::no_load_optim),
         field("no-load-rng", Taken::never, &T::no_load_rng),
         field("overwrite", Taken::never, &T::overwrite),
+        field("exit-on-missing-checkpoint", Taken::never, &T::exit_on_missing_checkpoint),
+        field("use-checkpoint-opt-param-scheduler", Taken::never, &T::use_checkpoint_opt_param_scheduler),
+        field("override-opt-param-scheduler", Taken::never, &T::override_opt_param_scheduler),
         field("metrics", Taken::never, &T::metrics),
         field("tensorboard-dir", Taken::never, &T::tensorboard_dir),
         field("exit-after-minutes", Taken::never, &T::exit_after_minutes),
@@ -138,6 +141,12 @@ constexpr const char* kRunNumbers[] = {"global-batch", "iters",     "lr",       
                                        "lr-decay-iters", "lr-decay", "weight-decay", "clip-grad",  "adam-beta1",
                                        "adam-beta2",   "adam-eps",  "seed",         "precision"};
 
+// The options of Megatron-LM's optimizer-parameter scheduler, which its two scheduler flags govern.
+bool schedule_option(const std::string& key) {
+  return key == "lr" || key == "min-lr" || key == "warmup-iters" || key == "lr-decay-iters" || key == "lr-decay" ||
+         key == "weight-decay";
+}
+
 std::string layout_text(const TrainOptions& o) {
   return fmt::format("tp {}, pp {}, dp {}, cp {}, ep {}", o.tp, o.pp, o.dp ? std::to_string(*o.dp) : "auto", o.cp,
                      o.ep);
@@ -164,8 +173,18 @@ std::set<std::string> take_recorded(TrainOptions& o, const nlohmann::json& recor
   std::set<std::string> taken;
   try {
     for (const auto& f : option_fields()) {
-      if (!recorded.contains(f.key) || o.given.count(f.key) || f.taken == Taken::never) continue;
-      if (f.taken != Taken::alone && given_any(f.taken)) continue;
+      if (!recorded.contains(f.key) || f.taken == Taken::never) continue;
+      const bool given = o.given.count(f.key) > 0;
+      if (given && o.use_checkpoint_opt_param_scheduler && schedule_option(f.key)) {
+        const nlohmann::ordered_json was = f.get(o);
+        f.set(o, recorded[f.key]);
+        if (f.get(o) != was)
+          log::info("{}: --use-checkpoint-opt-param-scheduler: --{} is the checkpoint's {}, not {}", where, f.key,
+                    f.get(o).dump(), was.dump());
+        taken.insert(f.key);
+        continue;
+      }
+      if (given || (f.taken != Taken::alone && given_any(f.taken))) continue;
       if (std::string(f.key) == "seed" && o.no_load_rng) continue;
       f.set(o, recorded[f.key]);
       taken.insert(f.key);
@@ -190,7 +209,7 @@ std::set<std::string> take_recorded(TrainOptions& o, const nlohmann::json& recor
 void warn_changed(const TrainOptions& o, const nlohmann::json& recorded, const std::string& where) {
   const nlohmann::json now = o.to_json();  // of the recorded type, so that the two compare
   for (const char* key : kRunNumbers)
-    if (recorded.contains(key) && recorded[key] != now[key])
+    if (recorded.contains(key) && recorded[key] != now[key] && !(o.override_opt_param_scheduler && schedule_option(key)))
       log::warn("{}: --{} was {} and is now {}: the run will not repeat an uninterrupted one", where, key,
                 recorded[key].dump(), now[key].dump());
 }
@@ -246,6 +265,8 @@ ResolvedRun find_start(const TrainOptions& o) {
     } else if (o.finetune) {
       input_error("--finetune: {} to fine-tune from (--pretrained-checkpoint DIR names one)", none);
     } else if (!o.load.empty()) {
+      if (o.exit_on_missing_checkpoint)
+        input_error("--load {}: no checkpoint there, and --exit-on-missing-checkpoint is given", o.load);
       log::info("no checkpoint in {}: starting from iteration 0", o.load);
     }
   }
@@ -329,6 +350,9 @@ ResolvedRun resolve_train_options(TrainOptions& o, int world) {
   const auto given = [&o](const char* key) { return o.given.count(key) > 0; };
   if (given("data") && given("data-path"))
     input_error("--data and --data-path together: give the blend file, or the datasets to build one from");
+  if (o.use_checkpoint_opt_param_scheduler && o.override_opt_param_scheduler)
+    input_error("--use-checkpoint-opt-param-scheduler and --override-opt-param-scheduler together: the schedule "
+                "is either the checkpoint's or the command line's");
   ResolvedRun run = find_start(o);
 
   std::set<std::string> taken;

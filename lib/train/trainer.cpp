@@ -14,7 +14,7 @@
 #include "core/log.hpp"
 #include "core/mapped_file.hpp"
 #include "data/blend_cache.hpp"
-#include "data/tokenizer.hpp"
+#include "tokenizer/tokenizer.hpp"
 #include "train/resolved_options.hpp"
 #include "train/signals.hpp"
 

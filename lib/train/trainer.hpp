@@ -105,6 +105,13 @@ struct TrainOptions {
   bool no_load_optim = false;
   bool no_load_rng = false;
   bool overwrite = false;  // save into a directory that holds another run's checkpoints
+  // Megatron-LM's: a --load that holds no checkpoint is an error rather than a fresh start.
+  bool exit_on_missing_checkpoint = false;
+  // Resuming, the learning-rate schedule (and weight decay) of the checkpoint holds even over
+  // given values (--use-checkpoint-opt-param-scheduler), or the given values hold without the
+  // warning that the run no longer repeats an uninterrupted one (--override-opt-param-scheduler).
+  bool use_checkpoint_opt_param_scheduler = false;
+  bool override_opt_param_scheduler = false;
   std::string metrics;  // default: SAVE/metrics.jsonl when --save is given
   std::string tensorboard_dir;  // --tensorboard-dir: TensorBoard event files (train/tensorboard_writer.hpp)
   double exit_after_minutes = 0;

@@ -2,7 +2,7 @@
 // of several scripts: encoded and decoded again.
 #include <vector>
 
-#include "data/tokenizer.hpp"
+#include "tokenizer/tokenizer.hpp"
 #include "fuzz_input.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -4,7 +4,7 @@
 
 #include <memory>
 
-#include "data/tokenizer.hpp"
+#include "tokenizer/tokenizer.hpp"
 
 namespace meg::fuzz {
 

@@ -37,7 +37,7 @@
 
 #include "core/error.hpp"
 #include "eval/scorer.hpp"
-#include "data/tokenizer.hpp"
+#include "tokenizer/tokenizer.hpp"
 #include "infer/cuda_inference_model.hpp"
 #include "infer/generator.hpp"
 #include "infer/inference_model.hpp"

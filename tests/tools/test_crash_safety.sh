@@ -102,9 +102,11 @@ for trial in $(seq "$TRIALS"); do
   for d in out/iter_*; do
     diff -r "$d" "ref$((10#${d#out/iter_}))/${d#out/}" >/dev/null || fail "trial $trial: $d is not a whole conversion"
   done
-  # Run again, an interrupted conversion completes and takes its leftovers away.
-  if [ ! -e out/iter_0000006 ]; then
-    meg-ckpt-convert -q --load src/iter_0000006 --save out --tp 2
+  # Run again, an interrupted conversion completes (also one killed between its rename and
+  # `latest`) and takes its leftovers away.
+  if [ "$latest" != iter_0000006 ]; then
+    meg-ckpt-convert -q --load src/iter_0000006 --save out --tp 2 || fail "trial $trial: the conversion run again"
+    [ "$(cat out/latest)" = iter_0000006 ] || fail "trial $trial: run again, out/latest names $(cat out/latest)"
     diff -r out/iter_0000006 ref6/iter_0000006 >/dev/null || fail "trial $trial: the conversion run again differs"
     no_leftovers out
   fi

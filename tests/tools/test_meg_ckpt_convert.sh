@@ -105,6 +105,19 @@ expect_fail 1 "nothere: no such checkpoint directory" -- convert --load nothere 
 no_file out
 expect_fail 1 "iter_0000003: checkpoint of iteration 3 already exists; refusing to overwrite it" -- \
   convert --load $S --save s1
+# A conversion killed after its rename and before `latest`: run again, it finishes (same record,
+# files checked); one of another layout into that directory, or a finished one run again, is refused.
+rm -rf k && convert --load $S --save k --tp 2 && fingerprint k/iter_0000003 > k.md5 && rm k/latest
+meg-ckpt-convert --load $S --save k --tp 2 2>k.log || fail "the interrupted conversion run again: $(cat k.log)"
+grep -q "k/iter_0000003: the same conversion was interrupted before it named its checkpoint .latest.; finished it" k.log ||
+  fail "no word of finishing it: $(cat k.log)"
+[ "$(cat k/latest)" = iter_0000003 ] && fingerprint k/iter_0000003 | cmp -s - k.md5 || fail "k after finishing it"
+rm k/latest
+expect_fail 1 "k/iter_0000003: checkpoint of iteration 3 already exists; refusing to overwrite it" -- \
+  convert --load $S --save k --pp 2
+echo iter_0000003 > k/latest  # a finished conversion: run again, refused
+expect_fail 1 "k/iter_0000003: checkpoint of iteration 3 already exists; refusing to overwrite it" -- \
+  convert --load $S --save k --tp 2
 expect_fail 1 "inside the input being read" -- convert --load $S --save $S/out
 cp -r s bad
 python3 - bad/iter_0000003/model-tp01-pp01.safetensors <<'PY'

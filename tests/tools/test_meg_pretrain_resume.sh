@@ -2,9 +2,10 @@
 # the global batch's default, the vocabulary a preset takes from the tokenizer, a run continued by
 # --load alone (the checkpoint's options are the defaults) repeating an uninterrupted one, the
 # tokenizer kept with every checkpoint (meg-generate works after the run directory moves),
-# --finetune, --pretrained-checkpoint, --no-load-optim, --no-load-rng, --override-data, a run
-# longer than its blend (epochs), a save directory of another run refused unless --overwrite, and
-# the blend built and cached from --data-path.
+# --finetune, --pretrained-checkpoint, --no-load-optim, --no-load-rng, Megatron's scheduler flags
+# and --exit-on-missing-checkpoint, --override-data, a run longer than its blend (epochs), a save
+# directory of another run refused unless --overwrite, and the blend built and cached from
+# --data-path.
 source "$(dirname "$0")/lib.sh"
 M=$MEG_TEST_DATA/megatron
 SPM=$M/fortunes_spm.model
@@ -67,6 +68,36 @@ same_file $SPM r/iter_0000020/tokenizer.model
 # An option given on resume overrides the checkpoint's, with a warning.
 meg-pretrain --device cpu --load r --iters 21 --lr 1e-3 --metrics over.jsonl 2>over.err
 grep -q "warning: .*--lr was 0.003 and is now 0.001" over.err || fail "no warning for the changed --lr: $(cat over.err)"
+# Megatron's scheduler flags: --use-checkpoint-opt-param-scheduler keeps the checkpoint's --lr
+# over the given one (logged; the step is the one of no --lr given), --override-opt-param-scheduler
+# takes the given one without the warning; not both. --exit-on-missing-checkpoint refuses a --load
+# with no checkpoint rather than start afresh.
+lr_of() { grep -o '"lr":[^,]*' "$1" | tail -1; }
+meg-pretrain --device cpu --load r --iters 21 --metrics plain.jsonl 2>/dev/null
+meg-pretrain --device cpu --load r --iters 21 --lr 1e-3 --use-checkpoint-opt-param-scheduler --metrics keep.jsonl \
+  2>keep.err
+grep -q "use-checkpoint-opt-param-scheduler: --lr is the checkpoint's 0.003, not 0.001$" keep.err ||
+  fail "no line for the replaced --lr: $(cat keep.err)"
+! grep -q -- "--lr was" keep.err || fail "a warning for the checkpoint's own --lr: $(cat keep.err)"
+[ "$(lr_of keep.jsonl)" = "$(lr_of plain.jsonl)" ] && [ "$(lr_of keep.jsonl)" != "$(lr_of over.jsonl)" ] ||
+  fail "--use-checkpoint-opt-param-scheduler: lr $(lr_of keep.jsonl), expected $(lr_of plain.jsonl)"
+meg-pretrain --device cpu --load r --iters 21 --lr 1e-3 --override-opt-param-scheduler --metrics quiet.jsonl \
+  2>quiet.err
+! grep -q -- "--lr was" quiet.err || fail "--override-opt-param-scheduler still warns: $(cat quiet.err)"
+[ "$(lr_of quiet.jsonl)" = "$(lr_of over.jsonl)" ] || fail "--override-opt-param-scheduler: lr $(lr_of quiet.jsonl)"
+expect_fail 1 "^meg-pretrain: --use-checkpoint-opt-param-scheduler and --override-opt-param-scheduler together" -- \
+  meg-pretrain --device cpu --load r --iters 21 --use-checkpoint-opt-param-scheduler --override-opt-param-scheduler
+expect_fail 1 "^meg-pretrain: --load fresh: no checkpoint there, and --exit-on-missing-checkpoint is given$" -- \
+  $TRAIN --lr 1e-3 --iters 2 --load fresh --save fresh --exit-on-missing-checkpoint
+no_file fresh
+# A --tokenizer other than the checkpoint's is warned about; the same file elsewhere is not.
+cp $SPM same.model
+meg-pretrain --device cpu --load r --iters 21 --tokenizer same.model --metrics t1.jsonl 2>t1.err
+! grep -q "not the tokenizer the checkpoint keeps" t1.err || fail "the same tokenizer warned about: $(cat t1.err)"
+meg-tokenize -q --train --vocab-size 2000 --model-type bpe -o other.model $M/fortunes_fixture.jsonl
+meg-pretrain --device cpu --load r --iters 21 --tokenizer other.model --metrics t2.jsonl 2>t2.err
+grep -q "warning: .*--tokenizer other.model is not the tokenizer the checkpoint keeps: the run will not repeat" t2.err ||
+  fail "no warning for another tokenizer: $(cat t2.err)"
 # The run directory moves; meg-generate and a resumed run find the tokenizer in it.
 mv r moved
 mkdir elsewhere

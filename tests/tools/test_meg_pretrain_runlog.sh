@@ -1,6 +1,7 @@
 # Seeing a run: meg-pretrain's start-up block and log lines (elapsed, time left), its TensorBoard
 # events read back record by record (both CRC-32C values) against the metrics, also after a resume
-# and a kill -9, and --plot drawing runs as SVG, with bad input refused in one line and no SVG.
+# and a kill -9 (and with TensorBoard's own reader where it is installed), and --plot drawing runs
+# as SVG, with bad input refused in one line and no SVG.
 HERE=$(cd "$(dirname "$0")" && pwd)
 source "$HERE/lib.sh"
 M=$MEG_TEST_DATA/megatron
@@ -46,6 +47,15 @@ $TRAIN --iters 10 --save b --load b --tensorboard-dir b/tb 2>/dev/null
 [ "$(ls b/tb | wc -l)" -eq 2 ] || fail "expected two event files: $(ls b/tb)"
 $EVENTS "b/tb/$(ls b/tb | head -1)" >/dev/null || fail "the first leg's event file"
 [ "$($EVENTS "b/tb/$(ls b/tb | tail -1)" b/metrics.jsonl)" -eq 7 ] || fail "the resumed leg: 2 + 5 records"
+
+# (3b) TensorBoard's own reader, where python3 has it (the CUDA machines do), sees the same scalars.
+if python3 -c "import tensorboard" 2>/dev/null; then
+  for run in a b; do
+    python3 "$HERE/../../scripts/check-tensorboard.py" $run/tb $run/metrics.jsonl >tb.log 2>&1 ||
+      fail "TensorBoard's reader on $run/tb: $(cat tb.log)"
+  done
+  echo "checked with TensorBoard's reader"
+fi
 
 # (4) kill -9: the event file holds whole records, one per metrics line (the kill may fall between
 # the two writes).

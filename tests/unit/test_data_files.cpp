@@ -12,7 +12,7 @@
 #include "data/document_reader.hpp"
 #include "data/indexed_dataset.hpp"
 #include "data/token_stream.hpp"
-#include "data/tokenizer.hpp"
+#include "tokenizer/tokenizer.hpp"
 #include "test_util.hpp"
 
 using namespace meg;

@@ -8,7 +8,7 @@
 #include "catch.hpp"
 #include "core/error.hpp"
 #include "core/hash.hpp"
-#include "data/gpt2_bpe.hpp"
+#include "tokenizer/gpt2_bpe.hpp"
 #include "data/indexed_dataset.hpp"
 #include "test_util.hpp"
 

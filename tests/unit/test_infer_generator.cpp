@@ -10,7 +10,7 @@
 #include "catch.hpp"
 #include "test_util.hpp"
 #include "core/error.hpp"
-#include "data/tokenizer.hpp"
+#include "tokenizer/tokenizer.hpp"
 #include "infer/cpu_inference_model.hpp"
 #include "infer/generator.hpp"
 #include "model/gpt.hpp"

@@ -10,7 +10,7 @@
 #include "catch.hpp"
 #include "test_util.hpp"
 #include "core/error.hpp"
-#include "data/tokenizer.hpp"
+#include "tokenizer/tokenizer.hpp"
 #include "infer/outputs.hpp"
 #include "infer/prompts.hpp"
 #include "infer/text_stream.hpp"

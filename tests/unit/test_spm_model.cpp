@@ -6,8 +6,8 @@
 #include <map>
 
 #include "catch.hpp"
-#include "data/sentencepiece_model.hpp"
-#include "data/sentencepiece_tokenizer.hpp"
+#include "tokenizer/sentencepiece_model.hpp"
+#include "tokenizer/sentencepiece_tokenizer.hpp"
 #include "spm_proto.hpp"
 #include "test_util.hpp"
 

@@ -7,7 +7,7 @@
 
 #include "catch.hpp"
 #include "core/error.hpp"
-#include "data/sentencepiece_tokenizer.hpp"
+#include "tokenizer/sentencepiece_tokenizer.hpp"
 #include "data/tokenize.hpp"
 #include "spm_proto.hpp"
 #include "test_util.hpp"

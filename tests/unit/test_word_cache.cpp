@@ -3,7 +3,7 @@
 #include <vector>
 
 #include "catch.hpp"
-#include "data/word_cache.hpp"
+#include "tokenizer/word_cache.hpp"
 
 using meg::WordCache;
 

@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-#include "data/tokenizer.hpp"
+#include "tokenizer/tokenizer.hpp"
 
 namespace meg {
 

@@ -1,4 +1,4 @@
-#include "data/gpt2_bpe.hpp"
+#include "tokenizer/gpt2_bpe.hpp"
 
 #include <algorithm>
 #include <array>
@@ -14,8 +14,8 @@
 #include "core/json_file.hpp"
 #include "core/mapped_file.hpp"
 #include "core/utf8.hpp"
-#include "data/unicode_tables.hpp"
-#include "data/word_cache.hpp"
+#include "tokenizer/unicode_tables.hpp"
+#include "tokenizer/word_cache.hpp"
 
 namespace meg {
 

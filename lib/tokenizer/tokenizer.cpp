@@ -1,10 +1,10 @@
-#include "data/tokenizer.hpp"
+#include "tokenizer/tokenizer.hpp"
 
 #include <cstring>
 
 #include "core/error.hpp"
-#include "data/gpt2_bpe.hpp"
-#include "data/sentencepiece_tokenizer.hpp"
+#include "tokenizer/gpt2_bpe.hpp"
+#include "tokenizer/sentencepiece_tokenizer.hpp"
 
 namespace meg {
 

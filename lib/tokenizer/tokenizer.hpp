@@ -1,6 +1,6 @@
 // The tokenizer interface: text to ids and back. Two kinds stand behind it:
 //   - SentencePiece models (.model), through the SentencePiece library;
-//   - GPT-2 byte-level BPE (vocab.json + merges.txt), our own implementation (data/gpt2_bpe.hpp).
+//   - GPT-2 byte-level BPE (vocab.json + merges.txt), our own implementation (tokenizer/gpt2_bpe.hpp).
 #pragma once
 
 #include <cstdint>

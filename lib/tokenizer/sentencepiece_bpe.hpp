@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-#include "data/sentencepiece_model.hpp"
+#include "tokenizer/sentencepiece_model.hpp"
 
 namespace meg {
 

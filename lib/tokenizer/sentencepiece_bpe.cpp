@@ -1,4 +1,4 @@
-#include "data/sentencepiece_bpe.hpp"
+#include "tokenizer/sentencepiece_bpe.hpp"
 
 #include <bit>
 #include <limits>

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "data/tokenizer.hpp"
+#include "tokenizer/tokenizer.hpp"
 
 namespace sentencepiece {
 class SentencePieceProcessor;
@@ -31,7 +31,7 @@ class SentencePieceTokenizer final : public Tokenizer {
   // the library's own whole-text path, which it must always agree with.
   bool encodes_by_word() const { return by_word_; }
   void encode_whole(std::string_view text, std::vector<int32_t>& out) const;
-  // Whether cache misses of BPE models try the native segmentation first (data/sentencepiece_bpe.hpp),
+  // Whether cache misses of BPE models try the native segmentation first (tokenizer/sentencepiece_bpe.hpp),
   // and, for checking, that path on one word: false, appending nothing, where it leaves the word to
   // the library.
   bool has_native_bpe() const { return bpe_ != nullptr; }

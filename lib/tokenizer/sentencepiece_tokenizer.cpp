@@ -1,4 +1,4 @@
-#include "data/sentencepiece_tokenizer.hpp"
+#include "tokenizer/sentencepiece_tokenizer.hpp"
 
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
@@ -12,9 +12,9 @@
 #include "core/hash.hpp"
 #include "core/mapped_file.hpp"
 #include "core/quiet_stderr.hpp"
-#include "data/sentencepiece_bpe.hpp"
-#include "data/sentencepiece_model.hpp"
-#include "data/word_cache.hpp"
+#include "tokenizer/sentencepiece_bpe.hpp"
+#include "tokenizer/sentencepiece_model.hpp"
+#include "tokenizer/word_cache.hpp"
 
 namespace meg {
 

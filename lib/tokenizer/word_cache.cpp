@@ -1,4 +1,4 @@
-#include "data/word_cache.hpp"
+#include "tokenizer/word_cache.hpp"
 
 #include <atomic>
 #include <cstring>

@@ -1,4 +1,4 @@
-#include "data/sentencepiece_model.hpp"
+#include "tokenizer/sentencepiece_model.hpp"
 
 #include <bit>
 #include <cmath>
@@ -9,7 +9,7 @@
 #include "core/bytes.hpp"
 #include "core/error.hpp"
 #include "core/utf8.hpp"
-#include "data/tokenizer.hpp"
+#include "tokenizer/tokenizer.hpp"
 
 namespace meg {
 
