@@ -4,6 +4,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <string_view>
 
 namespace meg {
 
@@ -24,5 +26,13 @@ inline uint32_t next_code_point(const uint8_t* s, size_t n, size_t i, size_t* le
   *len = l;
   return cp;
 }
+
+// Appends code point CP (at most U+10FFFF) to OUT as UTF-8.
+void append_utf8(std::string& out, uint32_t cp);
+
+// TEXT with each ill-formed sequence replaced by U+FFFD: one for each maximal subpart (a lead byte
+// and the continuation bytes that may follow it, cut short; or a byte that starts nothing), as
+// Unicode recommends and as Python's errors="replace" and Rust's from_utf8_lossy do.
+std::string to_valid_utf8(std::string_view text);
 
 }  // namespace meg

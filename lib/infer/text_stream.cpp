@@ -38,25 +38,6 @@ size_t complete_utf8_length(const std::string& text) {
   return n;
 }
 
-std::string to_valid_utf8(const std::string& text) {
-  std::string out;
-  std::string_view rest = text;
-  size_t bad = 0;
-  while (!valid_utf8(rest, &bad)) {
-    out.append(rest.substr(0, bad));
-    out.append(kReplacement);
-    // One U+FFFD for a lead byte and the continuation bytes that follow it within its length (a
-    // character cut short), as Unicode recommends; one for each other ill-formed byte.
-    const size_t length = utf8_sequence_length(static_cast<unsigned char>(rest[bad]));
-    size_t skip = 1;
-    while (skip < length && bad + skip < rest.size() && (static_cast<unsigned char>(rest[bad + skip]) & 0xC0) == 0x80)
-      ++skip;
-    rest.remove_prefix(bad + skip);
-  }
-  out.append(rest);
-  return out;
-}
-
 TextStream::TextStream(const Tokenizer& tokenizer, std::span<const int32_t> prompt) : tokenizer_(tokenizer) {
   const size_t context = std::min(prompt.size(), kContext);
   tokens_.assign(prompt.end() - ptrdiff_t(context), prompt.end());

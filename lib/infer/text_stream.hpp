@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "core/utf8.hpp"  // to_valid_utf8
 #include "tokenizer/tokenizer.hpp"
 
 namespace meg {
@@ -38,9 +39,6 @@ class TextStream {
   size_t prefix_ = 0;            // the window: tokens_[prefix_, end)
   size_t read_ = 0;              // tokens_[prefix_, read_) is the text released last
 };
-
-// TEXT with each ill-formed UTF-8 sequence (a character cut short, a stray byte) replaced by U+FFFD.
-std::string to_valid_utf8(const std::string& text);
 
 // The length of TEXT without an incomplete UTF-8 sequence at its end (one that more bytes could
 // complete); TEXT's length when it ends on a whole character or on bytes no continuation mends.

@@ -1,10 +1,7 @@
 #include "tokenizer/gpt2_bpe.hpp"
 
-#include <algorithm>
 #include <array>
-#include <bit>
 #include <filesystem>
-#include <functional>
 #include <unordered_map>
 
 #include <nlohmann/json.hpp>
@@ -14,6 +11,8 @@
 #include "core/json_file.hpp"
 #include "core/mapped_file.hpp"
 #include "core/utf8.hpp"
+#include "tokenizer/bpe_merges.hpp"
+#include "tokenizer/byte_level.hpp"
 #include "tokenizer/unicode_tables.hpp"
 #include "tokenizer/word_cache.hpp"
 
@@ -22,32 +21,6 @@ namespace meg {
 namespace {
 
 using unicode::CharClass;
-
-// GPT-2's bytes_to_unicode(): each byte is written as one printable character in vocab.json and
-// merges.txt. The printable Latin-1 bytes stand for themselves; the other 68 (controls, space,
-// 0x7F-0xA0, 0xAD) take U+0100 onwards, in byte order.
-std::array<uint32_t, 256> byte_chars() {
-  std::array<uint32_t, 256> chars{};
-  uint32_t next = 256;
-  for (uint32_t b = 0; b < 256; ++b) {
-    const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
-    chars[b] = printable ? b : next++;
-  }
-  return chars;
-}
-
-void append_utf8(std::string& s, uint32_t cp) {
-  if (cp < 0x80) {
-    s += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    s += static_cast<char>(0xC0 | cp >> 6);
-    s += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {  // bytes_to_unicode never goes past U+0143
-    s += static_cast<char>(0xE0 | cp >> 12);
-    s += static_cast<char>(0x80 | (cp >> 6 & 0x3F));
-    s += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
 
 inline CharClass class_at(const uint8_t* s, size_t n, size_t i, size_t* len) {
   return unicode::char_class(next_code_point(s, n, i, len));
@@ -105,59 +78,13 @@ void pretokenize(std::string_view text, Emit&& emit) {
   }
 }
 
-// A merge rule of merges.txt, by rank: LEFT and RIGHT side by side become MERGED.
-struct Merge {
-  int32_t left, right, merged;
-};
-
-// (left id, right id) -> rank of their merge: the lookup at the heart of BPE, as an open-addressing
-// table of 64-bit keys (the two ids), half empty so probes stay short.
-class PairRanks {
- public:
-  void reserve(size_t n) {
-    size_t cap = 16;
-    while (cap < 2 * n) cap *= 2;
-    keys_.assign(cap, kEmpty);
-    ranks_.assign(cap, -1);
-    shift_ = 64 - std::countr_zero(cap);
-  }
-
-  // Sets the rank of (A, B); a pair listed twice keeps its last rank, as in GPT-2's dict().
-  void set(int32_t a, int32_t b, int32_t rank) { ranks_[slot(key(a, b))] = rank; }
-
-  int32_t find(int32_t a, int32_t b) const {
-    const uint64_t k = key(a, b);
-    for (size_t i = home(k);; i = (i + 1) & (keys_.size() - 1)) {
-      if (keys_[i] == k) return ranks_[i];
-      if (keys_[i] == kEmpty) return -1;
-    }
-  }
-
- private:
-  static constexpr uint64_t kEmpty = ~0ULL;  // ids are below 2^31, so no pair has this key
-  static uint64_t key(int32_t a, int32_t b) { return uint64_t(uint32_t(a)) << 32 | uint32_t(b); }
-  size_t home(uint64_t k) const { return (k * 0x9E3779B97F4A7C15ULL) >> shift_; }
-
-  size_t slot(uint64_t k) {
-    size_t i = home(k);
-    while (keys_[i] != k && keys_[i] != kEmpty) i = (i + 1) & (keys_.size() - 1);
-    keys_[i] = k;
-    return i;
-  }
-
-  std::vector<uint64_t> keys_;
-  std::vector<int32_t> ranks_;
-  int shift_ = 64;
-};
-
 }  // namespace
 
 struct Gpt2BpeTokenizer::Impl {
   std::string vocab_path;
   std::vector<std::string> token_bytes;  // by id: the bytes each token stands for
   std::array<int32_t, 256> byte_ids{};   // the token of each single byte
-  std::vector<Merge> merges;             // by rank
-  PairRanks ranks;
+  BpeMerges merges;
   int32_t eod = 0;
   uint64_t fingerprint = 0;
   uint64_t cache_owner = WordCache::new_owner_id();
@@ -174,10 +101,8 @@ void Gpt2BpeTokenizer::Impl::load_vocab(std::string_view text, std::unordered_ma
   if (!vocab.is_object() || vocab.empty()) input_error("{}: expected a JSON object of token -> id", path);
 
   const size_t n = vocab.size();
-  std::array<int, 0x144> byte_of;  // inverse of bytes_to_unicode, -1 for other characters
-  byte_of.fill(-1);
-  const auto chars = byte_chars();
-  for (int b = 0; b < 256; ++b) byte_of[chars[b]] = b;
+  const auto byte_of = byte_level_bytes();
+  const auto chars = byte_level_chars();
 
   token_bytes.assign(n, {});
   std::vector<bool> seen(n);
@@ -228,7 +153,6 @@ void Gpt2BpeTokenizer::Impl::load_merges(std::string_view text, const std::strin
     pos = end + 1;
   }
   merges.reserve(lines.size());
-  ranks.reserve(lines.size());
   const auto id_of = [&](std::string_view token, size_t line) {
     const auto it = ids.find(std::string(token));
     if (it == ids.end()) input_error("{}:{}: token '{}' is not in {}", path, line, token, vocab_path);
@@ -243,66 +167,18 @@ void Gpt2BpeTokenizer::Impl::load_merges(std::string_view text, const std::strin
         line.find(' ', space + 1) != std::string_view::npos)
       input_error("{}:{}: expected two tokens separated by one space, got '{}'", path, i + 1, line);
     const std::string_view left = line.substr(0, space), right = line.substr(space + 1);
-    const Merge m{id_of(left, i + 1), id_of(right, i + 1), id_of(std::string(left) + std::string(right), i + 1)};
-    ranks.set(m.left, m.right, static_cast<int32_t>(merges.size()));
-    merges.push_back(m);
+    const int32_t a = id_of(left, i + 1), b = id_of(right, i + 1);  // in this order: the error names the first
+    merges.add(a, b, id_of(std::string(left) + std::string(right), i + 1));
   }
 }
 
-// Byte-pair encoding of one word, as GPT-2's bpe(): starting from its bytes, merge every occurrence
-// (left to right) of the adjacent pair of lowest rank, and repeat until no pair has a rank.
-//
-// The pairs wait in a min-heap keyed by (rank, position), so each step costs O(log n) instead of a
-// scan of the word: a long word (a paragraph of Chinese is one \p{L}+ run) stays O(n log n). All
-// occurrences of the chosen pair are taken off the heap before any is merged, so pairs that the
-// merges create wait for the next round, exactly as in the reference. Entries go stale when a
-// neighbour merges; they are recognised by the tokens at their position no longer matching the
-// rule (a position's token only ever grows, so it never matches again).
+// Byte-pair encoding of one word: its bytes, merged by the rules of merges.txt (bpe_merges.hpp).
 void Gpt2BpeTokenizer::Impl::bpe(std::string_view word, std::vector<int32_t>& out) const {
-  struct Scratch {
-    std::vector<int32_t> token, next, prev;  // a linked list of symbols over byte positions
-    std::vector<uint64_t> heap, round;
-  };
-  thread_local Scratch w;
-  const auto n = static_cast<int32_t>(word.size());
-  w.token.resize(n), w.next.resize(n), w.prev.resize(n);
-  w.heap.clear();
-  const auto push_pair = [&](int32_t pos) {
-    const int32_t rank = ranks.find(w.token[pos], w.token[w.next[pos]]);
-    if (rank >= 0) {
-      w.heap.push_back(uint64_t(rank) << 32 | uint32_t(pos));
-      std::push_heap(w.heap.begin(), w.heap.end(), std::greater<>());
-    }
-  };
-  for (int32_t i = 0; i < n; ++i) {
-    w.token[i] = byte_ids[static_cast<uint8_t>(word[i])];
-    w.next[i] = i + 1;
-    w.prev[i] = i - 1;
-  }
-  for (int32_t i = 0; i + 1 < n; ++i) push_pair(i);
-
-  while (!w.heap.empty()) {
-    const uint64_t rank = w.heap.front() >> 32;
-    w.round.clear();
-    while (!w.heap.empty() && w.heap.front() >> 32 == rank) {
-      w.round.push_back(w.heap.front());
-      std::pop_heap(w.heap.begin(), w.heap.end(), std::greater<>());
-      w.heap.pop_back();
-    }
-    const Merge& m = merges[rank];
-    for (const uint64_t entry : w.round) {  // in position order
-      const auto pos = static_cast<int32_t>(uint32_t(entry));
-      const int32_t right = w.next[pos];
-      if (w.token[pos] != m.left || right >= n || w.token[right] != m.right) continue;
-      w.token[pos] = m.merged;
-      w.token[right] = -1;
-      w.next[pos] = w.next[right];
-      if (w.next[pos] < n) w.prev[w.next[pos]] = pos;
-      if (w.prev[pos] >= 0) push_pair(w.prev[pos]);
-      if (w.next[pos] < n) push_pair(pos);
-    }
-  }
-  for (int32_t i = 0; i < n; i = w.next[i]) out.push_back(w.token[i]);
+  thread_local std::vector<int32_t> symbols;
+  symbols.resize(word.size());
+  for (size_t i = 0; i < word.size(); ++i) symbols[i] = byte_ids[static_cast<uint8_t>(word[i])];
+  merges.apply(symbols);
+  out.insert(out.end(), symbols.begin(), symbols.end());
 }
 
 Gpt2BpeTokenizer::Gpt2BpeTokenizer(const std::string& vocab_json, const std::string& merges_txt)

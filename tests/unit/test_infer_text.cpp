@@ -79,6 +79,14 @@ TEST_CASE("text stream: UTF-8 helpers", "[infer][text]") {
   CHECK(to_valid_utf8("a\xE2\x82z") == "a\xEF\xBF\xBDz");           // one U+FFFD for a cut character
   CHECK(to_valid_utf8("a\x80\x80z") == "a\xEF\xBF\xBD\xEF\xBF\xBDz");  // one for each stray byte
   CHECK(to_valid_utf8("façade") == "façade");
+  // Maximal subparts, as Python's errors="replace": a lead byte whose second byte is out of its
+  // range (overlong, surrogate) is a subpart of its own.
+  const std::string r = "\xEF\xBF\xBD";
+  CHECK(to_valid_utf8("\xE0\x80\x80") == r + r + r);     // overlong
+  CHECK(to_valid_utf8("\xED\xA0\x80") == r + r + r);     // a surrogate
+  CHECK(to_valid_utf8("\xF0\x9F\x98!") == r + "!");      // 😀 cut short: one
+  CHECK(to_valid_utf8("\xF4\x90\x80\x80") == r + r + r + r);  // past U+10FFFF
+  CHECK(to_valid_utf8("\xC0\xAF\xFF") == r + r + r);
 }
 
 TEST_CASE("outputs: text streams the first unfinished prompt, the others in their turn", "[infer][text]") {

@@ -1,0 +1,35 @@
+// The byte-level alphabet of GPT-2's BPE (bytes_to_unicode() of OpenAI's encoder.py), which
+// Hugging Face's ByteLevel pre-tokenizer and decoder share: each byte is written as one printable
+// character in vocabularies and merge lists. The printable Latin-1 bytes stand for themselves; the
+// other 68 (controls, space, 0x7F-0xA0, 0xAD) take U+0100 onwards, in byte order.
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+namespace meg {
+
+// The character of each byte.
+inline std::array<uint32_t, 256> byte_level_chars() {
+  std::array<uint32_t, 256> chars{};
+  uint32_t next = 256;
+  for (uint32_t b = 0; b < 256; ++b) {
+    const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+    chars[b] = printable ? b : next++;
+  }
+  return chars;
+}
+
+// The characters of the alphabet all lie below this code point.
+inline constexpr uint32_t kByteLevelCharEnd = 0x144;
+
+// The byte of each character below kByteLevelCharEnd, -1 for characters outside the alphabet.
+inline std::array<int, kByteLevelCharEnd> byte_level_bytes() {
+  std::array<int, kByteLevelCharEnd> bytes;
+  bytes.fill(-1);
+  const auto chars = byte_level_chars();
+  for (int b = 0; b < 256; ++b) bytes[chars[b]] = b;
+  return bytes;
+}
+
+}  // namespace meg
