@@ -181,6 +181,10 @@ void Gpt2BpeTokenizer::Impl::bpe(std::string_view word, std::vector<int32_t>& ou
   out.insert(out.end(), symbols.begin(), symbols.end());
 }
 
+void gpt2_pretokenize(std::string_view text, std::vector<std::string_view>& pieces) {
+  pretokenize(text, [&](std::string_view piece) { pieces.push_back(piece); });
+}
+
 Gpt2BpeTokenizer::Gpt2BpeTokenizer(const std::string& vocab_json, const std::string& merges_txt)
     : impl_(std::make_unique<Impl>()) {
   impl_->vocab_path = vocab_json;
