@@ -36,19 +36,6 @@ std::array<uint32_t, 256> byte_chars() {
   return chars;
 }
 
-void append_utf8(std::string& s, uint32_t cp) {
-  if (cp < 0x80) {
-    s += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    s += static_cast<char>(0xC0 | cp >> 6);
-    s += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {  // bytes_to_unicode never goes past U+0143
-    s += static_cast<char>(0xE0 | cp >> 12);
-    s += static_cast<char>(0x80 | (cp >> 6 & 0x3F));
-    s += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
-
 inline CharClass class_at(const uint8_t* s, size_t n, size_t i, size_t* len) {
   return unicode::char_class(next_code_point(s, n, i, len));
 }
