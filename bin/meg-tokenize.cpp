@@ -31,6 +31,9 @@ int main(int argc, char** argv) {
   app.add_option("--doc-separator", separator,
                  "Text format: documents end at a line equal to this ('' = blank line); default: one per line");
   app.add_flag("--append-eod", options.append_eod, "Append the end-of-document token to every document");
+  app.add_flag("--add-special-tokens,!--no-add-special-tokens", options.add_special_tokens,
+               "Put the tokenizer's own special tokens around each document, as Hugging Face's encode does "
+               "(a tokenizer.json's post-processor: Llama 3's <|begin_of_text|>); default on");
   app.add_option("-w,--workers", workers, "Tokenizing threads (default: all cores)");
   app.add_option("-o,--output", output, "Output file (default: stdout)");
   bool zstd = false;
