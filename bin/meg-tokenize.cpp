@@ -31,6 +31,9 @@ int main(int argc, char** argv) {
   app.add_option("--doc-separator", separator,
                  "Text format: documents end at a line equal to this ('' = blank line); default: one per line");
   app.add_flag("--append-eod", options.append_eod, "Append the end-of-document token to every document");
+  app.add_flag("--add-special-tokens,!--no-add-special-tokens", options.add_special_tokens,
+               "Put the tokenizer's own special tokens around each document, as Hugging Face's encode does "
+               "(a tokenizer.json's post-processor: Llama 3's <|begin_of_text|>); default on");
   app.add_option("-w,--workers", workers, "Tokenizing threads (default: all cores)");
   app.add_option("-o,--output", output, "Output file (default: stdout)");
   bool zstd = false;
@@ -48,6 +51,26 @@ int main(int argc, char** argv) {
   app.add_option("--max-sentences", train_options.max_sentences, "Training: sample at most this many lines")
       ->check(meg::cli::whole_number());
   app.add_option("--seed", train_options.seed, "Training: random seed")->capture_default_str();
+  // Defaults that keep text as it is (see man/meg-tokenize.1); each flag's other side is the library's.
+  app.add_flag("--byte-fallback,!--no-byte-fallback", train_options.byte_fallback,
+               "Training: unseen characters as UTF-8 byte pieces, not <unk> (default: on)");
+  app.add_flag("--remove-extra-whitespaces,!--no-remove-extra-whitespaces", train_options.remove_extra_whitespaces,
+               "Training: fold runs of spaces, drop leading and trailing ones (default: off)");
+  app.add_option("--normalization-rule-name", train_options.normalization_rule_name,
+                 "Training: identity, nfkc, nmt_nfkc, nfkc_cf or nmt_nfkc_cf")
+      ->check(CLI::IsMember({"identity", "nfkc", "nmt_nfkc", "nfkc_cf", "nmt_nfkc_cf"}))->capture_default_str();
+  app.add_flag("--allow-whitespace-only-pieces,!--no-allow-whitespace-only-pieces",
+               train_options.allow_whitespace_only_pieces, "Training: runs of spaces as pieces (default: on)");
+  app.add_flag("--split-digits", train_options.split_digits, "Training: every digit a piece of its own");
+  app.add_option("--user-symbols", train_options.user_defined_symbols,
+                 "Training: pieces kept whole wherever they occur, A,B,...")->delimiter(',');
+  app.add_option("--control-symbols", train_options.control_symbols,
+                 "Training: pieces no text encodes to (markers added by programs), A,B,...")->delimiter(',');
+  app.add_option("--unk-id", train_options.unk_id, "Training: id of <unk>")->capture_default_str();
+  app.add_option("--bos-id", train_options.bos_id, "Training: id of <s> (-1: none)")->capture_default_str();
+  app.add_option("--eos-id", train_options.eos_id, "Training: id of </s>, the end-of-document token (-1: none)")
+      ->capture_default_str();
+  app.add_option("--pad-id", train_options.pad_id, "Training: id of <pad> (-1: none)")->capture_default_str();
   meg::cli::add_common_options(app, "meg-tokenize --tokenizer spm.model --append-eod docs.jsonl | meg-index -o data/docs");
 
   return meg::cli::run_tool(app, argc, argv, [&] {
@@ -62,8 +85,11 @@ int main(int argc, char** argv) {
       if (output == "-") meg::input_error("--train needs -o MODEL_FILE");
       meg::TokenizeStats stats;
       const auto docs = meg::read_documents(inputs, options, stats);
-      meg::log::info("training a {} model of {} pieces on {} documents ({})", train_options.model_type,
-                     train_options.vocab_size, stats.documents, meg::human_count(stats.text_bytes, "B"));
+      meg::log::info("training a {} model of {} pieces on {} documents ({}); normalization {}, byte fallback {}, "
+                     "{} extra whitespace", train_options.model_type, train_options.vocab_size, stats.documents,
+                     meg::human_count(stats.text_bytes, "B"), train_options.normalization_rule_name,
+                     train_options.byte_fallback ? "on" : "off",
+                     train_options.remove_extra_whitespaces ? "removing" : "keeping");
       train_options.threads = static_cast<int>(options.workers);
       meg::train_sentencepiece(docs, train_options, output);
       meg::log::info("wrote {}", output);

@@ -12,6 +12,8 @@ namespace {
 constexpr const char* kSentencePieceName = "tokenizer.model";
 constexpr const char* kVocabName = "vocab.json";
 constexpr const char* kMergesName = "merges.txt";
+constexpr const char* kHfTokenizerName = "tokenizer.json";
+constexpr const char* kHfConfigName = "tokenizer_config.json";  // beside tokenizer.json: its eos_token
 
 uint64_t checksum(const std::string& path) {
   const MappedFile f(path);
@@ -28,6 +30,11 @@ KeptTokenizer::KeptTokenizer(const TokenizerFiles& files, bool from_checkpoint) 
   if (merges_) {
     keep(kVocabName, files.tokenizer);
     keep(kMergesName, files.merges);
+  } else if (files.tokenizer.ends_with(".json")) {
+    keep(kHfTokenizerName, files.tokenizer);
+    const auto config = std::filesystem::path(files.tokenizer).parent_path() / kHfConfigName;
+    std::error_code ec;
+    if (std::filesystem::is_regular_file(config, ec)) keep(kHfConfigName, config.string());
   } else {
     keep(kSentencePieceName, files.tokenizer);
   }
@@ -35,7 +42,7 @@ KeptTokenizer::KeptTokenizer(const TokenizerFiles& files, bool from_checkpoint) 
 
 nlohmann::ordered_json KeptTokenizer::record() const {
   if (attachments_.empty()) return nullptr;
-  return {{"tokenizer", merges_ ? kVocabName : kSentencePieceName}, {"merges", merges_ ? kMergesName : ""}};
+  return {{"tokenizer", attachments_[0].name}, {"merges", merges_ ? kMergesName : ""}};
 }
 
 void KeptTokenizer::saved_in(const std::string& dir) {

@@ -4,6 +4,8 @@
 //
 //   "tokenizer": {"tokenizer": "tokenizer.model", "merges": ""}         a SentencePiece model
 //   "tokenizer": {"tokenizer": "vocab.json", "merges": "merges.txt"}   GPT-2 byte-level BPE
+//   "tokenizer": {"tokenizer": "tokenizer.json", "merges": ""}          Hugging Face tokenizer.json
+//                (with the tokenizer_config.json beside it, when there is one: its eos_token)
 //
 // so that a run directory keeps its tokenizer wherever it is moved, and a resumed or fine-tuned
 // run, meg-generate, meg-eval and meg-ckpt-convert find it there. The checkpoints of one run share
@@ -21,7 +23,7 @@
 namespace meg {
 
 struct TokenizerFiles {
-  std::string tokenizer;  // a SentencePiece .model, or a GPT-2 vocab.json
+  std::string tokenizer;  // a SentencePiece .model, a GPT-2 vocab.json, or a tokenizer.json
   std::string merges;     // the GPT-2 tokenizer's merges.txt; "" for SentencePiece
   bool in_checkpoint = false;  // the files are a checkpoint's attachments (checkpoint_tokenizer)
   bool empty() const { return tokenizer.empty(); }

@@ -29,11 +29,12 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
-// The tokenizer of Hugging Face directory DIR where meg reads its kind (transformers' SentencePiece
-// tokenizer.model, or GPT-2's vocab.json with merges.txt), by absolute path. None when it has
-// neither (a tokenizer.json alone, as Llama 3's).
+// The tokenizer of Hugging Face directory DIR where meg reads its kind (tokenizer.json first, as
+// transformers' fast tokenizers prefer it; else the SentencePiece tokenizer.model, or GPT-2's
+// vocab.json with merges.txt), by absolute path. None when it has none of them.
 TokenizerFiles hf_tokenizer_files(const std::string& dir) {
   const std::filesystem::path d = std::filesystem::absolute(dir).lexically_normal();
+  if (std::filesystem::is_regular_file(d / "tokenizer.json")) return {(d / "tokenizer.json").string(), ""};
   if (std::filesystem::is_regular_file(d / "tokenizer.model")) return {(d / "tokenizer.model").string(), ""};
   if (std::filesystem::is_regular_file(d / "vocab.json") && std::filesystem::is_regular_file(d / "merges.txt"))
     return {(d / "vocab.json").string(), (d / "merges.txt").string()};

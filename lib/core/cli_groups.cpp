@@ -2,9 +2,11 @@
 
 #include <cctype>
 #include <charconv>
+#include <filesystem>
 
 #include <fmt/format.h>
 
+#include "core/error.hpp"
 #include "core/megatron_names.hpp"
 
 namespace meg::cli {
@@ -53,8 +55,9 @@ TokenizerOptions add_tokenizer_options(CLI::App& app, std::string& tokenizer, st
   TokenizerOptions added;
   added.tokenizer =
       app.add_option(with_megatron_names("-t,--tokenizer"), tokenizer,
-                     in_context(context, with_note("The tokenizer, a SentencePiece .model or a GPT-2 vocab.json "
-                                                   "(with --merges)",
+                     in_context(context, with_note("The tokenizer: a SentencePiece .model, a GPT-2 vocab.json "
+                                                   "(with --merges), a Hugging Face tokenizer.json, or a model "
+                                                   "directory holding one",
                                                    note)))
           ->type_name("FILE")
           ->group("Tokenizer");
@@ -62,7 +65,33 @@ TokenizerOptions add_tokenizer_options(CLI::App& app, std::string& tokenizer, st
                                 in_context(context, "The GPT-2 tokenizer's merges.txt, with --tokenizer vocab.json"))
                      ->type_name("FILE")
                      ->group("Tokenizer");
+  // Megatron-LM's --tokenizer-type names the kind that --tokenizer's file already is: a check, run
+  // once the files are parsed (options' callbacks run in the order they are declared).
+  app.add_option_function<std::string>(
+         "--tokenizer-type",
+         [&tokenizer, &merges](const std::string& type) { check_tokenizer_type(type, tokenizer, merges); },
+         "Megatron-LM's name of the tokenizer's kind, checked against --tokenizer: GPT2BPETokenizer, "
+         "SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer or HuggingFaceTokenizer")
+      ->type_name("TYPE")
+      ->group("Tokenizer");
   return added;
+}
+
+void check_tokenizer_type(const std::string& type, const std::string& tokenizer, const std::string& merges) {
+  const bool sentencepiece = type == "SentencePieceTokenizer" || type == "GPTSentencePieceTokenizer" ||
+                             type == "Llama2Tokenizer";
+  if (type != "GPT2BPETokenizer" && type != "HuggingFaceTokenizer" && !sentencepiece)
+    input_error("--tokenizer-type {}: not a kind meg reads (GPT2BPETokenizer, SentencePieceTokenizer, "
+                "GPTSentencePieceTokenizer, Llama2Tokenizer, HuggingFaceTokenizer)",
+                type);
+  if (tokenizer.empty()) return;  // the checkpoint's, which is what it is
+  std::error_code ec;
+  const bool hf = merges.empty() && (tokenizer.ends_with(".json") || std::filesystem::is_directory(tokenizer, ec));
+  const char* is = !merges.empty() ? "a GPT-2 vocab.json with its merges" : hf ? "a Hugging Face tokenizer.json"
+                                                                             : "a SentencePiece model";
+  if ((type == "GPT2BPETokenizer" && merges.empty()) || (type == "HuggingFaceTokenizer" && !hf) ||
+      (sentencepiece && (hf || !merges.empty())))
+    input_error("--tokenizer-type {}: --tokenizer {} is {}", type, tokenizer, is);
 }
 
 void add_device_options(CLI::App& app, std::string& device, std::string& precision, const std::string& context) {

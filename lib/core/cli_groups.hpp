@@ -39,6 +39,9 @@ struct TokenizerOptions {
 };
 TokenizerOptions add_tokenizer_options(CLI::App& app, std::string& tokenizer, std::string& merges,
                                        const std::string& without = "", const std::string& context = "");
+// Megatron-LM's --tokenizer-type TYPE (declared with the options above) against the files given:
+// InputError when TYPE is not a kind meg reads or not the kind of TOKENIZER (and MERGES).
+void check_tokenizer_type(const std::string& type, const std::string& tokenizer, const std::string& merges);
 
 // --device cpu|cuda and --precision bf16|fp16|fp32, left empty when not given; Megatron's flags
 // --bf16 and --fp16 set the precision too (refused together, or with another --precision).

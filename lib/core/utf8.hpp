@@ -1,5 +1,5 @@
 // Walking UTF-8 text code point by code point (the GPT-2 pre-tokenizer, meg-eval's Python string
-// functions). Validation is valid_utf8() of tokenizer/tokenizer.hpp.
+// functions, Unicode normalization), and writing it. Validation is valid_utf8() of tokenizer/tokenizer.hpp.
 #pragma once
 
 #include <cstddef>
@@ -27,8 +27,24 @@ inline uint32_t next_code_point(const uint8_t* s, size_t n, size_t i, size_t* le
   return cp;
 }
 
-// Appends code point CP (at most U+10FFFF) to OUT as UTF-8.
-void append_utf8(std::string& out, uint32_t cp);
+// Appends CP (at most U+1FFFFF: what next_code_point can return) to S in UTF-8.
+inline void append_utf8(std::string& s, uint32_t cp) {
+  if (cp < 0x80) {
+    s += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    s += static_cast<char>(0xC0 | cp >> 6);
+    s += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    s += static_cast<char>(0xE0 | cp >> 12);
+    s += static_cast<char>(0x80 | (cp >> 6 & 0x3F));
+    s += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    s += static_cast<char>(0xF0 | cp >> 18);
+    s += static_cast<char>(0x80 | (cp >> 12 & 0x3F));
+    s += static_cast<char>(0x80 | (cp >> 6 & 0x3F));
+    s += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+}
 
 // TEXT with each ill-formed sequence replaced by U+FFFD: one for each maximal subpart (a lead byte
 // and the continuation bytes that may follow it, cut short; or a byte that starts nothing), as

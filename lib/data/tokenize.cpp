@@ -1,5 +1,6 @@
 #include "data/tokenize.hpp"
 
+#include <algorithm>
 #include <deque>
 #include <future>
 
@@ -29,6 +30,7 @@ TokenizedBatch tokenize_batch(const RecordBatch& batch, const Tokenizer& tokeniz
   out.raw_bytes = batch.raw_bytes;
   out.lengths.reserve(batch.records.size());
   std::string text, message;
+  const auto prefix = tokenizer.special_prefix(), suffix = tokenizer.special_suffix();
   for (size_t i = 0; i < batch.records.size(); ++i) {
     const RecordProblem problem = extract_document(batch, i, options.format, text, message);
     if (problem != RecordProblem::kNone) {
@@ -38,7 +40,9 @@ TokenizedBatch tokenize_batch(const RecordBatch& batch, const Tokenizer& tokeniz
       continue;
     }
     const size_t before = out.tokens.size();
+    if (options.add_special_tokens) out.tokens.insert(out.tokens.end(), prefix.begin(), prefix.end());
     tokenizer.encode(text, out.tokens);
+    if (options.add_special_tokens) out.tokens.insert(out.tokens.end(), suffix.begin(), suffix.end());
     if (options.append_eod) out.tokens.push_back(tokenizer.eod_id());
     out.lengths.push_back(static_cast<uint32_t>(out.tokens.size() - before));
     out.text_bytes += text.size();
@@ -152,6 +156,12 @@ uint64_t decode_stream(TokenStreamReader& in, const Tokenizer& tokenizer, const 
   while (in.next(ids)) {
     std::span<const int32_t> body(ids);
     if (!body.empty() && body.back() == in.header().eod_id) body = body.first(body.size() - 1);
+    // The tokenizer's own special tokens around the document (--add-special-tokens) go too.
+    const auto prefix = tokenizer.special_prefix(), suffix = tokenizer.special_suffix();
+    if (!prefix.empty() && body.size() >= prefix.size() && std::equal(prefix.begin(), prefix.end(), body.begin()))
+      body = body.subspan(prefix.size());
+    if (!suffix.empty() && body.size() >= suffix.size() && std::equal(suffix.begin(), suffix.end(), body.end() - ptrdiff_t(suffix.size())))
+      body = body.first(body.size() - suffix.size());
     const std::string text = tokenizer.decode(body);
     if (format.jsonl) {
       // Decoded bytes need not be valid UTF-8 (a document cut inside a character); replace those

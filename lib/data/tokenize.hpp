@@ -16,6 +16,9 @@ namespace meg {
 struct TokenizeOptions {
   DocumentFormat format;
   bool append_eod = false;
+  // The tokenizer's own special tokens around each document (a tokenizer.json post-processor's,
+  // as Hugging Face's encode adds them by default); other tokenizers have none.
+  bool add_special_tokens = true;
   bool skip_bad = false;       // skip malformed and empty documents instead of stopping
   unsigned workers = 1;
   size_t batch_bytes = 1 << 20;  // work handed to a thread at a time

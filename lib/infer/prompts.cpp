@@ -31,7 +31,10 @@ GenerationRequest make_request(std::string_view text, const PromptSettings& sett
                                int max_length, const std::string& where) {
   size_t bad = 0;
   if (!valid_utf8(text, &bad)) input_error("{}: the prompt is not valid UTF-8 (byte {})", where, bad);
-  std::vector<int32_t> ids;
+  // The tokenizer's own start of a sequence first (Llama 3's <|begin_of_text|>), as Hugging Face's
+  // generation encodes a prompt; its end (BERT's [SEP]) would end the prompt, so it stays out.
+  const auto prefix = tokenizer.special_prefix();
+  std::vector<int32_t> ids(prefix.begin(), prefix.end());
   tokenizer.encode(text, ids);
   if (ids.empty()) ids.push_back(tokenizer.eod_id());  // the start of a new document
   return make_request(std::move(ids), settings, tokenizer, max_length, where);

@@ -6,6 +6,10 @@
 
 #include <array>
 #include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "core/utf8.hpp"
 
 namespace meg {
 
@@ -30,6 +34,23 @@ inline std::array<int, kByteLevelCharEnd> byte_level_bytes() {
   const auto chars = byte_level_chars();
   for (int b = 0; b < 256; ++b) bytes[chars[b]] = b;
   return bytes;
+}
+
+// Appends the bytes TOKEN's characters stand for to OUT; false, OUT as it was, when a character
+// lies outside the alphabet (an added token's text, say).
+inline bool append_byte_level_bytes(std::string_view token, std::string& out) {
+  static const auto byte_of = byte_level_bytes();
+  const size_t mark = out.size();
+  const auto* s = reinterpret_cast<const uint8_t*>(token.data());
+  for (size_t i = 0, len; i < token.size(); i += len) {
+    const uint32_t cp = next_code_point(s, token.size(), i, &len);
+    if (cp >= kByteLevelCharEnd || byte_of[cp] < 0) {
+      out.resize(mark);
+      return false;
+    }
+    out += static_cast<char>(byte_of[cp]);
+  }
+  return true;
 }
 
 }  // namespace meg

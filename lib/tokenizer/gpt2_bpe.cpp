@@ -101,7 +101,6 @@ void Gpt2BpeTokenizer::Impl::load_vocab(std::string_view text, std::unordered_ma
   if (!vocab.is_object() || vocab.empty()) input_error("{}: expected a JSON object of token -> id", path);
 
   const size_t n = vocab.size();
-  const auto byte_of = byte_level_bytes();
   const auto chars = byte_level_chars();
 
   token_bytes.assign(n, {});
@@ -118,16 +117,7 @@ void Gpt2BpeTokenizer::Impl::load_vocab(std::string_view text, std::unordered_ma
 
     // The bytes behind the token's characters. A token with characters outside the byte alphabet
     // (an added special token, say) cannot come out of BPE; it decodes to its own text.
-    std::string& bytes = token_bytes[id];
-    const auto* s = reinterpret_cast<const uint8_t*>(token.data());
-    for (size_t i = 0, len; i < token.size(); i += len) {
-      const uint32_t cp = next_code_point(s, token.size(), i, &len);
-      if (cp >= byte_of.size() || byte_of[cp] < 0) {
-        bytes = token;
-        break;
-      }
-      bytes += static_cast<char>(byte_of[cp]);
-    }
+    if (!append_byte_level_bytes(token, token_bytes[id])) token_bytes[id] = token;
   }
 
   for (int b = 0; b < 256; ++b) {
@@ -179,6 +169,10 @@ void Gpt2BpeTokenizer::Impl::bpe(std::string_view word, std::vector<int32_t>& ou
   for (size_t i = 0; i < word.size(); ++i) symbols[i] = byte_ids[static_cast<uint8_t>(word[i])];
   merges.apply(symbols);
   out.insert(out.end(), symbols.begin(), symbols.end());
+}
+
+void gpt2_pretokenize(std::string_view text, std::vector<std::string_view>& pieces) {
+  pretokenize(text, [&](std::string_view piece) { pieces.push_back(piece); });
 }
 
 Gpt2BpeTokenizer::Gpt2BpeTokenizer(const std::string& vocab_json, const std::string& merges_txt)

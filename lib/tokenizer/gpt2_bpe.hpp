@@ -5,6 +5,8 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "tokenizer/tokenizer.hpp"
 
@@ -26,5 +28,9 @@ class Gpt2BpeTokenizer final : public Tokenizer {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// Appends to PIECES the pieces that GPT-2's pre-tokenizer splits TEXT into (what encode() gives
+// BPE), for checking and timing other splitters against it.
+void gpt2_pretokenize(std::string_view text, std::vector<std::string_view>& pieces);
 
 }  // namespace meg

@@ -3,15 +3,17 @@
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 
-#include <cmath>
+#include <algorithm>
 #include <exception>
 #include <filesystem>
+#include <unordered_map>
 
 #include "core/byte_stream.hpp"
 #include "core/error.hpp"
 #include "core/hash.hpp"
 #include "core/mapped_file.hpp"
 #include "core/quiet_stderr.hpp"
+#include "core/utf8.hpp"
 #include "tokenizer/sentencepiece_bpe.hpp"
 #include "tokenizer/sentencepiece_model.hpp"
 #include "tokenizer/word_cache.hpp"
@@ -19,9 +21,6 @@
 namespace meg {
 
 namespace {
-
-// Log-probabilities of real unigram pieces stay above about -30; the bound leaves a wide margin.
-constexpr float kMaxUnigramScore = 1000;
 
 // The library's built-in normalization tables, which a model keeps a copy of (the one its
 // normalizer_spec.name picked at training), by the XXH64 of that copy. The word-by-word path relies
@@ -91,28 +90,38 @@ SentencePieceTokenizer::SentencePieceTokenizer(const std::string& model_path)
   fingerprint_ = xxh64(bytes.data(), bytes.size());
 
   // Encoding space-separated words one at a time gives the same ids as encoding the whole text when
-  // (a) runs of spaces collapse and every word gets the same "\u2581" prefix, (b) the normalizer
-  // never rewrites across a space (the built-in tables; no custom ones), (c) no piece holds
-  // "\u2581" anywhere but at its start, so no piece can span two words, (d) a word never starts
-  // with an unknown piece, which the library would merge with an unknown piece ending the word
-  // before: "\u2581" is a piece, and the model does not take whole words as pieces, and (e) for
-  // unigram models, no score so large that the library's float sums over the whole text lose the
-  // differences that decide each word's segmentation. Then each distinct word is encoded once and
-  // cached. Other models take the library's path for every text.
+  // (a) every word gets the same "\u2581" prefix: runs of spaces collapse, or (where the model
+  // keeps them) each word takes the run of spaces before it, the library's dummy prefix standing
+  // for the run's first space, (b) the normalizer never rewrites across a space (the built-in
+  // tables; no custom ones), (c) no piece holds "\u2581" anywhere but at its start, so no piece
+  // can span two words (a piece of nothing but "\u2581", which a model that keeps runs of spaces
+  // may have, covers part of a word's run), (d) a word never starts with an unknown piece, which
+  // the library would merge with an unknown piece ending the word before: "\u2581" is a piece,
+  // and the model does not take whole words as pieces, and (e) the model is BPE, whose merges in
+  // one word do not depend on the others. (A unigram model's best segmentation of a word can: where
+  // two segmentations tie, as "1 0 00" and "1 00 0" do, the library's float sums over the text
+  // before the word decide.) Then each distinct word is encoded once and cached. Other models take
+  // the library's path for every text.
   const SentencePieceModel::Normalizer& n = model.normalizer;
   const BuiltinTable* table = builtin_table(n.charsmap);
-  by_word_ = n.add_dummy_prefix && n.remove_extra_whitespaces && n.escape_whitespaces && !model.whitespace_as_suffix &&
-             table != nullptr && model.model_type != SentencePieceModel::kWord;
-  bool has_space = false;
+  collapses_spaces_ = n.remove_extra_whitespaces;
+  by_word_ = n.add_dummy_prefix && n.escape_whitespaces && !model.whitespace_as_suffix && table != nullptr &&
+             model.model_type == SentencePieceModel::kBpe;
+  const auto only_spaces = [](std::string_view text) {
+    for (; text.starts_with(kSentencePieceSpace); text.remove_prefix(kSentencePieceSpace.size())) {}
+    return text.empty();
+  };
   for (const SentencePieceModel::Piece& piece : model.pieces) {
-    if (piece.text.find(kSentencePieceSpace, 1) != std::string_view::npos) by_word_ = false;
+    if (piece.text.find(kSentencePieceSpace, 1) != std::string_view::npos &&
+        (collapses_spaces_ || !only_spaces(piece.text)))
+      by_word_ = false;
     if (piece.type != SentencePieceModel::kNormal) continue;
-    has_space |= piece.text == kSentencePieceSpace;
-    if (model.model_type == SentencePieceModel::kUnigram && std::abs(piece.score) > kMaxUnigramScore) by_word_ = false;
+    if (piece.text == kSentencePieceSpace) space_id_ = static_cast<int32_t>(&piece - model.pieces.data());
   }
-  by_word_ &= has_space;
-  // Words end at spaces, and at tabs and line breaks where the normalizer turns them into spaces
-  // (NFKC tables do; "identity" does not): probed here, since the tables live in the model.
+  by_word_ &= space_id_ >= 0;
+  // Words end at spaces, and, where runs of spaces collapse, at tabs and line breaks where the
+  // normalizer turns them into spaces (NFKC tables do; "identity" does not): probed here, since
+  // the tables live in the model.
   separator_[' '] = true;
   const auto ids_of = [&](std::string_view t) {
     std::vector<int32_t> ids;
@@ -121,7 +130,8 @@ SentencePieceTokenizer::SentencePieceTokenizer(const std::string& model_path)
   };
   for (const char c : {'\t', '\n', '\r'}) {
     const std::string sep(1, c);
-    separator_[static_cast<uint8_t>(c)] = by_word_ && ids_of("hello" + sep + "world") == ids_of("hello world") &&
+    separator_[static_cast<uint8_t>(c)] = by_word_ && collapses_spaces_ &&
+                                          ids_of("hello" + sep + "world") == ids_of("hello world") &&
                                           ids_of(sep + "world") == ids_of("world") &&
                                           ids_of("hello" + sep) == ids_of("hello");
   }
@@ -154,28 +164,43 @@ bool SentencePieceTokenizer::encode_word_bpe(std::string_view word, std::vector<
   return bpe_ && bpe_->encode(word, out);
 }
 
+void SentencePieceTokenizer::encode_cached(std::string_view word, WordCache& cache, std::vector<int32_t>& out) const {
+  if (const auto hit = cache.find(word)) {
+    out.insert(out.end(), hit->begin(), hit->end());
+    return;
+  }
+  // One word per library call: its encoder grows faster than linearly with the text, so batching
+  // misses together costs more than it saves.
+  const size_t start = out.size();
+  if (!encode_word_bpe(word, out)) encode_whole(word, out);
+  cache.insert(word, std::span<const int32_t>(out).subspan(start));
+}
+
 void SentencePieceTokenizer::encode(std::string_view text, std::vector<int32_t>& out) const {
   if (!by_word_) return encode_whole(text, out);
   WordCache& cache = WordCache::for_thread(cache_owner_);
-  std::vector<int32_t> ids;
   size_t pos = 0;
+  if (collapses_spaces_) {
+    while (pos < text.size()) {
+      size_t end = pos;
+      while (end < text.size() && !separator_[static_cast<uint8_t>(text[end])]) ++end;
+      if (end > pos) encode_cached(text.substr(pos, end - pos), cache, out);
+      pos = end + 1;
+    }
+    return;
+  }
+  // A word and the spaces before it; past the first, the dummy prefix stands for the first space.
   while (pos < text.size()) {
     size_t end = pos;
-    while (end < text.size() && !separator_[static_cast<uint8_t>(text[end])]) ++end;
-    if (end > pos) {
-      const std::string_view word = text.substr(pos, end - pos);
-      if (const auto hit = cache.find(word)) {
-        out.insert(out.end(), hit->begin(), hit->end());
-      } else {
-        // One word per library call: its encoder grows faster than linearly with the text, so
-        // batching misses together costs more than it saves.
-        ids.clear();
-        if (!encode_word_bpe(word, ids)) encode_whole(word, ids);
-        cache.insert(word, ids);
-        out.insert(out.end(), ids.begin(), ids.end());
-      }
+    while (end < text.size() && text[end] == ' ') ++end;
+    while (end < text.size() && text[end] != ' ') ++end;
+    const size_t from = pos == 0 ? 0 : pos + 1;
+    if (from == end) {
+      out.push_back(space_id_);  // a single space ending the text, "\u2581" alone
+    } else {
+      encode_cached(text.substr(from, end - from), cache, out);
     }
-    pos = end + 1;
+    pos = end;
   }
 }
 
@@ -215,11 +240,40 @@ class VectorIterator : public sentencepiece::SentenceIterator {
 };
 }  // namespace
 
+namespace {
+
+// The built-in normalization rules of the library (normalization_rule_name).
+constexpr std::string_view kNormalizationRules[] = {"identity", "nfkc", "nmt_nfkc", "nfkc_cf", "nmt_nfkc_cf"};
+
+std::string joined_symbols(const std::vector<std::string>& symbols, std::string_view option) {
+  std::string out;
+  for (const std::string& symbol : symbols) {
+    if (symbol.empty()) input_error("{}: an empty symbol", option);
+    out += (out.empty() ? "" : ",") + symbol;
+  }
+  return out;
+}
+
+}  // namespace
+
 void train_sentencepiece(const std::vector<std::string>& documents, const SentencePieceTrainOptions& options,
                          const std::string& output) {
   if (options.vocab_size <= 0) input_error("--vocab-size {}: must be positive", options.vocab_size);
   if (options.model_type != "bpe" && options.model_type != "unigram")
     input_error("--model-type must be bpe or unigram, not '{}'", options.model_type);
+  if (std::find(std::begin(kNormalizationRules), std::end(kNormalizationRules), options.normalization_rule_name) ==
+      std::end(kNormalizationRules))
+    input_error("--normalization-rule-name must be identity, nfkc, nmt_nfkc, nfkc_cf or nmt_nfkc_cf, not '{}'",
+                options.normalization_rule_name);
+  // A BPE model's text is cut into characters first; the library fails on a text holding a
+  // character that is a CONTROL piece (and meg refuses such a model, sentencepiece_model.hpp).
+  for (const std::string& symbol : options.control_symbols) {
+    size_t len = 0;
+    next_code_point(reinterpret_cast<const uint8_t*>(symbol.data()), symbol.size(), 0, &len);
+    if (options.model_type == "bpe" && !symbol.empty() && len == symbol.size())
+      input_error("--control-symbols: {:?} is a single character, which a BPE model cannot have as a control symbol",
+                  symbol);
+  }
   // SentencePiece learns from sentences of bounded length, so documents are fed line by line, as
   // spm_train reads a text file.
   std::vector<std::string> lines;
@@ -233,13 +287,40 @@ void train_sentencepiece(const std::vector<std::string>& documents, const Senten
     }
   }
   if (lines.empty()) input_error("no text to train on");
-  std::string args = fmt::format(
-      "--vocab_size={} --model_type={} --character_coverage={} --num_threads={} "
-      "--minloglevel=2 --max_sentence_length=16384",
-      options.vocab_size, options.model_type, options.character_coverage, options.threads);
-  if (options.max_sentences > 0)
-    args += fmt::format(" --input_sentence_size={} --shuffle_input_sentence=true", options.max_sentences);
-  if (!options.extra.empty()) args += " " + options.extra;
+
+  // Given as a map, not as a command line, so that a symbol may hold a space or a line break.
+  const auto flag = [](bool b) { return std::string(b ? "true" : "false"); };
+  std::unordered_map<std::string, std::string> args = {
+      {"vocab_size", std::to_string(options.vocab_size)},
+      {"model_type", options.model_type},
+      {"character_coverage", fmt::format("{}", options.character_coverage)},
+      {"num_threads", std::to_string(options.threads)},
+      {"minloglevel", "2"},
+      {"max_sentence_length", "16384"},
+      {"byte_fallback", flag(options.byte_fallback)},
+      {"remove_extra_whitespaces", flag(options.remove_extra_whitespaces)},
+      {"normalization_rule_name", options.normalization_rule_name},
+      {"allow_whitespace_only_pieces", flag(options.allow_whitespace_only_pieces)},
+      {"split_digits", flag(options.split_digits)},
+      {"user_defined_symbols", joined_symbols(options.user_defined_symbols, "--user-symbols")},
+      {"control_symbols", joined_symbols(options.control_symbols, "--control-symbols")},
+      {"unk_id", std::to_string(options.unk_id)},
+      {"bos_id", std::to_string(options.bos_id)},
+      {"eos_id", std::to_string(options.eos_id)},
+      {"pad_id", std::to_string(options.pad_id)},
+  };
+  if (options.max_sentences > 0) {
+    args["input_sentence_size"] = std::to_string(options.max_sentences);
+    args["shuffle_input_sentence"] = "true";
+  }
+  for (size_t start = 0; start < options.extra.size();) {  // "--key=value --key2=value2"
+    size_t end = options.extra.find(' ', start);
+    if (end == std::string::npos) end = options.extra.size();
+    const std::string_view item = std::string_view(options.extra).substr(start, end - start);
+    if (const size_t eq = item.find('='); item.starts_with("--") && eq != std::string_view::npos)
+      args[std::string(item.substr(2, eq - 2))] = std::string(item.substr(eq + 1));
+    start = end + 1;
+  }
 
   sentencepiece::SetRandomGeneratorSeed(options.seed);  // sampling of --max-sentences lines
   VectorIterator it(lines);
@@ -250,6 +331,7 @@ void train_sentencepiece(const std::vector<std::string>& documents, const Senten
     status = sentencepiece::SentencePieceTrainer::Train(args, &it, &model);
   }
   if (!status.ok()) input_error("{}: training failed: {}", output, status_line(status));
+  read_sentencepiece_model(model, output);  // what meg would refuse to load is not written
 
   ByteWriter out(output);
   out.write(model.data(), model.size());

@@ -1,9 +1,11 @@
 #include "tokenizer/tokenizer.hpp"
 
 #include <cstring>
+#include <filesystem>
 
 #include "core/error.hpp"
 #include "tokenizer/gpt2_bpe.hpp"
+#include "tokenizer/hf_tokenizer.hpp"
 #include "tokenizer/sentencepiece_tokenizer.hpp"
 
 namespace meg {
@@ -11,8 +13,16 @@ namespace meg {
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path, const std::string& merges) {
   if (path.empty()) input_error("no tokenizer given (--tokenizer)");
   if (!merges.empty()) return std::make_unique<Gpt2BpeTokenizer>(path, merges);
-  if (path.ends_with(".json"))
-    input_error("{}: a GPT-2 vocabulary needs its merges file too (--merges merges.txt)", path);
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    const std::filesystem::path dir(path);
+    if (std::filesystem::is_regular_file(dir / "tokenizer.json", ec)) return load_tokenizer((dir / "tokenizer.json").string());
+    if (std::filesystem::is_regular_file(dir / "tokenizer.model", ec)) return load_tokenizer((dir / "tokenizer.model").string());
+    if (std::filesystem::is_regular_file(dir / "vocab.json", ec) && std::filesystem::is_regular_file(dir / "merges.txt", ec))
+      return load_tokenizer((dir / "vocab.json").string(), (dir / "merges.txt").string());
+    input_error("{}: a directory with no tokenizer.json, tokenizer.model, or vocab.json and merges.txt", path);
+  }
+  if (path.ends_with(".json")) return std::make_unique<HfTokenizer>(path);
   return std::make_unique<SentencePieceTokenizer>(path);
 }
 

@@ -1,6 +1,8 @@
-// The tokenizer interface: text to ids and back. Two kinds stand behind it:
-//   - SentencePiece models (.model), through the SentencePiece library;
-//   - GPT-2 byte-level BPE (vocab.json + merges.txt), our own implementation (tokenizer/gpt2_bpe.hpp).
+// The tokenizer interface: text to ids and back. Three kinds stand behind it:
+//   - SentencePiece models (.model), checked and read by meg, encoded through the SentencePiece
+//     library (tokenizer/sentencepiece_tokenizer.hpp);
+//   - GPT-2 byte-level BPE (vocab.json + merges.txt), our own implementation (tokenizer/gpt2_bpe.hpp);
+//   - Hugging Face tokenizer.json, our own implementation (tokenizer/hf_tokenizer.hpp).
 #pragma once
 
 #include <cstdint>
@@ -26,9 +28,15 @@ class Tokenizer {
   virtual std::string describe() const = 0;  // one line for logs: kind, vocabulary, file
   // Identifies the vocabulary (a hash of the model files) so later stages can refuse a mismatch.
   virtual uint64_t fingerprint() const = 0;
+  // The ids the tokenizer's own rules put around one sequence (a tokenizer.json post-processor's:
+  // Llama 3's <|begin_of_text|> before it, BERT's [CLS] before and [SEP] after); none by default.
+  virtual std::span<const int32_t> special_prefix() const { return {}; }
+  virtual std::span<const int32_t> special_suffix() const { return {}; }
 };
 
-// Loads PATH: a SentencePiece .model, or a GPT-2 vocab.json when MERGES names its merges.txt.
+// Loads PATH: a SentencePiece .model, a GPT-2 vocab.json when MERGES names its merges.txt, any
+// other .json as a Hugging Face tokenizer.json, or a directory holding one of them (tokenizer.json
+// first, then tokenizer.model, then vocab.json with merges.txt), as a model directory does.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path, const std::string& merges = "");
 
 // Checks that TEXT is well-formed UTF-8; on failure returns false and the byte offset of the

@@ -36,7 +36,8 @@ no_file control.tok
 
 # --- Corrupt models against the reference: a BPE model of meg's training, a unigram model with byte
 # fallback, and a word model, a few hundred variants each.
-meg-tokenize -q --train --vocab-size 400 -o bpe.model $M/fortunes_fixture.jsonl
+# (nmt_nfkc: a model with a normalization table to corrupt; meg trains with none by default)
+meg-tokenize -q --train --vocab-size 400 --normalization-rule-name nmt_nfkc -o bpe.model $M/fortunes_fixture.jsonl
 spm_train --input=fortunes.txt --model_prefix=unigram --vocab_size=600 --model_type=unigram \
   --byte_fallback=true --minloglevel=2 >/dev/null 2>&1
 cat > text.txt <<'EOF'

@@ -1,0 +1,260 @@
+#include "tokenizer/hf_model.hpp"
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+#include "core/json_file.hpp"
+#include "core/utf8.hpp"
+#include "tokenizer/bpe_merges.hpp"
+#include "tokenizer/byte_level.hpp"
+#include "tokenizer/word_cache.hpp"
+
+namespace meg {
+
+std::optional<int32_t> HfModel::id_of(std::string_view token) const {
+  const auto it = ids_.find(std::string(token));
+  if (it == ids_.end()) return std::nullopt;
+  return it->second;
+}
+
+void HfModel::read_vocab(const nlohmann::json& j, const std::string& where) {
+  const auto it = j.find("vocab");
+  if (it == j.end() || !it->is_object()) input_error("{}: \"vocab\" must be an object of token -> id", where);
+  ids_.reserve(it->size());
+  for (const auto& [token, value] : it->items()) {
+    const auto id = json_as<int32_t>(value, fmt::format("{}: vocab token {}", where, nlohmann::json(token).dump()));
+    if (id < 0) input_error("{}: vocab token {} has the negative id {}", where, nlohmann::json(token).dump(), id);
+    if (id >= int64_t(it->size()) * 4 + 1024)  // ids past the vocabulary's size would allocate without bound
+      input_error("{}: vocab token {} has id {}, far past the {} tokens", where, nlohmann::json(token).dump(), id,
+                  it->size());
+    if (size_t(id) >= tokens_.size()) tokens_.resize(size_t(id) + 1);
+    if (!tokens_[id].empty() || ids_.count(token))
+      input_error("{}: vocab id {} is given twice (tokens {} and {})", where, id, nlohmann::json(tokens_[id]).dump(),
+                  nlohmann::json(token).dump());
+    tokens_[id] = token;
+    ids_.emplace(token, id);
+  }
+}
+
+int32_t HfModel::required_id(const std::string& name, const std::string& key, const std::string& where) const {
+  const auto id = id_of(name);
+  if (!id) input_error("{}: {} {} is not in the vocabulary", where, key, nlohmann::json(name).dump());
+  return *id;
+}
+
+namespace {
+
+class Bpe final : public HfModel {
+ public:
+  Bpe(const nlohmann::json& j, const std::string& where) {
+    read_vocab(j, where);
+    if (j.contains("dropout") && !j["dropout"].is_null() && json_as<double>(j["dropout"], where + ": dropout") != 0.0)
+      input_error("{}: BPE dropout samples its merges; meg encodes deterministically (dropout must be null)", where);
+    prefix_ = json_get<std::string>(j, "continuing_subword_prefix", where, "");
+    suffix_ = json_get<std::string>(j, "end_of_word_suffix", where, "");
+    byte_fallback_ = json_get<bool>(j, "byte_fallback", where, false);
+    fuse_unk_ = json_get<bool>(j, "fuse_unk", where, false);
+    ignore_merges_ = json_get<bool>(j, "ignore_merges", where, false);
+    if (const std::string unk = json_get<std::string>(j, "unk_token", where, ""); !unk.empty())
+      unk_ = required_id(unk, "unk_token", where);
+    read_merges(j, where);
+    if (byte_fallback_)
+      for (int b = 0; b < 256; ++b) byte_token_[b] = id_of(fmt::format("<0x{:02X}>", b)).value_or(-1);
+  }
+
+  bool byte_input(const std::string& where) override {
+    if (!prefix_.empty() || !suffix_.empty()) return false;
+    const auto chars = byte_level_chars();
+    for (int b = 0; b < 256; ++b) {
+      std::string c;
+      append_utf8(c, chars[b]);
+      const auto id = id_of(c);
+      if (!id) input_error("{}: the vocabulary has no token for byte 0x{:02x} (\"{}\")", where, b, c);
+      byte_id_[b] = *id;
+    }
+    // The tokens as the bytes they stand for, for ignore_merges' whole-piece lookups.
+    for (const auto& [token, id] : ids_)
+      if (std::string bytes; append_byte_level_bytes(token, bytes)) byte_ids_.emplace(std::move(bytes), id);
+    bytes_ = true;
+    return true;
+  }
+
+  void tokenize(std::string_view piece, std::vector<int32_t>& out) const override {
+    if (piece.empty()) return;
+    if (ignore_merges_) {
+      const auto& whole = bytes_ ? byte_ids_ : ids_;
+      if (const auto it = whole.find(std::string(piece)); it != whole.end()) {
+        out.push_back(it->second);
+        return;
+      }
+    }
+    WordCache& cache = WordCache::for_thread(cache_owner_);
+    if (const auto hit = cache.find(piece)) {
+      out.insert(out.end(), hit->begin(), hit->end());
+      return;
+    }
+    thread_local std::vector<int32_t> symbols;
+    symbols.clear();
+    if (bytes_) {
+      for (const char c : piece) symbols.push_back(byte_id_[static_cast<uint8_t>(c)]);
+    } else {
+      initial_symbols(piece, symbols);
+    }
+    merges_.apply(symbols);
+    cache.insert(piece, symbols);
+    out.insert(out.end(), symbols.begin(), symbols.end());
+  }
+
+ private:
+  void read_merges(const nlohmann::json& j, const std::string& where) {
+    const auto it = j.find("merges");
+    if (it == j.end() || !it->is_array()) input_error("{}: \"merges\" must be an array", where);
+    merges_.reserve(it->size());
+    for (size_t rank = 0; rank < it->size(); ++rank) {
+      const auto& m = (*it)[rank];
+      const std::string at = fmt::format("{}: merges[{}]", where, rank);
+      std::string left, right;
+      if (m.is_string()) {
+        const std::string line = m.get<std::string>();
+        const size_t space = line.find(' ');
+        if (space == std::string::npos || line.find(' ', space + 1) != std::string::npos)
+          input_error("{}: expected two tokens separated by one space, got {}", at, m.dump());
+        left = line.substr(0, space), right = line.substr(space + 1);
+      } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
+        left = m[0].get<std::string>(), right = m[1].get<std::string>();
+      } else {
+        input_error("{}: expected \"a b\" or [\"a\", \"b\"], got {}", at, m.dump());
+      }
+      // The merged token is the left one and the right one without its subword prefix.
+      if (right.size() < prefix_.size())
+        input_error("{}: {} is shorter than the continuing_subword_prefix", at, nlohmann::json(right).dump());
+      const int32_t a = merge_id(left, at), b = merge_id(right, at);
+      merges_.add(a, b, merge_id(left + right.substr(prefix_.size()), at));
+    }
+  }
+
+  int32_t merge_id(const std::string& token, const std::string& at) const {
+    const auto id = id_of(token);
+    if (!id) input_error("{}: token {} is not in the vocabulary", at, nlohmann::json(token).dump());
+    return *id;
+  }
+
+  // The piece's characters as tokens, as tokenizers' merge_word.
+  void initial_symbols(std::string_view piece, std::vector<int32_t>& symbols) const {
+    const auto* s = reinterpret_cast<const uint8_t*>(piece.data());
+    int32_t pending_unk = -1;  // an unknown run waiting to see whether the next is unknown too
+    thread_local std::string ch;
+    for (size_t i = 0, len; i < piece.size(); i += len) {
+      next_code_point(s, piece.size(), i, &len);
+      ch.clear();
+      if (i > 0) ch += prefix_;
+      ch.append(piece.substr(i, len));
+      if (i + len == piece.size()) ch += suffix_;
+      if (const auto it = ids_.find(ch); it != ids_.end()) {
+        if (pending_unk >= 0) symbols.push_back(pending_unk), pending_unk = -1;
+        symbols.push_back(it->second);
+        continue;
+      }
+      if (byte_fallback_) {
+        bool all = true;
+        for (const char c : ch) all = all && byte_token_[static_cast<uint8_t>(c)] >= 0;
+        if (all) {
+          for (const char c : ch) symbols.push_back(byte_token_[static_cast<uint8_t>(c)]);
+          continue;
+        }
+      }
+      if (unk_ < 0) continue;  // no unk_token: the character is dropped, as tokenizers drops it
+      if (pending_unk >= 0 && !fuse_unk_) symbols.push_back(pending_unk);
+      pending_unk = unk_;
+    }
+    if (pending_unk >= 0) symbols.push_back(pending_unk);
+  }
+
+  std::string prefix_, suffix_;
+  bool byte_fallback_ = false, fuse_unk_ = false, ignore_merges_ = false, bytes_ = false;
+  int32_t unk_ = -1;
+  BpeMerges merges_;
+  std::array<int32_t, 256> byte_token_{};  // <0xNN> of each byte (byte_fallback), -1 if absent
+  std::array<int32_t, 256> byte_id_{};     // with byte input: each byte's character's token
+  std::unordered_map<std::string, int32_t> byte_ids_;  // with byte input: tokens by their bytes
+  uint64_t cache_owner_ = WordCache::new_owner_id();
+};
+
+class WordPiece final : public HfModel {
+ public:
+  WordPiece(const nlohmann::json& j, const std::string& where) {
+    read_vocab(j, where);
+    prefix_ = json_get<std::string>(j, "continuing_subword_prefix", where, "##");
+    max_chars_ = json_get<int64_t>(j, "max_input_chars_per_word", where, 100);
+    unk_ = required_id(json_get<std::string>(j, "unk_token", where, "[UNK]"), "unk_token", where);
+  }
+
+  void tokenize(std::string_view piece, std::vector<int32_t>& out) const override {
+    const auto* s = reinterpret_cast<const uint8_t*>(piece.data());
+    int64_t chars = 0;
+    for (size_t i = 0, len; i < piece.size(); i += len) next_code_point(s, piece.size(), i, &len), ++chars;
+    if (chars > max_chars_) {
+      out.push_back(unk_);
+      return;
+    }
+    const size_t mark = out.size();
+    thread_local std::string sub;
+    for (size_t start = 0; start < piece.size();) {
+      size_t end = piece.size();
+      int32_t found = -1;
+      while (start < end) {
+        sub.assign(start > 0 ? prefix_ : "").append(piece.substr(start, end - start));
+        if (const auto it = ids_.find(sub); it != ids_.end()) {
+          found = it->second;
+          break;
+        }
+        do --end;  // back by one character
+        while (end > start && (s[end] & 0xC0) == 0x80);
+      }
+      if (found < 0) {
+        out.resize(mark);
+        out.push_back(unk_);
+        return;
+      }
+      out.push_back(found);
+      start = end;
+    }
+  }
+
+ private:
+  std::string prefix_;
+  int64_t max_chars_ = 100;
+  int32_t unk_ = -1;
+};
+
+class WordLevel final : public HfModel {
+ public:
+  WordLevel(const nlohmann::json& j, const std::string& where) {
+    read_vocab(j, where);
+    unk_ = required_id(json_get<std::string>(j, "unk_token", where, "<unk>"), "unk_token", where);
+  }
+  void tokenize(std::string_view piece, std::vector<int32_t>& out) const override {
+    const auto it = ids_.find(std::string(piece));
+    out.push_back(it == ids_.end() ? unk_ : it->second);
+  }
+
+ private:
+  int32_t unk_ = -1;
+};
+
+}  // namespace
+
+std::unique_ptr<HfModel> HfModel::from_json(const nlohmann::json& j, const std::string& where) {
+  if (!j.is_object()) input_error("{}: expected the model object, found {}", where, j.type_name());
+  // Older files leave out "type"; tokenizers then tells the model by its keys.
+  std::string type = json_get<std::string>(j, "type", where, "");
+  if (type.empty()) type = j.contains("merges") ? "BPE" : j.contains("continuing_subword_prefix") ? "WordPiece" : "";
+  if (type == "BPE") return std::make_unique<Bpe>(j, where);
+  if (type == "WordPiece") return std::make_unique<WordPiece>(j, where);
+  if (type == "WordLevel") return std::make_unique<WordLevel>(j, where);
+  if (type == "Unigram")
+    input_error("{}: the Unigram model is not supported in tokenizer.json; give the SentencePiece .model file", where);
+  input_error("{}: model type \"{}\" is not supported (supported: BPE, WordPiece, WordLevel)", where, type);
+}
+
+}  // namespace meg
