@@ -214,8 +214,10 @@ json hf_config_json(const ModelConfig& c, SafetensorsDtype dtype, const HfTokenI
   j["initializer_range"] = c.init_std;
   j["use_cache"] = true;
   j["torch_dtype"] = torch_dtype_name(dtype);
-  if (ids.bos) j["bos_token_id"] = *ids.bos;
-  if (ids.eos) j["eos_token_id"] = *ids.eos;
+  // Unknown ids are null, not left out: a class's defaults (GPT2Config's 50256) would name tokens
+  // the vocabulary may not have.
+  j["bos_token_id"] = ids.bos ? json(*ids.bos) : json(nullptr);
+  j["eos_token_id"] = ids.eos ? json(*ids.eos) : json(nullptr);
   return j;
 }
 

@@ -14,6 +14,7 @@
 #include "ckpt/safetensors_floats.hpp"
 #include "convert/hf_config.hpp"
 #include "convert/hf_names.hpp"
+#include "convert/hf_tokenizer_export.hpp"
 #include "core/byte_stream.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
@@ -86,39 +87,6 @@ void write_text(const std::string& path, const std::string& text) {
   ByteWriter out(path);
   out.write(text.data(), text.size());
   out.commit();
-}
-
-void copy_file(const std::string& from, const std::string& to) {
-  ByteReader in(from);
-  ByteWriter out(to);
-  std::vector<char> buf(1 << 20);
-  while (const size_t n = in.read(buf.data(), buf.size())) out.write(buf.data(), n);
-  out.commit();
-}
-
-// Copies the tokenizer's files under the names transformers looks for; returns its special ids.
-HfTokenIds copy_tokenizer(const ModelConfig& config, const HfExportOptions& o, const StagingDir& dir,
-                          std::vector<std::string>& files) {
-  if (o.tokenizer.empty()) return {};
-  const bool sentencepiece = fs::path(o.tokenizer).extension() == ".model";
-  if (!sentencepiece && o.merges.empty())
-    input_error("{}: a GPT-2 vocab.json needs its merges.txt (or give a SentencePiece .model)", o.tokenizer);
-  const auto tokenizer = load_tokenizer(o.tokenizer, sentencepiece ? "" : o.merges);
-  if (tokenizer->vocab_size() > config.vocab_size)
-    input_error("{}: the tokenizer has {} tokens, more than the model's vocabulary of {}", o.tokenizer,
-                tokenizer->vocab_size(), config.vocab_size);
-  const std::vector<std::pair<std::string, std::string>> copies =
-      sentencepiece ? std::vector<std::pair<std::string, std::string>>{{o.tokenizer, "tokenizer.model"}}
-                    : std::vector<std::pair<std::string, std::string>>{{o.tokenizer, "vocab.json"}, {o.merges, "merges.txt"}};
-  for (const auto& [from, name] : copies) {
-    copy_file(from, dir.path(name));
-    files.push_back(name);
-  }
-  // GPT-2's <|endoftext|> both begins and ends texts, as in OpenAI's released config.
-  HfTokenIds ids;
-  ids.eos = tokenizer->eod_id();
-  if (hf_architecture(config).bos_is_eos) ids.bos = ids.eos;
-  return ids;
 }
 
 uint64_t stored_bytes(const HfTensorMap& m, SafetensorsDtype dtype) { return m.numel() * dtype_size(dtype); }
@@ -213,7 +181,7 @@ HfExportSummary export_hf(const ModelConfig& config, const MegTensorSource& sour
   StagingDir dir(out_dir);
   HfExportSummary summary;
 
-  const HfTokenIds ids = copy_tokenizer(config, options, dir, summary.files);
+  const HfTokenIds ids = write_hf_tokenizer_files(config, options.tokenizer, options.merges, dir.temp_path(), summary.files);
   write_text(dir.path("config.json"), hf_json_text(hf_config_json(config, options.dtype, ids)));
   write_text(dir.path("generation_config.json"), hf_json_text(hf_generation_config_json(ids)));
   summary.files.insert(summary.files.end(), {"config.json", "generation_config.json"});

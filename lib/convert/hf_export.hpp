@@ -7,10 +7,9 @@
 //   model.safetensors              when the tensors fit in one shard, else
 //   model-00001-of-0000N.safetensors ... and model.safetensors.index.json
 //                                  {"metadata": {"total_size": BYTES}, "weight_map": {NAME: FILE}}
-//   tokenizer.model                with a SentencePiece tokenizer, or
-//   vocab.json, merges.txt         with a GPT-2 byte-level BPE tokenizer
-// Not produced: tokenizer_config.json, special_tokens_map.json and tokenizer.json
-// (transformers' AutoTokenizer builds them from config.json's model_type and the files above).
+//   the tokenizer's files          tokenizer.json, tokenizer.model, or vocab.json and merges.txt,
+//                                  with tokenizer_config.json and special_tokens_map.json
+//                                  (hf_tokenizer_export.hpp)
 //
 // The safetensors files are byte for byte what transformers' save_pretrained writes from the same
 // values: the names, shapes and transposes of hf_names.hpp, metadata {"format": "pt"}, tensors laid
@@ -42,7 +41,7 @@ using MegTensorSource = std::function<void(const std::string& name, std::vector<
 struct HfExportOptions {
   SafetensorsDtype dtype = SafetensorsDtype::kF32;  // F32, BF16 or F16
   uint64_t max_shard_bytes = 5'000'000'000;         // save_pretrained's default max_shard_size "5GB"
-  std::string tokenizer;  // optional: a SentencePiece .model, or a GPT-2 vocab.json (with merges)
+  std::string tokenizer;  // optional: a tokenizer.json, a SentencePiece .model, or a GPT-2 vocab.json (with merges)
   std::string merges;     // the GPT-2 tokenizer's merges.txt
   // Called with the complete directory, under its temporary name, before it is renamed into
   // place: a check there that throws (meg-ckpt-convert --verify) leaves nothing.

@@ -254,4 +254,10 @@ uint64_t HfTokenizer::fingerprint() const { return impl_->fingerprint; }
 std::span<const int32_t> HfTokenizer::special_prefix() const { return impl_->prefix; }
 std::span<const int32_t> HfTokenizer::special_suffix() const { return impl_->suffix; }
 
+std::string HfTokenizer::token_text(int32_t id) const {
+  if (id < 0 || size_t(id) >= impl_->tokens.size() || impl_->tokens[id].empty())
+    input_error("token {} is outside the vocabulary of {}", id, impl_->tokens.size());
+  return impl_->tokens[id];
+}
+
 }  // namespace meg

@@ -37,6 +37,7 @@ class HfTokenizer final : public Tokenizer {
   uint64_t fingerprint() const override;
   std::span<const int32_t> special_prefix() const override;
   std::span<const int32_t> special_suffix() const override;
+  std::string token_text(int32_t id) const override;
 
  private:
   struct Impl;

@@ -218,6 +218,13 @@ int32_t SentencePieceTokenizer::vocab_size() const { return sp_->GetPieceSize();
 
 int32_t SentencePieceTokenizer::eod_id() const { return sp_->eos_id(); }
 
+std::string SentencePieceTokenizer::token_text(int32_t id) const {
+  if (id < 0 || id >= vocab_size()) input_error("token {} is outside the vocabulary of {}", id, vocab_size());
+  return sp_->IdToPiece(id);
+}
+
+int32_t SentencePieceTokenizer::unk_id() const { return sp_->unk_id(); }
+
 std::string SentencePieceTokenizer::describe() const {
   return fmt::format("SentencePiece, vocab {} ({})", vocab_size(), std::filesystem::path(path_).filename().string());
 }

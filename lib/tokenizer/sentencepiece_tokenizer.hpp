@@ -27,6 +27,8 @@ class SentencePieceTokenizer final : public Tokenizer {
   int32_t vocab_size() const override;
   int32_t eod_id() const override;  // the model's eos id, as Megatron's SentencePiece tokenizer
   std::string describe() const override;
+  std::string token_text(int32_t id) const override;
+  int32_t unk_id() const override;
   uint64_t fingerprint() const override { return fingerprint_; }
   // Whether encode() goes word by word through a cache (see the constructor for when it may), and
   // the library's own whole-text path, which it must always agree with.

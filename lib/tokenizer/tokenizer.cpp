@@ -22,6 +22,8 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path, const std::st
       return load_tokenizer((dir / "vocab.json").string(), (dir / "merges.txt").string());
     input_error("{}: a directory with no tokenizer.json, tokenizer.model, or vocab.json and merges.txt", path);
   }
+  if (std::filesystem::path(path).filename() == "vocab.json")
+    input_error("{}: a GPT-2 vocabulary needs its merges file too (--merges merges.txt)", path);
   if (path.ends_with(".json")) return std::make_unique<HfTokenizer>(path);
   return std::make_unique<SentencePieceTokenizer>(path);
 }

@@ -32,6 +32,11 @@ class Tokenizer {
   // Llama 3's <|begin_of_text|> before it, BERT's [CLS] before and [SEP] after); none by default.
   virtual std::span<const int32_t> special_prefix() const { return {}; }
   virtual std::span<const int32_t> special_suffix() const { return {}; }
+  // The vocabulary's own spelling of token ID (a SentencePiece piece such as "</s>", which
+  // decodes to nothing); by default its text.
+  virtual std::string token_text(int32_t id) const { return decode(std::span<const int32_t>(&id, 1)); }
+  // The id of the unknown token, -1 when there is none.
+  virtual int32_t unk_id() const { return -1; }
 };
 
 // Loads PATH: a SentencePiece .model, a GPT-2 vocab.json when MERGES names its merges.txt, any

@@ -1,7 +1,7 @@
 # Hugging Face tokenizer.json through the whole pipeline: meg-tokenize's ids equal Hugging Face's
 # (with and without the post-processor's special tokens), decoding, a model directory as
 # --tokenizer, Megatron's --tokenizer-type, training with it (the checkpoint keeps tokenizer.json),
-# generating, and bad files refused in one line naming the file and the place.
+# generating, export and import, and bad files refused in one line naming the file and the place.
 source "$(dirname "$0")/lib.sh"
 H=$MEG_TEST_DATA/hf-tokenizers
 
@@ -67,6 +67,15 @@ meg-pretrain -q --device cpu --model tiny-llama --tokenizer model/tokenizer.json
   fail "the checkpoint does not keep the tokenizer: $(ls ck/iter_0000002)"
 meg-generate -q --device cpu --load ck --prompt "Hello" --max-tokens 3 > gen.txt || fail "meg-generate with tokenizer.json"
 meg-pretrain -q --device cpu --load ck --save ck --iters 3 || fail "resuming without --tokenizer"
+# Exported, the folder holds the tokenizer.json and its settings; imported again, the checkpoint
+# keeps them.
+meg-ckpt-convert -q --load ck --to hf --save hf
+for f in tokenizer.json tokenizer_config.json special_tokens_map.json; do [ -f hf/$f ] || fail "the export lacks $f: $(ls hf)"; done
+same_file hf/tokenizer.json model/tokenizer.json
+grep -q '"eos_token": "<|im_end|>"' hf/special_tokens_map.json || fail "special_tokens_map.json: $(cat hf/special_tokens_map.json)"
+grep -q '"eos_token_id": 2' hf/config.json || fail "config.json's eos_token_id: $(cat hf/config.json)"
+meg-ckpt-convert -q --from hf hf --save back
+same_file back/iter_0000000/tokenizer.json model/tokenizer.json
 
 # (5) Bad files: one line naming the file and the place, exit 1.
 python3 - $H/llama3/tokenizer.json <<'PY'

@@ -173,9 +173,17 @@ for model in tiny tiny-llama; do
   fingerprint $A > before.md5
   rm -rf hf back i22 hf22 bf16
   convert --load $A --to hf --save hf --verify  # with the tokenizer the checkpoint keeps
-  [ "$(ls hf)" = "$(printf 'config.json\ngeneration_config.json\nmodel.safetensors\ntokenizer.model')" ] ||
+  [ "$(ls hf | tr '\n' ' ')" = "config.json generation_config.json model.safetensors special_tokens_map.json tokenizer.model tokenizer_config.json " ] ||
     fail "hf holds $(ls hf)"
   same_file hf/tokenizer.model $M/fortunes_spm.model
+  python3 - hf <<'PY' || fail "the tokenizer settings of the export: $(cat hf/tokenizer_config.json hf/config.json)"
+import json, sys
+tc, st, c = (json.load(open(f"{sys.argv[1]}/{n}")) for n in ("tokenizer_config.json", "special_tokens_map.json", "config.json"))
+assert tc["tokenizer_class"] == "LlamaTokenizer" and tc["eos_token"] == "</s>" and tc["unk_token"] == "<unk>", tc
+assert tc["add_bos_token"] is False and tc["add_eos_token"] is False and tc["model_max_length"] == c.get("n_positions", c.get("max_position_embeddings")), tc
+assert st == {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}, st
+assert c["eos_token_id"] == 2 and c["bos_token_id"] == 1, c
+PY
   convert --from hf hf --save back --verify
   same_params $A back/iter_0000000 2100
   python3 -c "
@@ -225,6 +233,12 @@ expect_fail 1 "^meg-generate: .*backg/iter_0000000/vocab.json: the tokenizer's 5
 convert --from hf hfn --save nothing
 expect_fail 1 "nothing.*: the checkpoint records no tokenizer; name one with --tokenizer" \
   -- meg-generate -q --device cpu --load nothing --prompt "The"
+# Exported without a tokenizer: one line says so, no tokenizer files, and no special ids that lie.
+meg-ckpt-convert --load nothing --to hf --save hfnone 2>none.log
+grep -q "no tokenizer known" none.log || fail "no word of the missing tokenizer: $(cat none.log)"
+[ "$(ls hfnone | tr '\n' ' ')" = "config.json generation_config.json model.safetensors " ] || fail "hfnone holds $(ls hfnone)"
+grep -q '"bos_token_id": null' hfnone/config.json && grep -q '"eos_token_id": null' hfnone/config.json ||
+  fail "hfnone/config.json names special ids: $(cat hfnone/config.json)"
 # Bad Hugging Face input and options: one line naming the file, exit 1, nothing written.
 rm -rf bad && cp -r hf bad && truncate -s -8 bad/model.safetensors
 expect_fail 1 "bad/model.safetensors: .*truncated" -- convert --from hf bad --save out

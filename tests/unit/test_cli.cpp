@@ -41,13 +41,14 @@ TEST_CASE("The tokenizer group: -t/--tokenizer and --merges, one wording in ever
   CHECK(tokenizer == "spm.model");
   CHECK(added.tokenizer->get_name() == "--tokenizer");  // what "applies to" messages name
   CHECK(added.tokenizer->get_description() ==
-        "The tokenizer, a SentencePiece .model or a GPT-2 vocab.json (with --merges); default: the one the "
-        "checkpoint records");
+        "The tokenizer: a SentencePiece .model, a GPT-2 vocab.json (with --merges), a Hugging Face "
+        "tokenizer.json, or a model directory holding one; default: the one the checkpoint records");
 
   CLI::App convert;
   const auto to_hf = cli::add_tokenizer_options(convert, tokenizer, merges, "copied into it", "--to hf");
   CHECK(to_hf.tokenizer->get_description() ==
-        "--to hf: the tokenizer, a SentencePiece .model or a GPT-2 vocab.json (with --merges); copied into it");
+        "--to hf: the tokenizer: a SentencePiece .model, a GPT-2 vocab.json (with --merges), a Hugging Face "
+        "tokenizer.json, or a model directory holding one; copied into it");
   CHECK(to_hf.merges->get_description() == "--to hf: the GPT-2 tokenizer's merges.txt, with --tokenizer vocab.json");
 }
 
