@@ -4,8 +4,11 @@
 // backtracking gives iterations back last first; X* loops, and when X can match nothing, a
 // register notes where each iteration began so that an empty one leaves the loop (Oniguruma's
 // empty check) instead of looping for ever. A possessive repetition is an atomic one.
+#include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <map>
+#include <unordered_map>
 
 #include "core/error.hpp"
 #include "tokenizer/regex_program.hpp"
@@ -125,35 +128,55 @@ class Compiler {
       case Node::Kind::kConcat:
         for (const Node& c : n.children) emit(c);
         return;
-      case Node::Kind::kAlternation: return alternation(n);
-      case Node::Kind::kRepeat: return repeat(n);
+      case Node::Kind::kAlternation: return alternation(n, 0);
+      case Node::Kind::kRepeat: return repeat(n, n.greed);
       case Node::Kind::kAtomic: return sub_program(Op::kAtomic, n.children[0], false);
       case Node::Kind::kLookahead: return sub_program(Op::kLookahead, n.children[0], n.negative);
       case Node::Kind::kAssert: push({.op = Op::kAssert, .arg = n.value}); return;
     }
   }
 
-  // A | B | C: split(A, split(B, C)), each split guarded by the start of A and of B | C.
-  void alternation(const Node& n) {
-    const size_t k = n.children.size();
-    std::vector<Start> starts;
-    for (const Node& c : n.children) starts.push_back(start(c));
-    std::vector<int32_t> rest_guard(k, -1);
-    Start rest = starts[k - 1];
-    for (size_t i = k - 1; i-- > 0;) {
-      rest_guard[i] = guard(rest);
-      merge(rest, starts[i]);
-    }
+  // A | B | C: one kAlt for the alternatives of N from FROM on; beyond 64, the last is a kAlt of
+  // the rest. Copies of N (in an expanded repetition) share one table: its targets are relative.
+  void alternation(const Node& n, size_t from) {
+    const size_t count = std::min(n.children.size() - from, Alternation::kMaxAlternatives);
+    const bool chained = from + count < n.children.size();
+    const auto [table, fresh] = alternation_of_.try_emplace({&n, from}, uint32_t(program_.alternations.size()));
+    if (fresh) program_.alternations.push_back(alternation_table(n, from, count, chained));
+    const int32_t head = push({.op = Op::kAlt, .arg = table->second});
     std::vector<int32_t> exits;
-    for (size_t i = 0; i + 1 < k; ++i) {
-      const int32_t split = push({.op = Op::kSplit, .guard_x = guard(starts[i]), .guard_y = rest_guard[i]});
-      at(split).x = here();
-      emit(n.children[i]);
+    for (size_t i = 0; i < count; ++i) {
+      if (fresh) program_.alternations[table->second].targets.push_back(here() - head);
+      if (chained && i + 1 == count) {
+        alternation(n, from + i);
+      } else {
+        emit(n.children[from + i]);
+      }
       exits.push_back(push({.op = Op::kJump}));
-      at(split).y = here();
     }
-    emit(n.children[k - 1]);
     for (const int32_t e : exits) at(e).x = here();
+  }
+
+  Alternation alternation_table(const Node& n, size_t from, size_t count, bool chained) {
+    Alternation table;
+    for (size_t i = 0; i < count; ++i) {
+      const uint64_t bit = uint64_t{1} << i;
+      Start s = start(n.children[from + i]);
+      for (size_t j = from + i + 1; chained && i + 1 == count && j < n.children.size(); ++j)
+        merge(s, start(n.children[j]));
+      const int32_t g = guard(s);
+      table.guards.push_back(g);
+      if (g < 0) {
+        table.anywhere |= bit;
+        continue;
+      }
+      for (uint32_t cp = 0; cp < 256; ++cp)
+        if (s.first.contains(cp)) table.by_latin1[cp] |= bit;
+      table.by_category_exact &= s.first.by_category_alone();
+      for (int c = 0; c < unicode::kGeneralCategories; ++c)
+        if (s.first.categories() >> c & 1) table.by_category[c] |= bit;
+    }
+    return table;
   }
 
   void sub_program(Op op, const Node& body, bool negative) {
@@ -163,32 +186,37 @@ class Compiler {
     at(head).x = here();
   }
 
-  void repeat(const Node& n) {
+  // N, repeated as GREED says.
+  void repeat(const Node& n, Greed greed) {
     const Node& child = n.children[0];
     if (n.max == 0) return;
     if (child.kind == Node::Kind::kChar || child.kind == Node::Kind::kSet) {
       uint32_t set = child.value;
       if (child.kind == Node::Kind::kChar) {
-        CodePointSet one;
-        one.add(child.value);
-        set = add_set(std::move(one));
+        const auto [memo, fresh] = set_of_char_.try_emplace(&child, uint32_t(program_.sets.size()));
+        if (fresh) {
+          CodePointSet one;
+          one.add(child.value);
+          add_set(std::move(one));
+        }
+        set = memo->second;
       }
-      push({.op = Op::kRepeat, .greed = n.greed, .arg = set, .min = uint32_t(n.min),
+      push({.op = Op::kRepeat, .greed = greed, .arg = set, .min = uint32_t(n.min),
             .max = n.max == Node::kUnbounded ? std::numeric_limits<uint32_t>::max() : uint32_t(n.max)});
       return;
     }
-    if (n.greed == Greed::kPossessive) {
-      Node greedy = n;
-      greedy.greed = Greed::kGreedy;
+    if (greed == Greed::kPossessive) {
       const int32_t head = push({.op = Op::kAtomic});
-      repeat(greedy);
+      repeat(n, Greed::kGreedy);
       push({.op = Op::kMatch});
       at(head).x = here();
       return;
     }
     for (int i = 0; i < n.min; ++i) emit(child);
-    const int32_t child_guard = guard(start(child));
-    const bool lazy = n.greed == Greed::kLazy;
+    const auto [memo, fresh] = guard_of_.try_emplace(&child, -1);
+    if (fresh) memo->second = guard(start(child));
+    const int32_t child_guard = memo->second;
+    const bool lazy = greed == Greed::kLazy;
     // A split that enters BODY or leaves for EXIT, in the repetition's order of preference.
     const auto set_split = [&](int32_t split, int32_t body, int32_t exit) {
       Inst& s = at(split);
@@ -231,6 +259,11 @@ class Compiler {
 
   Node root_;
   Program program_;
+  // What copies of a node share: the kAlt table of (alternation, first alternative), the guard
+  // of a loop's body, the set of a repeated literal.
+  std::map<std::pair<const Node*, size_t>, uint32_t> alternation_of_;
+  std::unordered_map<const Node*, int32_t> guard_of_;
+  std::unordered_map<const Node*, uint32_t> set_of_char_;
 };
 
 }  // namespace

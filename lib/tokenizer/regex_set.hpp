@@ -39,6 +39,10 @@ class CodePointSet {
     return in != negated_;
   }
 
+  // Whether membership above Latin-1 is a matter of general category alone; which categories.
+  bool by_category_alone() const { return ranges_.empty() && !negated_; }
+  unicode::CategoryMask categories() const { return categories_; }
+
   // The code points that simple case folding makes equal to CP, CP among them, in order.
   static std::vector<uint32_t> case_variants(uint32_t cp);
 

@@ -204,6 +204,14 @@ TEST_CASE("Regex constructs", "[regex]") {
     CHECK(pieces("a{2}+", "aaaaa") == Pieces{"aaaa"});
     CHECK(spans(Regex("a{2}?"), "a") == Spans{{0, 0}, {1, 1}});
   }
+  SECTION("many alternatives, many copies") {
+    std::string many;
+    for (int i = 0; i < 100; ++i) many += (i ? "|x" : "x") + std::to_string(i) + "y";
+    CHECK(pieces(many.c_str(), "x99y x70y x5y x100y") == Pieces{"x99y", "x70y", "x5y"});
+    std::string ab;
+    for (int i = 0; i < 15000; ++i) ab += "ab";
+    CHECK(pieces("(?:a|b){15000}", ab + "ab") == Pieces{ab.substr(0, 15000), ab.substr(15000)});
+  }
   SECTION("possessive and atomic") {
     CHECK(pieces("a?a", "a") == Pieces{"a"});
     CHECK(pieces("a?+a", "a").empty());
