@@ -157,32 +157,51 @@ class Matcher {
 
   // kRepeat at PC from POS: the run it takes first, with the entry that changes it later.
   bool repeat(const Inst& in, int32_t pc, size_t& pos) {
-    const bool lazy = in.greed == Greed::kLazy;
-    const uint32_t limit = lazy ? in.min : in.max;
     const CodePointSet& set = sets_[in.arg];
-    const uint8_t* const s = s_;  // locals, which the byte loads below cannot alias
-    const size_t n = n_;
-    size_t end = pos, shortest = pos, len;
-    uint32_t count = 0;
-    while (count < limit && end < n) {
-      if (s[end] < 0x80) {  // most text: no decoding
-        if (!set.contains(s[end])) break;
-        ++end;
+    // The run: MIN code points, then (unless lazy) as many more as MAX allows.
+    size_t end = pos;
+    if (scan(set, end, in.min) < in.min) return false;
+    const size_t shortest = end;
+    if (in.greed == Greed::kLazy) {
+      if (in.min < in.max) push({Entry::kTakeMore, uint32_t(pc), end, in.min});
+    } else {
+      // A code point is a byte at least, so a bound above the bytes left is no bound.
+      const uint32_t more = in.max - in.min;
+      if (more >= n_ - end) {
+        scan_all(set, end);
       } else {
-        if (!set.contains(decode(end, &len))) break;
-        end += len;
+        scan(set, end, more);
       }
-      if (++count == in.min) shortest = end;
+      if (in.greed == Greed::kGreedy && end > shortest) push({Entry::kGiveBack, uint32_t(pc), end, shortest});
     }
-    spend(count);
-    if (count < in.min) return false;
-    if (lazy) {
-      if (count < in.max) push({Entry::kTakeMore, uint32_t(pc), end, count});
-    } else if (in.greed == Greed::kGreedy && count > in.min) {
-      push({Entry::kGiveBack, uint32_t(pc), end, shortest});
-    }
+    spend(end - pos);
     pos = end;
     return true;
+  }
+
+  // Moves END over up to LIMIT code points of SET; returns how many.
+  uint32_t scan(const CodePointSet& set, size_t& end, uint32_t limit) const {
+    size_t len;
+    uint32_t count = 0;
+    for (; count < limit && end < n_ && set.contains(decode(end, &len)); ++count) end += len;
+    return count;
+  }
+
+  // Moves END over all the code points of SET there.
+  void scan_all(const CodePointSet& set, size_t& end) const {
+    const uint8_t* const s = s_;  // locals, which the byte loads below cannot alias
+    const size_t n = n_;
+    size_t e = end, len;
+    while (e < n) {
+      if (s[e] < 0x80) {  // most text: no decoding
+        if (!set.contains(s[e])) break;
+        ++e;
+      } else {
+        if (!set.contains(decode(e, &len))) break;
+        e += len;
+      }
+    }
+    end = e;
   }
 
   // Pops entries down to BASE until one gives a way on: its PC and POS. False if none does.

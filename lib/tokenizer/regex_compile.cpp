@@ -246,14 +246,21 @@ class Compiler {
     for (const auto& [split, body] : optional) set_split(split, body, here());
   }
 
-  // A greedy run followed by nothing that can fail (kMatch, through jumps) is never given back,
-  // so it needs no backtracking entry.
+  // A greedy run is never given back when what follows cannot fail (kMatch, through jumps), or
+  // must begin with a code point the run's set does not hold: every position it could give back
+  // to begins with a code point of the run. Such a run needs no backtracking entry.
   void end_runs_that_cannot_be_given_back() {
     for (int32_t pc = 0; pc < here(); ++pc) {
       if (at(pc).op != Op::kRepeat || at(pc).greed != Greed::kGreedy) continue;
+      const CodePointSet& run = program_.sets[at(pc).arg];
       int32_t next = pc + 1;
       while (at(next).op == Op::kJump) next = at(next).x;
-      if (at(next).op == Op::kMatch) at(pc).greed = Greed::kPossessive;
+      const Inst& after = at(next);
+      const bool possessive =
+          after.op == Op::kMatch || (after.op == Op::kChar && !run.contains(after.arg)) ||
+          ((after.op == Op::kSet || (after.op == Op::kRepeat && after.min > 0)) &&
+           run.disjoint(program_.sets[after.arg]));
+      if (possessive) at(pc).greed = Greed::kPossessive;
     }
   }
 

@@ -71,6 +71,13 @@ void CodePointSet::add(const CodePointSet& other) {
   negated_ = true;
 }
 
+bool CodePointSet::disjoint(const CodePointSet& other) const {
+  for (int i = 0; i < 4; ++i)
+    if (latin1_[i] & other.latin1_[i]) return false;
+  return ranges_.empty() && other.ranges_.empty() && !negated_ && !other.negated_ &&
+         (categories_ & other.categories_) == 0;
+}
+
 void CodePointSet::negate() {
   for (auto& word : latin1_) word = ~word;
   if (ranges_.empty() && !negated_) {
