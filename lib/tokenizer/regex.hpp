@@ -7,12 +7,13 @@
 // Supported: literals and escapes (\t \n \r \f \v \a \e \0 \xHH below 80, \x{H...}, \uHHHH,
 // escaped punctuation), '.', classes [...] (ranges, negation, escapes and properties inside),
 // \s \S \d \D \w \W \h \H with Oniguruma's Unicode meanings (\s: White_Space, \d: Nd,
-// \w: L|M|Nd|Pc), \p{..} \P{..} \p{^..} of general categories and their groups (L, Lu, LC, N ...),
-// groups (...) (?:...) (?<name>...), (?i) (?i:...) (?-i:...), atomic groups (?>...), lookahead
-// (?=...) (?!...), the quantifiers ? * + {n} {n,} {n,m} {,m}, lazy (??, *?, +?, {n,m}?) and
-// possessive (?+, *+, ++) ones, anchors ^ $ \A \z \Z \b \B. Anything else (lookbehind,
-// backreferences, scripts such as \p{Han}, nested classes ...) is refused when the pattern is
-// compiled, with an InputError naming the construct and its offset, never approximated.
+// \w: Alphabetic|M|Nd|Pc, its Word property), \p{..} \P{..} \p{^..} of general categories and
+// their groups (L, Lu, LC, N ...), groups (...) (?:...) (?<name>...), (?i) (?i:...) (?-i:...),
+// atomic groups (?>...), lookahead (?=...) (?!...), the quantifiers ? * + {n} {n,} {n,m} {,m},
+// lazy (??, *?, +?, {n,m}?) and possessive (?+, *+, ++) ones, anchors ^ $ \A \z \Z \b \B.
+// Anything else (lookbehind, backreferences, scripts such as \p{Han}, nested classes ...) is
+// refused when the pattern is compiled, with an InputError naming the construct and its offset,
+// never approximated.
 //
 // Matching is a backtracking machine (regex_program.hpp), with a budget: a text may take at most
 // kStepsPerByte steps a byte (plus a constant) over all its matches, which the known pre-tokenizer

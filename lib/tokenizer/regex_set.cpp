@@ -25,8 +25,11 @@ CodePointSet CodePointSet::white_space() {
 
 CodePointSet CodePointSet::word() {
   using unicode::GeneralCategory;
-  return of_categories(unicode::kLetterMask | unicode::kMarkMask | unicode::bit(GeneralCategory::Nd) |
-                       unicode::bit(GeneralCategory::Pc));
+  // Alphabetic is L, Nl and some M, and a few symbols.
+  CodePointSet s = of_categories(unicode::kLetterMask | unicode::kMarkMask | unicode::bit(GeneralCategory::Nl) |
+                                 unicode::bit(GeneralCategory::Nd) | unicode::bit(GeneralCategory::Pc));
+  for (const auto& [first, last] : unicode::alphabetic_symbols()) s.add_range(first, last);
+  return s;
 }
 
 CodePointSet CodePointSet::any_but_newline() {

@@ -18,7 +18,7 @@ class CodePointSet {
 
   static CodePointSet of_categories(unicode::CategoryMask categories);
   static CodePointSet white_space();
-  static CodePointSet word();             // \w: L, M, Nd, Pc (Oniguruma's, for Unicode)
+  static CodePointSet word();             // \w: Alphabetic, M, Nd, Pc (Oniguruma's Word)
   static CodePointSet any_but_newline();  // '.'
 
   void add(uint32_t cp) { add_range(cp, cp); }

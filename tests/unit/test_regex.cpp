@@ -169,6 +169,8 @@ TEST_CASE("The patterns of real tokenizers, by hand", "[regex]") {
   CHECK(pieces(R"(\w+|[^\w\s]+)", "Hello, w\xC3\xB6rld! 123_x e\xCC\x81") ==
         Pieces{"Hello", ",", "w\xC3\xB6rld", "!", "123_x", "e\xCC\x81"});
   CHECK(pieces(R"([\p{P}])", "a,b.c!d+") == Pieces{",", ".", "!"});
+  // Oniguruma's \w is its Word property: Alphabetic (Roman numerals, circled letters), M, Nd, Pc.
+  CHECK(pieces(R"(\w+)", "x\xE2\x85\xAB\xE2\x93\x90 \xC2\xB2") == Pieces{"x\xE2\x85\xAB\xE2\x93\x90"});
 }
 
 TEST_CASE("Regex constructs", "[regex]") {
