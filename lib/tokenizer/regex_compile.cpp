@@ -74,7 +74,9 @@ class Compiler {
   }
 
   // The guard of a branch whose matches begin as S: -1 when any position may do.
-  int32_t guard(const Start& s) { return s.known && !s.nullable ? int32_t(add_set(s.first)) : -1; }
+  int32_t guard(const Start& s) {
+    return s.known && !s.nullable && !s.first.holds_everything() ? int32_t(add_set(s.first)) : -1;
+  }
 
   Start start(const Node& n) const {
     switch (n.kind) {

@@ -74,6 +74,12 @@ void CodePointSet::add(const CodePointSet& other) {
   negated_ = true;
 }
 
+bool CodePointSet::holds_everything() const {
+  for (const uint64_t word : latin1_)
+    if (~word) return false;
+  return negated_ ? categories_ == 0 && ranges_.empty() : categories_ == unicode::kAllCategoriesMask;
+}
+
 bool CodePointSet::disjoint(const CodePointSet& other) const {
   for (int i = 0; i < 4; ++i)
     if (latin1_[i] & other.latin1_[i]) return false;

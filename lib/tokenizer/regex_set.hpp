@@ -29,6 +29,8 @@ class CodePointSet {
   // The complement. A set of categories and Latin-1 code points stays one (its complement is
   // another), so classes like [^\s\p{L}] and items like \P{L} inside a class stay exact.
   void negate();
+  // Whether every code point is in it.
+  bool holds_everything() const;
   // Whether no code point is in both; false when that is not simple to know.
   bool disjoint(const CodePointSet& other) const;
   // Adds every code point that simple case folding makes equal to a member (for (?i)).

@@ -321,5 +321,8 @@ TEST_CASE("Regex refusals name the construct and its offset", "[regex]") {
     CHECK(got.find('\n') == std::string::npos);
   }
   CHECK_THAT(refusal(std::string(150, '(') + std::string(150, ')')), ContainsSubstring("nested deeper than 100"));
+  std::string options;
+  for (int i = 0; i < 150; ++i) options += "(?i)";
+  CHECK_THAT(refusal(options), ContainsSubstring("nested deeper than 100"));
   CHECK_THAT(refusal("(?:(?:ab){1000}){1000}"), ContainsSubstring("too large"));
 }
