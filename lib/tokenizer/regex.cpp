@@ -181,19 +181,19 @@ class Matcher {
 
   // Moves END over up to LIMIT code points of SET; returns how many.
   uint32_t scan(const CodePointSet& set, size_t& end, uint32_t limit) const {
-    size_t len;
     uint32_t count = 0;
-    for (; count < limit && end < n_ && set.contains(decode(end, &len)); ++count) end += len;
+    while (count < limit && step_over(set, end)) ++count;
     return count;
   }
 
-  // Moves END over all the code points of SET there.
+  // Moves END over all the code points of SET there: step_over() in a loop, with the text in
+  // locals, which the byte loads cannot alias.
   void scan_all(const CodePointSet& set, size_t& end) const {
-    const uint8_t* const s = s_;  // locals, which the byte loads below cannot alias
+    const uint8_t* const s = s_;
     const size_t n = n_;
     size_t e = end, len;
     while (e < n) {
-      if (s[e] < 0x80) {  // most text: no decoding
+      if (s[e] < 0x80) {
         if (!set.contains(s[e])) break;
         ++e;
       } else {
@@ -202,6 +202,20 @@ class Matcher {
       }
     }
     end = e;
+  }
+
+  // Moves END over the code point there if SET holds it.
+  bool step_over(const CodePointSet& set, size_t& end) const {
+    if (end >= n_) return false;
+    if (s_[end] < 0x80) {  // most text: no decoding
+      if (!set.contains(s_[end])) return false;
+      ++end;
+      return true;
+    }
+    size_t len;
+    if (!set.contains(decode(end, &len))) return false;
+    end += len;
+    return true;
   }
 
   // Pops entries down to BASE until one gives a way on: its PC and POS. False if none does.

@@ -53,6 +53,7 @@ class Compiler {
     emit(root_);
     push({.op = Op::kMatch});
     program_.start_guard = guard(start(root_));
+    shorten_jumps();
     end_runs_that_cannot_be_given_back();
     return std::move(program_);
   }
@@ -248,6 +249,15 @@ class Compiler {
     for (const auto& [split, body] : optional) set_split(split, body, here());
   }
 
+  // A jump goes straight to the end of a chain of jumps, and a jump to kMatch is one.
+  void shorten_jumps() {
+    for (Inst& in : program_.code) {
+      if (in.op != Op::kJump) continue;
+      while (at(in.x).op == Op::kJump) in.x = at(in.x).x;
+      if (at(in.x).op == Op::kMatch) in = {.op = Op::kMatch};
+    }
+  }
+
   // A greedy run is never given back when what follows cannot fail (kMatch, through jumps), or
   // must begin with a code point the run's set does not hold: every position it could give back
   // to begins with a code point of the run. Such a run needs no backtracking entry.
@@ -255,9 +265,7 @@ class Compiler {
     for (int32_t pc = 0; pc < here(); ++pc) {
       if (at(pc).op != Op::kRepeat || at(pc).greed != Greed::kGreedy) continue;
       const CodePointSet& run = program_.sets[at(pc).arg];
-      int32_t next = pc + 1;
-      while (at(next).op == Op::kJump) next = at(next).x;
-      const Inst& after = at(next);
+      const Inst& after = at(pc + 1).op == Op::kJump ? at(at(pc + 1).x) : at(pc + 1);
       const bool possessive =
           after.op == Op::kMatch || (after.op == Op::kChar && !run.contains(after.arg)) ||
           ((after.op == Op::kSet || (after.op == Op::kRepeat && after.min > 0)) &&
