@@ -1,10 +1,10 @@
 // The backtracking machine that runs a regex program (regex_program.hpp) at one position.
 //
-// Backtracking entries live on one stack of the calling thread: a branch not taken (kSplit), a
-// run that can give back a code point (greedy kRepeat) or take one more (lazy kRepeat), and the
-// old value of a loop register to put back. An atomic group or lookahead runs its sub-program
-// to its first success on the same stack, then drops what that left there, which is what makes
-// it atomic. Every instruction run, entry popped and code point scanned by a kRepeat costs a step
+// Backtracking entries live on one stack of the calling thread: a branch not taken (kSplit), the
+// alternatives of a kAlt not tried yet, a run that can give back a code point (greedy kRepeat) or
+// take one more (lazy kRepeat), and the old value of a loop register to put back. An atomic group
+// or lookahead runs its sub-program to its first success on the same stack, then drops what that
+// left there, which is what makes it atomic. Every instruction run, entry popped and code point scanned by a kRepeat costs a step
 // of the budget (regex.hpp).
 #include "tokenizer/regex.hpp"
 
@@ -181,39 +181,34 @@ class Matcher {
 
   // Moves END over up to LIMIT code points of SET; returns how many.
   uint32_t scan(const CodePointSet& set, size_t& end, uint32_t limit) const {
+    size_t e = end;
     uint32_t count = 0;
-    while (count < limit && step_over(set, end)) ++count;
+    while (count < limit && step_over(set, s_, n_, e)) ++count;
+    end = e;
     return count;
   }
 
-  // Moves END over all the code points of SET there: step_over() in a loop, with the text in
-  // locals, which the byte loads cannot alias.
+  // Moves END over all the code points of SET there.
   void scan_all(const CodePointSet& set, size_t& end) const {
+    // The text in locals, which the byte loads cannot alias, as they can the members.
     const uint8_t* const s = s_;
     const size_t n = n_;
-    size_t e = end, len;
-    while (e < n) {
-      if (s[e] < 0x80) {
-        if (!set.contains(s[e])) break;
-        ++e;
-      } else {
-        if (!set.contains(decode(e, &len))) break;
-        e += len;
-      }
+    size_t e = end;
+    while (step_over(set, s, n, e)) {
     }
     end = e;
   }
 
-  // Moves END over the code point there if SET holds it.
-  bool step_over(const CodePointSet& set, size_t& end) const {
-    if (end >= n_) return false;
-    if (s_[end] < 0x80) {  // most text: no decoding
-      if (!set.contains(s_[end])) return false;
+  // Moves END over the code point of S (N bytes) there if SET holds it.
+  static bool step_over(const CodePointSet& set, const uint8_t* s, size_t n, size_t& end) {
+    if (end >= n) return false;
+    if (s[end] < 0x80) {  // most text: no decoding
+      if (!set.contains(s[end])) return false;
       ++end;
       return true;
     }
     size_t len;
-    if (!set.contains(decode(end, &len))) return false;
+    if (!set.contains(next_code_point(s, n, end, &len))) return false;
     end += len;
     return true;
   }
