@@ -22,6 +22,9 @@ CATEGORIES = ("Lu Ll Lt Lm Lo Mn Mc Me Nd Nl No Pc Pd Ps Pe Pi Pf Po Sm Sc Sk So
 # PropList.txt, White_Space (unchanged since Unicode 6.3).
 WHITE_SPACE = [*range(0x09, 0x0E), 0x20, 0x85, 0xA0, 0x1680, *range(0x2000, 0x200B), 0x2028, 0x2029,
                0x202F, 0x205F, 0x3000]
+# DerivedCoreProperties.txt: the Alphabetic code points outside L, M and Nl (circled and squared
+# Latin letters, So), which Oniguruma's \w (Alphabetic, M, Nd, Pc) holds; as in Unicode 14.0.
+ALPHABETIC_SYMBOLS = [(0x24B6, 0x24E9), (0x1F130, 0x1F149), (0x1F150, 0x1F169), (0x1F170, 0x1F189)]
 BLOCK_SHIFT = 7
 MAX_CP = 0x10FFFF
 
@@ -29,6 +32,11 @@ out_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__f
 version = unicodedata.unidata_version
 category = [CATEGORIES.index(unicodedata.category(chr(cp))) for cp in range(MAX_CP + 1)]
 
+if version != "14.0.0":
+    sys.exit(f"check ALPHABETIC_SYMBOLS (and WHITE_SPACE) against Unicode {version}, then update the check")
+for first, last in ALPHABETIC_SYMBOLS:
+    if any(CATEGORIES[category[cp]] != "So" for cp in range(first, last + 1)):
+        sys.exit(f"U+{first:04X}..U+{last:04X}: not all So in Unicode {version}")
 for cp in range(0x100, MAX_CP + 1):
     if (cp in WHITE_SPACE) != (CATEGORIES[category[cp]] in ("Zs", "Zl", "Zp")):
         sys.exit(f"U+{cp:04X}: White_Space above Latin-1 is not Zs|Zl|Zp in Unicode {version}")
@@ -93,6 +101,7 @@ hpp = f"""{header}
 //     module and GPT-2's encoder: U+0085 is whitespace, U+FEFF is not). Above Latin-1 it is exactly
 //     the categories Zs, Zl and Zp, which the generator checks;
 //   - simple_case_fold() and the multi-character foldings, for case-insensitive regexes;
+//   - alphabetic_symbols(), for Oniguruma's \\w (Alphabetic, M, Nd, Pc);
 //   - char_class(): the four classes of GPT-2's pre-tokenizer (\\p{{L}}, \\p{{N}}, \\s, the rest).
 #pragma once
 
@@ -145,6 +154,12 @@ std::span<const uint32_t> multi_char_folds();
 // Whether some code point's full case folding begins with FIRST, SECOND (both folded): "ss" for
 // U+00DF, "fi" for U+FB01.
 bool begins_multi_char_fold(uint32_t first, uint32_t second);
+
+// The Alphabetic code points outside L, M and Nl, all above Latin-1: first and last of each range.
+struct CodeRange {{
+  uint32_t first, last;
+}};
+std::span<const CodeRange> alphabetic_symbols();
 
 enum CharClass : uint8_t {{ kOther = 0, kLetter = 1, kNumber = 2, kSpace = 3 }};
 
@@ -216,6 +231,11 @@ uint32_t simple_case_fold(uint32_t cp) {{
 std::span<const CaseFold> simple_case_folds() {{ return kSimpleFolds; }}
 
 std::span<const uint32_t> multi_char_folds() {{ return kMultiCharFolds; }}
+
+std::span<const CodeRange> alphabetic_symbols() {{
+  static constexpr CodeRange kRanges[] = {{{", ".join(f"{{0x{a:X}, 0x{b:X}}}" for a, b in ALPHABETIC_SYMBOLS)}}};
+  return kRanges;
+}}
 
 bool begins_multi_char_fold(uint32_t first, uint32_t second) {{
   return std::binary_search(std::begin(kMultiCharFoldBeginnings), std::end(kMultiCharFoldBeginnings),

@@ -1,16 +1,18 @@
 // The backtracking machine that runs a regex program (regex_program.hpp) at one position.
 //
-// Backtracking entries live on one stack of the calling thread: a branch not taken (kSplit), a
-// run that can give back a code point (greedy kRepeat) or take one more (lazy kRepeat), and the
-// old value of a loop register to put back. An atomic group or lookahead runs its sub-program
-// to its first success on the same stack, then drops what that left there, which is what makes
-// it atomic. Every entry pushed or popped and every code point a run scans costs a step of the
-// budget (regex.hpp).
+// Backtracking entries live on one stack of the calling thread: a branch not taken (kSplit), the
+// alternatives of a kAlt not tried yet, a run that can give back a code point (greedy kRepeat) or
+// take one more (lazy kRepeat), and the old value of a loop register to put back. An atomic group
+// or lookahead runs its sub-program to its first success on the same stack, then drops what that
+// left there, which is what makes it atomic. Every instruction run, entry popped and code point scanned by a kRepeat costs a step
+// of the budget (regex.hpp).
 #include "tokenizer/regex.hpp"
 
+#include <bit>
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/utf8.hpp"
 #include "tokenizer/regex_program.hpp"
 
 namespace meg {
@@ -24,10 +26,12 @@ using regex::Op;
 namespace {
 
 struct Entry {
-  enum Kind : uint32_t { kBranch, kGiveBack, kTakeMore, kRestore } kind;
-  uint32_t pc_or_register;  // kBranch: where to go on; kGiveBack, kTakeMore: the kRepeat; kRestore: the register
-  size_t pos;               // kBranch: the position; kGiveBack, kTakeMore: the end of the run; kRestore: the value
-  size_t aux;               // kGiveBack: the shortest end the run may give back to; kTakeMore: its count
+  enum Kind : uint32_t { kBranch, kNextAlternatives, kGiveBack, kTakeMore, kRestore } kind;
+  uint32_t pc_or_register;  // kBranch: where to go on; others: the kAlt or kRepeat; kRestore: the register
+  size_t pos;               // kBranch, kNextAlternatives: the position; kGiveBack, kTakeMore: the end
+                            // of the run; kRestore: the value
+  size_t aux;               // kNextAlternatives: the bit mask of those left; kGiveBack: the shortest end
+                            // the run may give back to; kTakeMore: its count
 };
 
 struct Scratch {
@@ -44,7 +48,8 @@ class Matcher {
  public:
   Matcher(const regex::Program& program, std::string_view text, Scratch& scratch, uint64_t& steps_left)
       : code_(program.code.data()),
-        sets_(program.sets.data()),
+        alternations_(program.alternations.data()),
+        sets_(program.sets),
         s_(reinterpret_cast<const uint8_t*>(text.data())),
         n_(text.size()),
         stack_(scratch.stack),
@@ -76,10 +81,7 @@ class Matcher {
   }
 
  private:
-  void push(Entry e) {
-    spend(1);
-    stack_.push_back(e);
-  }
+  void push(Entry e) { stack_.push_back(e); }
 
   bool in_set(uint32_t set, size_t pos, size_t* len) const { return pos < n_ && sets_[set].contains(decode(pos, len)); }
 
@@ -88,6 +90,7 @@ class Matcher {
     for (;;) {
       const Inst& in = code_[pc];
       size_t len;
+      spend(1);
       switch (in.op) {
         case Op::kChar:
           if (pos >= n_ || decode(pos, &len) != in.arg) return false;
@@ -102,21 +105,21 @@ class Matcher {
           ++pc;
           break;
         case Op::kSplit: {
-          bool x = true, y = true;
-          if (in.guard_x >= 0 || in.guard_y >= 0) {
-            const bool any = pos < n_;
-            const uint32_t cp = any ? decode(pos, &len) : 0;
-            x = in.guard_x < 0 || (any && sets_[in.guard_x].contains(cp));
-            y = in.guard_y < 0 || (any && sets_[in.guard_y].contains(cp));
-          }
-          if (x) {
-            if (y) push({Entry::kBranch, uint32_t(in.y), pos, 0});
-            pc = in.x;
-          } else if (y) {
+          // A branch whose guard fails here cannot match here, and needs no entry.
+          const auto may_begin = [&](int32_t guard) { return guard < 0 || in_set(uint32_t(guard), pos, &len); };
+          if (!may_begin(in.guard_x)) {
             pc = in.y;
-          } else {
-            return false;
+            break;
           }
+          if (may_begin(in.guard_y)) push({Entry::kBranch, uint32_t(in.y), pos, 0});
+          pc = in.x;
+          break;
+        }
+        case Op::kAlt: {
+          const uint64_t candidates = pos < n_ ? alternations_[in.arg].candidates(decode(pos, &len), sets_)
+                                               : alternations_[in.arg].anywhere;
+          if (!candidates) return false;
+          pc = next_alternative(pc, pos, candidates);
           break;
         }
         case Op::kJump: pc = in.x; break;
@@ -145,24 +148,68 @@ class Matcher {
     }
   }
 
+  // The first of CANDIDATES of the kAlt at PC, with an entry for the others.
+  int32_t next_alternative(int32_t pc, size_t pos, uint64_t candidates) {
+    const int first = std::countr_zero(candidates);
+    if (candidates &= candidates - 1) push({Entry::kNextAlternatives, uint32_t(pc), pos, candidates});
+    return pc + alternations_[code_[pc].arg].targets[size_t(first)];
+  }
+
   // kRepeat at PC from POS: the run it takes first, with the entry that changes it later.
   bool repeat(const Inst& in, int32_t pc, size_t& pos) {
-    const bool lazy = in.greed == Greed::kLazy;
-    const uint32_t limit = lazy ? in.min : in.max;
-    size_t end = pos, shortest = pos, len;
-    uint32_t count = 0;
-    while (count < limit && in_set(in.arg, end, &len)) {
-      end += len;
-      if (++count == in.min) shortest = end;
+    const CodePointSet& set = sets_[in.arg];
+    // The run: MIN code points, then (unless lazy) as many more as MAX allows.
+    size_t end = pos;
+    if (scan(set, end, in.min) < in.min) return false;
+    const size_t shortest = end;
+    if (in.greed == Greed::kLazy) {
+      if (in.min < in.max) push({Entry::kTakeMore, uint32_t(pc), end, in.min});
+    } else {
+      // A code point is a byte at least, so a bound above the bytes left is no bound.
+      const uint32_t more = in.max - in.min;
+      if (more >= n_ - end) {
+        scan_all(set, end);
+      } else {
+        scan(set, end, more);
+      }
+      if (in.greed == Greed::kGreedy && end > shortest) push({Entry::kGiveBack, uint32_t(pc), end, shortest});
     }
-    spend(count);
-    if (count < in.min) return false;
-    if (lazy) {
-      if (count < in.max) push({Entry::kTakeMore, uint32_t(pc), end, count});
-    } else if (in.greed == Greed::kGreedy && count > in.min) {
-      push({Entry::kGiveBack, uint32_t(pc), end, shortest});
-    }
+    spend(end - pos);
     pos = end;
+    return true;
+  }
+
+  // Moves END over up to LIMIT code points of SET; returns how many.
+  uint32_t scan(const CodePointSet& set, size_t& end, uint32_t limit) const {
+    size_t e = end;
+    uint32_t count = 0;
+    while (count < limit && step_over(set, s_, n_, e)) ++count;
+    end = e;
+    return count;
+  }
+
+  // Moves END over all the code points of SET there.
+  void scan_all(const CodePointSet& set, size_t& end) const {
+    // The text in locals, which the byte loads cannot alias, as they can the members.
+    const uint8_t* const s = s_;
+    const size_t n = n_;
+    size_t e = end;
+    while (step_over(set, s, n, e)) {
+    }
+    end = e;
+  }
+
+  // Moves END over the code point of S (N bytes) there if SET holds it.
+  static bool step_over(const CodePointSet& set, const uint8_t* s, size_t n, size_t& end) {
+    if (end >= n) return false;
+    if (s[end] < 0x80) {  // most text: no decoding
+      if (!set.contains(s[end])) return false;
+      ++end;
+      return true;
+    }
+    size_t len;
+    if (!set.contains(next_code_point(s, n, end, &len))) return false;
+    end += len;
     return true;
   }
 
@@ -175,6 +222,9 @@ class Matcher {
       switch (e.kind) {
         case Entry::kBranch:
           pc = int32_t(e.pc_or_register), pos = e.pos;
+          return true;
+        case Entry::kNextAlternatives:
+          pc = next_alternative(int32_t(e.pc_or_register), e.pos, e.aux), pos = e.pos;
           return true;
         case Entry::kRestore: registers_[e.pc_or_register] = e.pos; break;
         case Entry::kGiveBack: {
@@ -223,7 +273,8 @@ class Matcher {
   }
 
   const Inst* code_;
-  const CodePointSet* sets_;
+  const regex::Alternation* alternations_;
+  const std::vector<CodePointSet>& sets_;
   const uint8_t* s_;
   size_t n_;
   std::vector<Entry>& stack_;
@@ -240,24 +291,38 @@ Regex::~Regex() = default;
 Regex::Regex(Regex&&) noexcept = default;
 Regex& Regex::operator=(Regex&&) noexcept = default;
 
-bool Regex::find(std::string_view text, size_t from, size_t* begin, size_t* end, uint64_t& steps_left) const {
+void Regex::each_match(std::string_view text, void (*on_match)(void*, size_t, size_t), void* context) const {
   thread_local Scratch scratch;
+  uint64_t steps_left = kMinSteps + kStepsPerByte * text.size();
   Matcher m(*program_, text, scratch, steps_left);
-  const int32_t guard = program_->start_guard;
-  for (size_t pos = from;;) {
-    size_t len = 1;
-    const bool more = pos < text.size();
-    const uint32_t cp = more ? m.decode(pos, &len) : 0;
-    if (guard < 0 || (more && program_->sets[guard].contains(cp))) {
-      const int64_t match_end = m.run(0, pos);
-      if (match_end >= 0) {
-        *begin = pos, *end = size_t(match_end);
-        return true;
-      }
+  const regex::Program& p = *program_;
+  size_t from = 0, len;
+  bool skip_next_empty = false;
+  while (from <= text.size()) {
+    // The leftmost match at or after FROM.
+    size_t begin = from;
+    int64_t end = -1;
+    for (;; m.spend(1), begin += len) {
+      len = 1;
+      const bool more = begin < text.size();
+      const uint32_t cp = more ? m.decode(begin, &len) : 0;
+      if (p.start_guard < 0 || (more && p.sets[size_t(p.start_guard)].contains(cp))) end = m.run(0, begin);
+      if (end >= 0 || !more) break;
     }
-    if (!more) return false;
-    m.spend(1);
-    pos += len;
+    if (end < 0) return;
+    from = size_t(end);
+    if (begin == from) {
+      size_t step = 1;
+      if (from < text.size()) m.decode(from, &step);
+      from += step;
+      if (skip_next_empty) {
+        skip_next_empty = false;
+        continue;
+      }
+    } else {
+      skip_next_empty = true;
+    }
+    on_match(context, begin, size_t(end));
   }
 }
 

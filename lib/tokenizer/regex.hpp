@@ -7,12 +7,13 @@
 // Supported: literals and escapes (\t \n \r \f \v \a \e \0 \xHH below 80, \x{H...}, \uHHHH,
 // escaped punctuation), '.', classes [...] (ranges, negation, escapes and properties inside),
 // \s \S \d \D \w \W \h \H with Oniguruma's Unicode meanings (\s: White_Space, \d: Nd,
-// \w: L|M|Nd|Pc), \p{..} \P{..} \p{^..} of general categories and their groups (L, Lu, LC, N ...),
-// groups (...) (?:...) (?<name>...), (?i) (?i:...) (?-i:...), atomic groups (?>...), lookahead
-// (?=...) (?!...), the quantifiers ? * + {n} {n,} {n,m} {,m}, lazy (??, *?, +?, {n,m}?) and
-// possessive (?+, *+, ++) ones, anchors ^ $ \A \z \Z \b \B. Anything else (lookbehind,
-// backreferences, scripts such as \p{Han}, nested classes ...) is refused when the pattern is
-// compiled, with an InputError naming the construct and its offset, never approximated.
+// \w: Alphabetic|M|Nd|Pc, its Word property), \p{..} \P{..} \p{^..} of general categories and
+// their groups (L, Lu, LC, N ...), groups (...) (?:...) (?<name>...), (?i) (?i:...) (?-i:...),
+// atomic groups (?>...), lookahead (?=...) (?!...), the quantifiers ? * + {n} {n,} {n,m} {,m},
+// lazy (??, *?, +?, {n,m}?) and possessive (?+, *+, ++) ones, anchors ^ $ \A \z \Z \b \B.
+// Anything else (lookbehind, backreferences, scripts such as \p{Han}, nested classes ...) is
+// refused when the pattern is compiled, with an InputError naming the construct and its offset,
+// never approximated.
 //
 // Matching is a backtracking machine (regex_program.hpp), with a budget: a text may take at most
 // kStepsPerByte steps a byte (plus a constant) over all its matches, which the known pre-tokenizer
@@ -24,8 +25,7 @@
 #include <cstdint>
 #include <memory>
 #include <string_view>
-
-#include "core/utf8.hpp"
+#include <type_traits>
 
 namespace meg {
 
@@ -43,36 +43,18 @@ class Regex {
   Regex& operator=(Regex&&) noexcept;
 
   // Calls ON_MATCH(begin, end), byte offsets into TEXT (UTF-8), for each successive match, as
-  // onig's find_iter(): each search starts where the last match ended; after an empty match it
-  // starts one code point later, and an empty match right after a non-empty one is skipped.
-  // Thread-safe: the state of a search is the calling thread's.
+  // onig's find_iter(): each search starts where the last match ended (the text before still
+  // counts for ^ and \b); after an empty match it starts one code point later, and an empty match
+  // right after a non-empty one is skipped. Thread-safe: the state of a search is the thread's.
   template <typename F>
   void for_each_match(std::string_view text, F&& on_match) const {
-    uint64_t steps_left = kMinSteps + kStepsPerByte * text.size();
-    size_t from = 0, begin, end;
-    bool skip_next_empty = false;
-    while (from <= text.size() && find(text, from, &begin, &end, steps_left)) {
-      from = end;
-      if (begin == end) {
-        size_t len = 1;
-        if (end < text.size()) next_code_point(reinterpret_cast<const uint8_t*>(text.data()), text.size(), end, &len);
-        from += len;
-        if (skip_next_empty) {
-          skip_next_empty = false;
-          continue;
-        }
-      } else {
-        skip_next_empty = true;
-      }
-      on_match(begin, end);
-    }
+    each_match(text, [](void* f, size_t begin, size_t end) { (*static_cast<std::remove_reference_t<F>*>(f))(begin, end); },
+               &on_match);
   }
 
-  // The leftmost match in TEXT that begins at or after byte FROM (the text before FROM still
-  // counts for ^ and \b): its offsets in *BEGIN and *END. STEPS_LEFT: the budget, spent.
-  bool find(std::string_view text, size_t from, size_t* begin, size_t* end, uint64_t& steps_left) const;
-
  private:
+  void each_match(std::string_view text, void (*on_match)(void*, size_t, size_t), void* context) const;
+
   std::unique_ptr<const regex::Program> program_;
 };
 

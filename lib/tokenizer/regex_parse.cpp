@@ -162,7 +162,8 @@ class Parser {
         const bool scoped_icase = options(icase, at);
         if (peek() == ')') {  // (?i): the rest of the enclosing group
           ++i_;
-          Node rest = sequence(scoped_icase, depth);
+          if (depth >= kMaxDepth) fail(at, "groups nested deeper than {}", kMaxDepth);
+          Node rest = sequence(scoped_icase, depth + 1);
           if (peek() == '|')
             fail(at, "an option group like (?i) before '|' in the same group is not supported "
                      "(Oniguruma and Perl scope it differently); write (?i:...)");

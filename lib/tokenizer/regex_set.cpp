@@ -25,8 +25,11 @@ CodePointSet CodePointSet::white_space() {
 
 CodePointSet CodePointSet::word() {
   using unicode::GeneralCategory;
-  return of_categories(unicode::kLetterMask | unicode::kMarkMask | unicode::bit(GeneralCategory::Nd) |
-                       unicode::bit(GeneralCategory::Pc));
+  // Alphabetic is L, Nl and some M, and a few symbols.
+  CodePointSet s = of_categories(unicode::kLetterMask | unicode::kMarkMask | unicode::bit(GeneralCategory::Nl) |
+                                 unicode::bit(GeneralCategory::Nd) | unicode::bit(GeneralCategory::Pc));
+  for (const auto& [first, last] : unicode::alphabetic_symbols()) s.add_range(first, last);
+  return s;
 }
 
 CodePointSet CodePointSet::any_but_newline() {
@@ -69,6 +72,19 @@ void CodePointSet::add(const CodePointSet& other) {
   categories_ = kept_out(*this) & kept_out(other);
   ranges_.clear();
   negated_ = true;
+}
+
+bool CodePointSet::holds_everything() const {
+  for (const uint64_t word : latin1_)
+    if (~word) return false;
+  return negated_ ? categories_ == 0 && ranges_.empty() : categories_ == unicode::kAllCategoriesMask;
+}
+
+bool CodePointSet::disjoint(const CodePointSet& other) const {
+  for (int i = 0; i < 4; ++i)
+    if (latin1_[i] & other.latin1_[i]) return false;
+  return ranges_.empty() && other.ranges_.empty() && !negated_ && !other.negated_ &&
+         (categories_ & other.categories_) == 0;
 }
 
 void CodePointSet::negate() {

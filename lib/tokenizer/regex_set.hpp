@@ -18,7 +18,7 @@ class CodePointSet {
 
   static CodePointSet of_categories(unicode::CategoryMask categories);
   static CodePointSet white_space();
-  static CodePointSet word();             // \w: L, M, Nd, Pc (Oniguruma's, for Unicode)
+  static CodePointSet word();             // \w: Alphabetic, M, Nd, Pc (Oniguruma's Word)
   static CodePointSet any_but_newline();  // '.'
 
   void add(uint32_t cp) { add_range(cp, cp); }
@@ -29,6 +29,10 @@ class CodePointSet {
   // The complement. A set of categories and Latin-1 code points stays one (its complement is
   // another), so classes like [^\s\p{L}] and items like \P{L} inside a class stay exact.
   void negate();
+  // Whether every code point is in it.
+  bool holds_everything() const;
+  // Whether no code point is in both; false when that is not simple to know.
+  bool disjoint(const CodePointSet& other) const;
   // Adds every code point that simple case folding makes equal to a member (for (?i)).
   void close_over_case();
 
@@ -38,6 +42,10 @@ class CodePointSet {
     if (!in && !ranges_.empty()) in = in_ranges(cp);
     return in != negated_;
   }
+
+  // Whether membership above Latin-1 is a matter of general category alone; which categories.
+  bool by_category_alone() const { return ranges_.empty() && !negated_; }
+  unicode::CategoryMask categories() const { return categories_; }
 
   // The code points that simple case folding makes equal to CP, CP among them, in order.
   static std::vector<uint32_t> case_variants(uint32_t cp);

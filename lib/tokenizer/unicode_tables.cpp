@@ -1865,6 +1865,11 @@ std::span<const CaseFold> simple_case_folds() { return kSimpleFolds; }
 
 std::span<const uint32_t> multi_char_folds() { return kMultiCharFolds; }
 
+std::span<const CodeRange> alphabetic_symbols() {
+  static constexpr CodeRange kRanges[] = {{0x24B6, 0x24E9}, {0x1F130, 0x1F149}, {0x1F150, 0x1F169}, {0x1F170, 0x1F189}};
+  return kRanges;
+}
+
 bool begins_multi_char_fold(uint32_t first, uint32_t second) {
   return std::binary_search(std::begin(kMultiCharFoldBeginnings), std::end(kMultiCharFoldBeginnings),
                             uint64_t{first} << 21 | second);

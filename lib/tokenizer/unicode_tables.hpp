@@ -7,6 +7,7 @@
 //     module and GPT-2's encoder: U+0085 is whitespace, U+FEFF is not). Above Latin-1 it is exactly
 //     the categories Zs, Zl and Zp, which the generator checks;
 //   - simple_case_fold() and the multi-character foldings, for case-insensitive regexes;
+//   - alphabetic_symbols(), for Oniguruma's \w (Alphabetic, M, Nd, Pc);
 //   - char_class(): the four classes of GPT-2's pre-tokenizer (\p{L}, \p{N}, \s, the rest).
 #pragma once
 
@@ -66,6 +67,12 @@ std::span<const uint32_t> multi_char_folds();
 // Whether some code point's full case folding begins with FIRST, SECOND (both folded): "ss" for
 // U+00DF, "fi" for U+FB01.
 bool begins_multi_char_fold(uint32_t first, uint32_t second);
+
+// The Alphabetic code points outside L, M and Nl, all above Latin-1: first and last of each range.
+struct CodeRange {
+  uint32_t first, last;
+};
+std::span<const CodeRange> alphabetic_symbols();
 
 enum CharClass : uint8_t { kOther = 0, kLetter = 1, kNumber = 2, kSpace = 3 };
 

@@ -13,7 +13,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 export PATH="$bin:$PATH" LC_ALL=C.UTF-8
 rm -rf "$corpus" "$here/fixtures"
-mkdir -p "$corpus"/{token_stream,indexed_dataset,blend,safetensors,checkpoint,hf_config,jsonl_documents,eval_task,prompts,metrics,spm_model} \
+mkdir -p "$corpus"/{token_stream,indexed_dataset,blend,safetensors,checkpoint,hf_config,jsonl_documents,eval_task,prompts,metrics,spm_model,regex} \
          "$here/fixtures"
 gpt2=(--tokenizer "$data/gpt2/vocab.json" --merges "$data/gpt2/merges.txt")
 
@@ -127,5 +127,27 @@ spm() {
 spm bpe 150 bpe
 spm unigram 150 unigram
 spm bytes 400 bpe --byte_fallback=true
+
+# Regex patterns of real tokenizer.json pre-tokenizers (and simple ones), each with a NUL and a
+# text of several scripts, spaces, newlines and contractions.
+python3 - "$corpus/regex" <<'PY'
+import sys
+patterns = {
+    "gpt2": r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+",
+    "llama3": r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+    "qwen2": r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+    "tekken": r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+    "cl100k": r"'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+",
+    "deepseek_digits": r"\p{N}{1,3}",
+    "deepseek_cjk": "[\u4e00-\u9fa5\\u3040-\u309f\u30a0-\u30ff]+",
+    "deepseek": r"""[!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""",
+    "space": " ", "whitespace": r"\s+", "digit": r"\d", "bert": r"\w+|[^\w\s]+", "punctuation": r"[\p{P}]",
+    "constructs": r"(?>a+|b)c*?(?=d)|^x{2,3}$|\bq\B|(?:ab){1,3}+|[^\x{4e00}-\x{9fa5}\t]??\Aé\z",
+}
+text = "I'M   here\n\n 12345 don't\r\n\tCaf\u00e9 \u03a9\u03bc\u00e9\u03b3\u03b1 \u6771\u4eac\u306e\u30c6\u30ad\u30b9\u30c8 \U0001F600!! x//y \u00a0\u3000end  "
+for name, pattern in patterns.items():
+    with open(f"{sys.argv[1]}/{name}", "wb") as f:
+        f.write(pattern.encode() + b"\0" + text.encode())
+PY
 
 du -sh "$corpus" "$here/fixtures" >&2

@@ -169,6 +169,8 @@ TEST_CASE("The patterns of real tokenizers, by hand", "[regex]") {
   CHECK(pieces(R"(\w+|[^\w\s]+)", "Hello, w\xC3\xB6rld! 123_x e\xCC\x81") ==
         Pieces{"Hello", ",", "w\xC3\xB6rld", "!", "123_x", "e\xCC\x81"});
   CHECK(pieces(R"([\p{P}])", "a,b.c!d+") == Pieces{",", ".", "!"});
+  // Oniguruma's \w is its Word property: Alphabetic (Roman numerals, circled letters), M, Nd, Pc.
+  CHECK(pieces(R"(\w+)", "x\xE2\x85\xAB\xE2\x93\x90 \xC2\xB2") == Pieces{"x\xE2\x85\xAB\xE2\x93\x90"});
 }
 
 TEST_CASE("Regex constructs", "[regex]") {
@@ -203,6 +205,14 @@ TEST_CASE("Regex constructs", "[regex]") {
     // Ruby's syntax: {n,m}+ repeats the repetition, {n}? makes it optional.
     CHECK(pieces("a{2}+", "aaaaa") == Pieces{"aaaa"});
     CHECK(spans(Regex("a{2}?"), "a") == Spans{{0, 0}, {1, 1}});
+  }
+  SECTION("many alternatives, many copies") {
+    std::string many;
+    for (int i = 0; i < 100; ++i) many += (i ? "|x" : "x") + std::to_string(i) + "y";
+    CHECK(pieces(many.c_str(), "x99y x70y x5y x100y") == Pieces{"x99y", "x70y", "x5y"});
+    std::string ab;
+    for (int i = 0; i < 15000; ++i) ab += "ab";
+    CHECK(pieces("(?:a|b){15000}", ab + "ab") == Pieces{ab.substr(0, 15000), ab.substr(15000)});
   }
   SECTION("possessive and atomic") {
     CHECK(pieces("a?a", "a") == Pieces{"a"});
@@ -311,5 +321,8 @@ TEST_CASE("Regex refusals name the construct and its offset", "[regex]") {
     CHECK(got.find('\n') == std::string::npos);
   }
   CHECK_THAT(refusal(std::string(150, '(') + std::string(150, ')')), ContainsSubstring("nested deeper than 100"));
+  std::string options;
+  for (int i = 0; i < 150; ++i) options += "(?i)";
+  CHECK_THAT(refusal(options), ContainsSubstring("nested deeper than 100"));
   CHECK_THAT(refusal("(?:(?:ab){1000}){1000}"), ContainsSubstring("too large"));
 }
