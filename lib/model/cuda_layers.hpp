@@ -280,7 +280,7 @@ using CudaLayerFactory = std::function<std::unique_ptr<CudaLayer<X>>(const Model
 void register_cuda_layer(char symbol, CudaLayerFactory<float> make_float, CudaLayerFactory<__nv_bfloat16> make_bf16,
                          CudaLayerFactory<__half> make_fp16);
 // The layers of CONFIG's layer sequence [BEGIN, END); InputError naming the kind for one without
-// a CUDA implementation.
+// a CUDA implementation, and for qk-layernorm (CPU only so far).
 template <typename X>
 std::vector<std::unique_ptr<CudaLayer<X>>> make_cuda_layers(const ModelConfig& config, int tp_size, int64_t begin,
                                                             int64_t end);

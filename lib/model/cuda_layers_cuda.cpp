@@ -392,6 +392,8 @@ std::vector<std::unique_ptr<CudaLayer<X>>> make_cuda_layers(const ModelConfig& c
                                                             int64_t end) {
   const std::vector<LayerSpec> specs = config.layers();
   std::vector<std::unique_ptr<CudaLayer<X>>> layers;
+  if (config.qk_layernorm)
+    input_error("model config: qk-layernorm has no CUDA implementation yet (run it on the CPU)");
   for (int64_t l = begin; l < end; ++l) {
     const char kind = specs.at(size_t(l)).kind;
     const auto it = cuda_registry().find(kind);

@@ -142,8 +142,7 @@ GptCudaModel<X>::GptCudaModel(const ModelConfig& config, cuda::DeviceAllocator& 
   MEG_CUDA_CHECK(cudaMemsetAsync(params_x_, 0, num_params_ * sizeof(X), stream_));
   zero_grad();
   if (config_.uses_rope()) {
-    const auto table = cuda::rope_table(static_cast<int>(config_.seq_length), static_cast<int>(config_.head_size()),
-                                        config_.rope_theta);
+    const auto table = cuda::rope_table(static_cast<int>(config_.seq_length), config_.rope_inv_freq());
     rope_table_ = cuda::DeviceArray<float>(alloc_, table.size());
     MEG_CUDA_CHECK(cudaMemcpy(rope_table_.get(), table.data(), table.size() * sizeof(float), cudaMemcpyHostToDevice));
   }
