@@ -1,5 +1,6 @@
 #include "convert/hf_config.hpp"
 
+#include <algorithm>
 #include <optional>
 #include <stdexcept>
 
@@ -111,21 +112,32 @@ ModelConfig gpt2_from_hf(const json& j, const std::string& where) {
   return c;
 }
 
-// rope_scaling (null: none): transformers' rope_type (or its old name "type") "default",
-// "linear" and "llama3" with their keys (all required, as transformers' validation has them);
-// others are refused, "dynamic" too (its frequencies change with each forward's length).
+// rope_scaling (null: none), or transformers 5's rope_parameters, which holds rope_theta too and
+// takes the place of both keys: the rope_type (or its old name "type") "default", "linear" and
+// "llama3" with their keys (all required, as transformers' validation has them); others are
+// refused, "dynamic" too (its frequencies change with each forward's length). rope_parameters
+// of one set per layer type must hold the same set for every type.
 void rope_scaling_from_hf(const json& j, const std::string& where, ModelConfig& c) {
   const Fields f(j, where);
-  if (!f.has("rope_scaling")) return;
-  const json& rs = j.at("rope_scaling");
-  if (!rs.is_object()) f.refuse("rope_scaling", "expected an object or null");
-  const std::string at = where + ": key 'rope_scaling'";
+  const char* key = f.has("rope_parameters") ? "rope_parameters" : "rope_scaling";
+  if (!f.has(key)) return;
+  const json* params = &j.at(key);
+  if (!params->is_object()) f.refuse(key, "expected an object or null");
+  if (!params->empty() && std::all_of(params->begin(), params->end(), [](const json& v) { return v.is_object(); })) {
+    for (const json& per_type : *params)
+      if (per_type != params->begin().value()) f.refuse(key, "meg's layers share one RoPE: the layer types' differ");
+    params = &params->begin().value();
+  }
+  const json& rs = *params;
+  const std::string at = fmt::format("{}: key '{}'", where, key);
   const Fields r(rs, at);
+  if (r.has("rope_theta")) c.rope_theta = r.number("rope_theta", 0);
   const std::string type = r.has("rope_type") ? r.string("rope_type", "") : r.string("type", "default");
-  const auto number = [&](const char* key) {
-    if (!r.has(key)) input_error("{}: rope_type \"{}\" needs key '{}'", at, type, key);
-    return r.number(key, 0);
+  const auto number = [&](const char* name) {
+    if (!r.has(name)) input_error("{}: rope_type \"{}\" needs key '{}'", at, type, name);
+    return r.number(name, 0);
   };
+  r.require("partial_rotary_factor", r.number("partial_rotary_factor", 1.0), 1.0, "meg rotates whole heads");
   if (type == "default") return;
   if (type == "linear") {
     c.rotary_seq_len_interpolation_factor = number("factor");
@@ -138,10 +150,10 @@ void rope_scaling_from_hf(const json& j, const std::string& where, ModelConfig& 
       input_error("{}: rope_type \"llama3\" needs key 'original_max_position_embeddings'", at);
     c.rope_scaling_original_max_position_embeddings = r.integer("original_max_position_embeddings");
   } else if (type == "dynamic") {
-    f.refuse("rope_scaling", "rope_type \"dynamic\" rescales the frequencies by each forward's sequence length, "
-                             "which meg does not model");
+    f.refuse(key, "rope_type \"dynamic\" rescales the frequencies by each forward's sequence length, which meg "
+                  "does not model");
   } else {
-    f.refuse("rope_scaling", "meg models rope_type default, linear and llama3");
+    f.refuse(key, "meg models rope_type default, linear and llama3");
   }
 }
 
@@ -173,6 +185,7 @@ ModelConfig llama_from_hf(const json& j, const std::string& where, HfModelType t
   c.hidden_dropout = 0.0;
   c.attention_dropout = f.number("attention_dropout", 0.0);
   f.require("hidden_act", f.string("hidden_act", "silu"), std::string("silu"), "meg's Llama uses SwiGLU");
+  f.require("partial_rotary_factor", f.number("partial_rotary_factor", 1.0), 1.0, "meg rotates whole heads");
   rope_scaling_from_hf(j, where, c);
   switch (type) {
     case HfModelType::llama: {

@@ -200,6 +200,26 @@ TEST_CASE("model architectures: Hugging Face configs both ways", "[model][arch][
   lin.rotary_seq_len_interpolation_factor = 2;
   CHECK(round_trip(lin)["rope_scaling"]["rope_type"] == "linear");
 
+  // transformers 5 writes rope_theta and the scaling as rope_parameters (per layer type, or one).
+  nlohmann::json v5 = jl;
+  v5.erase("rope_scaling");
+  v5.erase("rope_theta");
+  v5["rope_parameters"] = jl["rope_scaling"];
+  v5["rope_parameters"]["rope_theta"] = 10000.0;
+  ModelConfig from_v5 = model_config_from_hf(v5, "config.json", 16);
+  from_v5.init_std = l3.init_std;
+  CHECK(from_v5 == l3);
+  v5["rope_parameters"] = {{"full_attention", v5["rope_parameters"]}, {"sliding_attention", v5["rope_parameters"]}};
+  CHECK(model_config_from_hf(v5, "config.json", 16).use_rope_scaling);
+  v5["rope_parameters"]["sliding_attention"]["rope_theta"] = 1e6;
+  CHECK_THAT(input_error_of([&] { model_config_from_hf(v5, "config.json", 16); }),
+             ContainsSubstring("rope_parameters"));
+  v5["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 1e6}, {"partial_rotary_factor", 0.5}};
+  CHECK_THAT(input_error_of([&] { model_config_from_hf(v5, "config.json", 16); }),
+             ContainsSubstring("partial_rotary_factor"));
+  v5["rope_parameters"].erase("partial_rotary_factor");
+  CHECK(model_config_from_hf(v5, "config.json", 16).rope_theta == 1e6);
+
   // Mistral reads as Llama's layout without biases; a window covering the positions is full
   // attention.
   nlohmann::json m = jl;
