@@ -36,10 +36,10 @@ for pair in sys.argv[3:]:
 
 rng = random.Random(arch)
 tensors = {}
-def add(name, shape, fill=None):
+def add(name, shape):  # norm weights too are random: ones would hide one misplaced
     n = 1
     for d in shape: n *= d
-    tensors[name] = (shape, [fill if fill is not None else rng.gauss(0, 0.05) for _ in range(n)])
+    tensors[name] = (shape, [rng.gauss(0, 0.05) for _ in range(n)])
 add("model.embed_tokens.weight", [V, C])
 for i in range(L):
     p = "model.layers.%d." % i
@@ -48,8 +48,8 @@ for i in range(L):
         if arch == "qwen2": add(p + "self_attn." + proj + ".bias", [rows])
     add(p + "self_attn.o_proj.weight", [C, NH * HS])
     if arch == "qwen3":
-        add(p + "self_attn.q_norm.weight", [HS], None)
-        add(p + "self_attn.k_norm.weight", [HS], None)
+        add(p + "self_attn.q_norm.weight", [HS])
+        add(p + "self_attn.k_norm.weight", [HS])
     add(p + "mlp.gate_proj.weight", [F, C])
     add(p + "mlp.up_proj.weight", [F, C])
     add(p + "mlp.down_proj.weight", [C, F])
