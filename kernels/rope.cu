@@ -4,7 +4,7 @@
 // The CPU reference is ops/cpu/rope.cpp; the launchers are declared in ops/cuda/ops.hpp.
 //
 // In each head of size HS, element i pairs with element i + HS/2, and the pair at position t turns
-// by the angle t * theta^(-2i/HS):
+// by the angle t * inv_freq[i] (ops/rope_frequencies.hpp: theta^(-2i/HS) without scaling):
 //   y[i] = x[i] cos - x[i+HS/2] sin,   y[i+HS/2] = x[i+HS/2] cos + x[i] sin.
 // The angles' cos and sin come from a table the host computes once in double (rope_table), as
 // the CPU does, so the GPU spends no time on transcendentals and agrees with the CPU's angles to
@@ -27,6 +27,7 @@
 #include "rotary.cuh"
 #include "ops/cuda/check.hpp"
 #include "ops/cuda/ops.hpp"
+#include "ops/rope_frequencies.hpp"
 
 namespace meg::cuda {
 
@@ -89,19 +90,23 @@ void rotate(X* qkv, const float* table, int B, int T, int NH, int NKV, int HS, f
 
 }  // namespace
 
-std::vector<float> rope_table(int T, int HS, double theta) {
-  if (HS % 2 != 0) throw std::invalid_argument("rope: head size must be even");
-  const int half = HS / 2;
+std::vector<float> rope_table(int T, const std::vector<double>& inv_freq) {
+  const int half = int(inv_freq.size());
   std::vector<float> table(size_t(std::max(T, 0)) * half * 2);
   for (int t = 0; t < T; ++t) {
     for (int i = 0; i < half; ++i) {
       // The CPU reference's angle, to the bit (ops/cpu/rope.cpp).
-      const double angle = t * std::pow(theta, -2.0 * i / HS);
+      const double angle = t * inv_freq[size_t(i)];
       table[(size_t(t) * half + i) * 2] = float(std::cos(angle));
       table[(size_t(t) * half + i) * 2 + 1] = float(std::sin(angle));
     }
   }
   return table;
+}
+
+std::vector<float> rope_table(int T, int HS, double theta) {
+  if (HS % 2 != 0) throw std::invalid_argument("rope: head size must be even");
+  return rope_table(T, rope_inv_freq(HS, theta));
 }
 
 template <typename X>

@@ -4,8 +4,8 @@
     python3 scripts/check-hf-export.py DIR
 
 DIR is what `hf_export_check DIR` writes (tests/tools/hf_export_check.cpp): for each family
-(gpt2, llama) a folder with hf/ (the exported model), meta.json (batch, seq, vocab, tokens) and
-logits.bin (meg's float32 logits [batch, seq, vocab]). Each model is loaded from local files only
+(gpt2, llama, llama3, qwen2, qwen3) a folder with hf/ (the exported model), meta.json (batch,
+seq, vocab, tokens) and logits.bin (meg's float32 logits [batch, seq, vocab]). Each model is loaded from local files only
 in float32, run on the same tokens, and its logits must be within 1e-3 of meg's (max abs
 difference). The script also saves each model again with save_pretrained and says whether
 transformers writes the same model.safetensors bytes as meg (informative: versions differ).

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Our Hugging Face exports in the real client: builds a small GPT-2 and a small Llama with meg's
-# CPU model, writes their logits on fixed tokens and exports them (BUILD_DIR/tests/hf_export_check),
+# Our Hugging Face exports in the real client: builds a small GPT-2, Llama, Llama 3.1 (RoPE
+# scaling), Qwen2 and Qwen3 with meg's CPU model, writes their logits on fixed tokens and exports them (BUILD_DIR/tests/hf_export_check),
 # then loads each export with PyTorch transformers and requires the same logits (fp32, max abs
 # difference below 1e-3). Needs python3 with torch and transformers; no network.
 #   bash scripts/check-hf-export.sh BUILD_DIR

@@ -1,6 +1,10 @@
 #include "convert/hf_config.hpp"
 
+#include <algorithm>
+#include <optional>
 #include <stdexcept>
+
+#include <fmt/format.h>
 
 #include "core/error.hpp"
 #include "core/json_file.hpp"
@@ -48,7 +52,16 @@ class Fields {
 const HfArchitecture kArchitectures[] = {
     {HfModelType::gpt2, "GPT2LMHeadModel", "gpt2", ModelFamily::gpt2, true},
     {HfModelType::llama, "LlamaForCausalLM", "llama", ModelFamily::llama, false},
+    {HfModelType::qwen2, "Qwen2ForCausalLM", "qwen2", ModelFamily::llama, false},
+    {HfModelType::qwen3, "Qwen3ForCausalLM", "qwen3", ModelFamily::llama, false},
+    {HfModelType::mistral, "MistralForCausalLM", "mistral", ModelFamily::llama, false},
 };
+
+const HfArchitecture& architecture_of_type(HfModelType type) {
+  for (const auto& a : kArchitectures)
+    if (a.type == type) return a;
+  throw std::logic_error("hf_architecture: unknown Hugging Face architecture");
+}
 
 // The architecture a config.json describes: model_type, else the first architecture.
 const HfArchitecture& hf_architecture_of(const json& j, const std::string& where) {
@@ -57,15 +70,17 @@ const HfArchitecture& hf_architecture_of(const json& j, const std::string& where
     const std::string type = f.string("model_type", "");
     for (const auto& a : kArchitectures)
       if (type == a.model_type) return a;
-    input_error("{}: key 'model_type': unknown architecture \"{}\" (meg reads gpt2 and llama)", where, type);
+    input_error("{}: key 'model_type': unknown architecture \"{}\" (meg reads gpt2, llama, qwen2, qwen3 and "
+                "mistral)",
+                where, type);
   }
   if (j.contains("architectures") && j["architectures"].is_array() && !j["architectures"].empty() &&
       j["architectures"][0].is_string()) {
     const std::string arch = j["architectures"][0].get<std::string>();
     for (const auto& a : kArchitectures)
       if (arch == a.name) return a;
-    input_error("{}: key 'architectures': unknown architecture \"{}\" (meg reads GPT2LMHeadModel and "
-                "LlamaForCausalLM)",
+    input_error("{}: key 'architectures': unknown architecture \"{}\" (meg reads GPT2LMHeadModel, "
+                "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM and MistralForCausalLM)",
                 where, arch);
   }
   input_error("{}: key 'model_type' is missing (and no architectures say what the model is)", where);
@@ -97,7 +112,61 @@ ModelConfig gpt2_from_hf(const json& j, const std::string& where) {
   return c;
 }
 
-ModelConfig llama_from_hf(const json& j, const std::string& where) {
+// rope_scaling (null: none), or transformers 5's rope_parameters, which holds rope_theta too and
+// takes the place of both keys: the rope_type (or its old name "type") "default", "linear" and
+// "llama3" with their keys (all required, as transformers' validation has them); others are
+// refused, "dynamic" too (its frequencies change with each forward's length). rope_parameters
+// of one set per layer type must hold the same set for every type.
+void rope_scaling_from_hf(const json& j, const std::string& where, ModelConfig& c) {
+  const Fields f(j, where);
+  const char* key = f.has("rope_parameters") ? "rope_parameters" : "rope_scaling";
+  if (!f.has(key)) return;
+  const json* params = &j.at(key);
+  if (!params->is_object()) f.refuse(key, "expected an object or null");
+  if (!params->empty() && std::all_of(params->begin(), params->end(), [](const json& v) { return v.is_object(); })) {
+    for (const json& per_type : *params)
+      if (per_type != params->begin().value()) f.refuse(key, "meg's layers share one RoPE: the layer types' differ");
+    params = &params->begin().value();
+  }
+  const json& rs = *params;
+  const std::string at = fmt::format("{}: key '{}'", where, key);
+  const Fields r(rs, at);
+  if (r.has("rope_theta")) c.rope_theta = r.number("rope_theta", 0);
+  const std::string type = r.has("rope_type") ? r.string("rope_type", "") : r.string("type", "default");
+  const auto number = [&](const char* name) {
+    if (!r.has(name)) input_error("{}: rope_type \"{}\" needs key '{}'", at, type, name);
+    return r.number(name, 0);
+  };
+  r.require("partial_rotary_factor", r.number("partial_rotary_factor", 1.0), 1.0, "meg rotates whole heads");
+  if (type == "default") return;
+  if (type == "linear") {
+    c.rotary_seq_len_interpolation_factor = number("factor");
+  } else if (type == "llama3") {
+    c.use_rope_scaling = true;
+    c.rope_scaling_factor = number("factor");
+    c.rope_scaling_low_freq_factor = number("low_freq_factor");
+    c.rope_scaling_high_freq_factor = number("high_freq_factor");
+    if (!r.has("original_max_position_embeddings"))
+      input_error("{}: rope_type \"llama3\" needs key 'original_max_position_embeddings'", at);
+    c.rope_scaling_original_max_position_embeddings = r.integer("original_max_position_embeddings");
+  } else if (type == "dynamic") {
+    f.refuse(key, "rope_type \"dynamic\" rescales the frequencies by each forward's sequence length, which meg "
+                  "does not model");
+  } else {
+    f.refuse(key, "meg models rope_type default, linear and llama3");
+  }
+}
+
+// The sliding window (null: none) is full attention when it covers every position.
+void require_full_attention(const Fields& f, const char* key, std::optional<int64_t> window, int64_t positions) {
+  if (window && *window < positions)
+    f.require(key, *window, positions,
+              "meg has no sliding-window attention: it must be null or at least max_position_embeddings");
+}
+
+// LlamaForCausalLM and the architectures of its layout (Qwen2, Qwen3, Mistral): their keys, with
+// transformers' defaults of each configuration class.
+ModelConfig llama_from_hf(const json& j, const std::string& where, HfModelType type) {
   const Fields f(j, where);
   ModelConfig c = ModelConfig::defaults(ModelFamily::llama);
   c.num_layers = f.integer("num_hidden_layers");
@@ -105,7 +174,9 @@ ModelConfig llama_from_hf(const json& j, const std::string& where) {
   c.num_heads = f.integer("num_attention_heads");
   c.num_kv_heads = f.integer("num_key_value_heads", c.num_heads);
   c.ffn_hidden_size = f.integer("intermediate_size");
-  c.seq_length = f.integer("max_position_embeddings", 2048);
+  const int64_t default_positions =
+      type == HfModelType::llama ? 2048 : type == HfModelType::mistral ? 4096 * 32 : 32768;
+  c.seq_length = f.integer("max_position_embeddings", default_positions);
   c.vocab_size = f.integer("vocab_size");
   c.norm_eps = f.number("rms_norm_eps", 1e-6);
   c.rope_theta = f.number("rope_theta", 10000.0);
@@ -113,23 +184,81 @@ ModelConfig llama_from_hf(const json& j, const std::string& where) {
   c.init_std = f.number("initializer_range", 0.02);
   c.hidden_dropout = 0.0;
   c.attention_dropout = f.number("attention_dropout", 0.0);
-  const bool attention_bias = f.boolean("attention_bias", false);
-  f.require("mlp_bias", f.boolean("mlp_bias", false), attention_bias,
-            "meg's use-bias covers the attention and the MLP alike: attention_bias and mlp_bias must agree");
-  c.use_bias = attention_bias;
   f.require("hidden_act", f.string("hidden_act", "silu"), std::string("silu"), "meg's Llama uses SwiGLU");
-  if (f.has("rope_scaling")) f.refuse("rope_scaling", "meg's RoPE has no frequency scaling");
-  if (f.has("head_dim") && c.num_heads > 0)
-    f.require("head_dim", f.integer("head_dim"), c.hidden_size / c.num_heads,
-              "meg's head size is hidden_size / num_attention_heads");
+  f.require("partial_rotary_factor", f.number("partial_rotary_factor", 1.0), 1.0, "meg rotates whole heads");
+  rope_scaling_from_hf(j, where, c);
+  switch (type) {
+    case HfModelType::llama: {
+      const bool attention_bias = f.boolean("attention_bias", false);
+      f.require("mlp_bias", f.boolean("mlp_bias", false), attention_bias,
+                "meg's use-bias covers the attention and the MLP alike: attention_bias and mlp_bias must agree");
+      c.use_bias = attention_bias;
+      break;
+    }
+    case HfModelType::qwen2:
+      c.use_bias = false;
+      c.add_qkv_bias = true;  // q_proj, k_proj and v_proj always have biases
+      break;
+    case HfModelType::qwen3:
+      f.require("attention_bias", f.boolean("attention_bias", false), false,
+                "biases on q/k/v and o_proj but not the MLP are not in meg's model");
+      c.use_bias = false;
+      c.qk_layernorm = true;
+      break;
+    case HfModelType::mistral: c.use_bias = false; break;
+    default: throw std::logic_error("llama_from_hf: not a Llama-like architecture");
+  }
+  // Qwen2's attention has no head_dim: its heads are hidden_size / num_attention_heads.
+  if (f.has("head_dim") && c.num_heads > 0) {
+    const int64_t head_dim = f.integer("head_dim");
+    if (type == HfModelType::qwen2)
+      f.require("head_dim", head_dim, c.hidden_size / c.num_heads,
+                "Qwen2's head size is hidden_size / num_attention_heads");
+    // kv-channels stays null where it is the default, so that the config round-trips.
+    if (c.hidden_size % c.num_heads != 0 || head_dim != c.hidden_size / c.num_heads) c.kv_channels = head_dim;
+  }
+  if (type == HfModelType::mistral) {
+    // MistralConfig's default window is 4096 when the key is absent.
+    const std::optional<int64_t> window =
+        !j.contains("sliding_window") ? std::optional<int64_t>(4096)
+        : j.at("sliding_window").is_null() ? std::nullopt
+                                           : std::optional<int64_t>(f.integer("sliding_window"));
+    require_full_attention(f, "sliding_window", window, c.seq_length);
+  }
+  if ((type == HfModelType::qwen2 || type == HfModelType::qwen3) && f.boolean("use_sliding_window", false)) {
+    const std::optional<int64_t> window =
+        f.has("sliding_window") ? std::optional<int64_t>(f.integer("sliding_window")) : std::nullopt;
+    require_full_attention(f, "sliding_window", window, c.seq_length);
+  }
   return c;
+}
+
+// config.json's rope_scaling for CONFIG's scaling (null without).
+json hf_rope_scaling(const ModelConfig& c) {
+  const RopeScaling s = c.rope_scaling();
+  switch (s.type) {
+    case RopeScalingType::none: return nullptr;
+    case RopeScalingType::linear: return {{"rope_type", "linear"}, {"factor", s.factor}};
+    case RopeScalingType::llama3:
+      return {{"rope_type", "llama3"},
+              {"factor", s.factor},
+              {"low_freq_factor", s.low_freq_factor},
+              {"high_freq_factor", s.high_freq_factor},
+              {"original_max_position_embeddings", s.original_max_position_embeddings}};
+  }
+  throw std::logic_error("hf_rope_scaling: unknown RoPE scaling");
 }
 
 }  // namespace
 
 const HfArchitecture& hf_architecture(const ModelConfig& config) {
-  for (const auto& a : kArchitectures)
-    if (a.family == config.family) return a;
+  switch (config.family) {
+    case ModelFamily::gpt2: return architecture_of_type(HfModelType::gpt2);
+    case ModelFamily::llama:
+      if (config.qk_layernorm) return architecture_of_type(HfModelType::qwen3);
+      if (config.add_qkv_bias && !config.use_bias) return architecture_of_type(HfModelType::qwen2);
+      return architecture_of_type(HfModelType::llama);
+  }
   input_error("model config: model family number {} has no Hugging Face architecture",
               static_cast<int>(config.family));
 }
@@ -147,12 +276,24 @@ void check_hf_exportable(const ModelConfig& c) {
       if (c.position_embedding != PositionEmbedding::learned_absolute)
         refuse("position-embedding-type " + to_string(c.position_embedding));
       if (!c.use_bias) refuse("use-bias false");
+      if (c.add_qkv_bias) refuse("add-qkv-bias");
+      if (c.qk_layernorm) refuse("qk-layernorm");
+      if (c.kv_channels > 0 && c.kv_channels * c.num_heads != c.hidden_size)
+        refuse(fmt::format("kv-channels {}", c.kv_channels));
       return;
     case HfModelType::llama:
+    case HfModelType::qwen2:
+    case HfModelType::qwen3:
+    case HfModelType::mistral:
       if (c.norm != NormKind::rmsnorm) refuse("norm " + to_string(c.norm));
       if (c.activation != Activation::swiglu) refuse("activation " + to_string(c.activation));
       if (c.position_embedding != PositionEmbedding::rope)
         refuse("position-embedding-type " + to_string(c.position_embedding));
+      if (arch.type == HfModelType::qwen3 && (c.use_bias || c.add_qkv_bias))
+        refuse("qk-layernorm and biases (Qwen3's attention_bias has no MLP biases; meg's q/k/v-only bias is Qwen2's)");
+      if (arch.type == HfModelType::qwen2 && c.head_size() * c.num_heads != c.hidden_size)
+        refuse(fmt::format("add-qkv-bias and kv-channels {} (Qwen2's head size is hidden_size / num_attention_heads)",
+                           c.kv_channels));
       return;
   }
   throw std::logic_error("check_hf_exportable: unknown Hugging Face architecture");
@@ -191,21 +332,31 @@ json hf_config_json(const ModelConfig& c, SafetensorsDtype dtype, const HfTokenI
       j["reorder_and_upcast_attn"] = false;
       break;
     case HfModelType::llama:
+    case HfModelType::qwen2:
+    case HfModelType::qwen3:
+    case HfModelType::mistral:
       j["hidden_act"] = "silu";
       j["num_hidden_layers"] = c.num_layers;
       j["hidden_size"] = c.hidden_size;
       j["num_attention_heads"] = c.num_heads;
       j["num_key_value_heads"] = c.num_kv_heads;
-      j["head_dim"] = c.head_size();
+      if (arch.type != HfModelType::qwen2) j["head_dim"] = c.head_size();
       j["intermediate_size"] = c.ffn_hidden_size;
       j["max_position_embeddings"] = c.seq_length;
       j["rms_norm_eps"] = c.norm_eps;
       j["rope_theta"] = c.rope_theta;
-      j["rope_scaling"] = nullptr;
-      j["attention_bias"] = c.use_bias;
-      j["mlp_bias"] = c.use_bias;
+      j["rope_scaling"] = hf_rope_scaling(c);
       j["attention_dropout"] = c.attention_dropout;
-      j["pretraining_tp"] = 1;
+      if (arch.type == HfModelType::llama) {
+        j["attention_bias"] = c.use_bias;
+        j["mlp_bias"] = c.use_bias;
+        j["pretraining_tp"] = 1;
+      } else {
+        if (arch.type == HfModelType::qwen3) j["attention_bias"] = false;
+        j["use_sliding_window"] = false;
+        j["sliding_window"] = nullptr;
+        j["max_window_layers"] = c.num_layers;
+      }
       break;
     default: throw std::logic_error("hf_config_json: unknown Hugging Face architecture");
   }
@@ -236,7 +387,10 @@ ModelConfig model_config_from_hf(const json& j, const std::string& where, int64_
   ModelConfig c;
   switch (arch.type) {
     case HfModelType::gpt2: c = gpt2_from_hf(j, where); break;
-    case HfModelType::llama: c = llama_from_hf(j, where); break;
+    case HfModelType::llama:
+    case HfModelType::qwen2:
+    case HfModelType::qwen3:
+    case HfModelType::mistral: c = llama_from_hf(j, where, arch.type); break;
     default: throw std::logic_error("model_config_from_hf: unknown Hugging Face architecture");
   }
   c.make_vocab_size_divisible_by = make_vocab_size_divisible_by;

@@ -76,8 +76,9 @@ const HfTensorTable& gpt2_table() {
 
 const HfTensorTable& llama_table() {
   using enum TensorRole;
-  // Registration order of LlamaDecoderLayer: self_attn (q, k, v, o), mlp (gate, up, down), then
-  // the two norms; each nn.Linear holds its weight, then its bias.
+  // Registration order of LlamaDecoderLayer: self_attn (q, k, v, o; Qwen3's q_norm, k_norm), mlp
+  // (gate, up, down), then the two norms; each nn.Linear holds its weight, then its bias. Qwen2,
+  // Qwen3 and Mistral share the layout; the tensors a config lacks are not in its checkpoint.
   static const HfTensorTable table = {
       {{"model.embed_tokens.weight", word_embeddings, kAttn, HfCut::vocabulary}},
       {{"model.layers.{}.self_attn.q_proj.weight", qkv_weight, kAttn, HfCut::part, 0},
@@ -88,6 +89,8 @@ const HfTensorTable& llama_table() {
        {"model.layers.{}.self_attn.v_proj.bias", qkv_bias, kAttn, HfCut::part, 2},
        {"model.layers.{}.self_attn.o_proj.weight", proj_weight, kAttn},
        {"model.layers.{}.self_attn.o_proj.bias", proj_bias, kAttn},
+       {"model.layers.{}.self_attn.q_norm.weight", q_norm_weight, kAttn},
+       {"model.layers.{}.self_attn.k_norm.weight", k_norm_weight, kAttn},
        {"model.layers.{}.mlp.gate_proj.weight", fc1_weight, kMlp, HfCut::part, 0},
        {"model.layers.{}.mlp.gate_proj.bias", fc1_bias, kMlp, HfCut::part, 0},
        {"model.layers.{}.mlp.up_proj.weight", fc1_weight, kMlp, HfCut::part, 1},
@@ -108,7 +111,10 @@ const HfTensorTable& llama_table() {
 const HfTensorTable& hf_tensor_table(const ModelConfig& config) {
   switch (hf_architecture(config).type) {
     case HfModelType::gpt2: return gpt2_table();
-    case HfModelType::llama: return llama_table();
+    case HfModelType::llama:
+    case HfModelType::qwen2:
+    case HfModelType::qwen3:
+    case HfModelType::mistral: return llama_table();
   }
   throw std::logic_error("hf_tensor_table: unknown Hugging Face architecture");
 }

@@ -2,8 +2,8 @@
 // per architecture (hf_config.hpp's lookup) saying, for each meg tensor role, the Hugging Face name
 // and how it is cut or transposed.
 //
-// transformers' GPT2LMHeadModel (model_type "gpt2") and LlamaForCausalLM ("llama") against meg's
-// table (model/param_table.hpp), for block i:
+// transformers' GPT2LMHeadModel (model_type "gpt2") and LlamaForCausalLM ("llama"; Qwen2, Qwen3 and
+// Mistral have its names) against meg's table (model/param_table.hpp), for block i:
 //
 //   GPT-2                                      meg
 //   transformer.wte.weight        [V, C]       embedding.word_embeddings.weight   rows [0, V)
@@ -30,7 +30,10 @@
 //   model.layers.i.mlp.gate_proj.weight        ...linear_fc1.weight rows [0, F)
 //   model.layers.i.mlp.up_proj.weight          ...linear_fc1.weight rows [F, 2F)
 //   model.layers.i.mlp.down_proj.weight        ...linear_fc2.weight
-//   (with use-bias, the q/k/v/o and gate/up/down biases alike: attention_bias and mlp_bias)
+//   (with use-bias, the q/k/v/o and gate/up/down biases alike: attention_bias and mlp_bias;
+//   with add-qkv-bias, Qwen2's, the q/k/v biases: ...linear_qkv.bias cut as the weight)
+//   model.layers.i.self_attn.q_norm.weight     ...self_attention.q_layernorm.weight (Qwen3)
+//   model.layers.i.self_attn.k_norm.weight     ...self_attention.k_layernorm.weight (Qwen3)
 //   model.norm.weight                          decoder.final_layernorm.weight
 //   lm_head.weight                [V, C]       output_layer.weight rows [0, V)  (untied only)
 //

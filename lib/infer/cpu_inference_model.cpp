@@ -96,7 +96,7 @@ AttentionCore<float>& CpuInferenceModel::attention_core(const LayerPlace& at) {
 }
 
 void CpuInferenceModel::attend(size_t l, std::span<const AppendRequest> requests, const AttentionActs<float>& a) {
-  const float theta = static_cast<float>(config_.rope_theta);  // as GptModel rounds it
+  const std::vector<double> inv_freq = config_.uses_rope() ? config_.rope_inv_freq() : std::vector<double>{};
   size_t row = 0;
   for (const AppendRequest& r : requests) {
     const int n = static_cast<int>(r.tokens.size());
@@ -111,9 +111,9 @@ void CpuInferenceModel::attend(size_t l, std::span<const AppendRequest> requests
       std::memcpy(v + size_t(first + i) * KV_, qkv + CQ_ + KV_, size_t(KV_) * sizeof(float));
     }
     if (config_.uses_rope()) {
-      cpu::rope_forward_from(q, q, n, NH_, HS_, first, theta);
+      cpu::rope_forward_from(q, q, n, NH_, HS_, first, std::span<const double>(inv_freq));
       float* new_keys = k + size_t(first) * KV_;
-      cpu::rope_forward_from(new_keys, new_keys, n, NKV_, HS_, first, theta);
+      cpu::rope_forward_from(new_keys, new_keys, n, NKV_, HS_, first, std::span<const double>(inv_freq));
     }
     cpu::attention_cached_forward(a.atty + row * CQ_, q, k, v, n, first, NH_, NKV_, HS_, scores_.data());
     row += size_t(n);

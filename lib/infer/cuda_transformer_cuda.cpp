@@ -101,7 +101,7 @@ CudaTransformer<X>::CudaTransformer(const ModelConfig& config, const std::vector
     MEG_CUDA_CHECK(cudaStreamSynchronize(s));  // before the staging array goes back to the cache
   }
   if (config_.uses_rope()) {
-    const auto table = cuda::rope_table(positions, dims_.HS, config_.rope_theta);
+    const auto table = cuda::rope_table(positions, config_.rope_inv_freq());
     rope_table_ = cuda::DeviceArray<float>(alloc_, table.size());
     MEG_CUDA_CHECK(cudaMemcpyAsync(rope_table_.get(), table.data(), table.size() * sizeof(float),
                                    cudaMemcpyHostToDevice, s));

@@ -62,11 +62,14 @@ ModelConfig llama_preset(int64_t layers, int64_t hidden, int64_t heads, int64_t 
 // The JSON keys, in the order to_json() writes them.
 const std::vector<std::string> kKeys = {
     "family",          "num-layers",      "hybrid-layer-pattern",
-    "hidden-size",     "num-heads",       "num-kv-heads",
+    "hidden-size",     "num-heads",       "num-kv-heads",    "kv-channels",
     "ffn-hidden-size", "seq-length",      "vocab-size",
     "make-vocab-size-divisible-by",       "padded-vocab-size",
     "norm-eps",        "position-embedding-type",            "rope-theta",
-    "tie-embeddings",  "use-bias",        "activation",
+    "use-rope-scaling", "rope-scaling-factor", "rope-scaling-low-freq-factor",
+    "rope-scaling-high-freq-factor", "rope-scaling-original-max-position-embeddings",
+    "rotary-seq-len-interpolation-factor",
+    "tie-embeddings",  "use-bias",        "add-qkv-bias",    "qk-layernorm",    "activation",
     "norm",            "init-std",        "hidden-dropout",
     "attention-dropout"};
 
@@ -139,7 +142,12 @@ ModelConfig ModelConfig::preset(const std::string& name) {
   if (name == "gpt2-774m") return gpt2_preset(36, 1280, 20);
   if (name == "gpt2-1.5b") return gpt2_preset(48, 1600, 25);
   // Llama 3.2 1B ties its output layer to the token embedding; Llama 3 8B does not.
-  if (name == "llama-1b") return llama_preset(16, 2048, 32, 8, 8192, 128256, true);
+  if (name == "llama-1b") {
+    ModelConfig c = llama_preset(16, 2048, 32, 8, 8192, 128256, true);
+    c.use_rope_scaling = true;
+    c.rope_scaling_factor = 32.0;
+    return c;
+  }
   if (name == "llama-8b") return llama_preset(32, 4096, 32, 8, 14336, 128256, false);
   if (name == "tiny") {
     ModelConfig c = gpt2_preset(2, 64, 4);
@@ -196,8 +204,12 @@ void ModelConfig::validate(const std::string& where) const {
     input_error("{}: padded-vocab-size {} must be a multiple of make-vocab-size-divisible-by {} "
                 "no smaller than vocab-size {}",
                 where, padded_vocab_size, make_vocab_size_divisible_by, vocab_size);
-  if (hidden_size % num_heads != 0)
-    input_error("{}: hidden-size {} is not divisible by num-heads {}", where, hidden_size, num_heads);
+  if (kv_channels < 0 || kv_channels > kMaxSize)
+    input_error("{}: kv-channels must be positive (or null for hidden-size / num-heads), got {}", where,
+                kv_channels);
+  if (kv_channels == 0 && hidden_size % num_heads != 0)
+    input_error("{}: hidden-size {} is not divisible by num-heads {} (give kv-channels for the head size)", where,
+                hidden_size, num_heads);
   if (num_heads % num_kv_heads != 0)
     input_error("{}: num-heads {} is not divisible by num-kv-heads {}", where, num_heads,
                 num_kv_heads);
@@ -208,11 +220,33 @@ void ModelConfig::validate(const std::string& where) const {
                 where, num_kv_heads, num_heads);
   if (uses_rope()) {
     if (head_size() % 2 != 0)
-      input_error("{}: head size {} (hidden-size {} / num-heads {}) must be even for RoPE", where,
-                  head_size(), hidden_size, num_heads);
+      input_error("{}: head size {} (kv-channels, or hidden-size / num-heads) must be even for RoPE", where,
+                  head_size());
     if (!(rope_theta > 0) || !std::isfinite(rope_theta))
       input_error("{}: rope-theta must be positive, got {}", where, rope_theta);
   }
+  if (use_rope_scaling) {
+    if (!uses_rope()) input_error("{}: use-rope-scaling needs position-embedding-type rope", where);
+    if (rotary_seq_len_interpolation_factor != 1.0)
+      input_error("{}: use-rope-scaling and rotary-seq-len-interpolation-factor {} exclude each other", where,
+                  rotary_seq_len_interpolation_factor);
+    if (!(rope_scaling_factor >= 1) || !std::isfinite(rope_scaling_factor))
+      input_error("{}: rope-scaling-factor must be at least 1, got {}", where, rope_scaling_factor);
+    if (!(rope_scaling_low_freq_factor > 0) || !(rope_scaling_high_freq_factor > rope_scaling_low_freq_factor) ||
+        !std::isfinite(rope_scaling_high_freq_factor))
+      input_error("{}: rope-scaling-high-freq-factor {} must be above rope-scaling-low-freq-factor {} > 0", where,
+                  rope_scaling_high_freq_factor, rope_scaling_low_freq_factor);
+    if (rope_scaling_original_max_position_embeddings <= 0)
+      input_error("{}: rope-scaling-original-max-position-embeddings must be positive, got {}", where,
+                  rope_scaling_original_max_position_embeddings);
+  }
+  if (!(rotary_seq_len_interpolation_factor >= 1) || !std::isfinite(rotary_seq_len_interpolation_factor))
+    input_error("{}: rotary-seq-len-interpolation-factor must be at least 1, got {}", where,
+                rotary_seq_len_interpolation_factor);
+  if (rotary_seq_len_interpolation_factor != 1.0 && !uses_rope())
+    input_error("{}: rotary-seq-len-interpolation-factor needs position-embedding-type rope", where);
+  if (qk_layernorm && norm != NormKind::rmsnorm)
+    input_error("{}: qk-layernorm is an RMSNorm of each head: it needs norm rmsnorm, not {}", where, to_string(norm));
   if (!(norm_eps > 0) || !std::isfinite(norm_eps))
     input_error("{}: norm-eps must be positive, got {}", where, norm_eps);
   if (!(init_std > 0) || !std::isfinite(init_std))
@@ -221,6 +255,25 @@ void ModelConfig::validate(const std::string& where) const {
     input_error("{}: hidden-dropout must be in [0, 1), got {}", where, hidden_dropout);
   if (!(attention_dropout >= 0 && attention_dropout < 1))
     input_error("{}: attention-dropout must be in [0, 1), got {}", where, attention_dropout);
+}
+
+RopeScaling ModelConfig::rope_scaling() const {
+  RopeScaling s;
+  if (use_rope_scaling) {
+    s.type = RopeScalingType::llama3;
+    s.factor = rope_scaling_factor;
+    s.low_freq_factor = rope_scaling_low_freq_factor;
+    s.high_freq_factor = rope_scaling_high_freq_factor;
+    s.original_max_position_embeddings = rope_scaling_original_max_position_embeddings;
+  } else if (rotary_seq_len_interpolation_factor != 1.0) {
+    s.type = RopeScalingType::linear;
+    s.factor = rotary_seq_len_interpolation_factor;
+  }
+  return s;
+}
+
+std::vector<double> ModelConfig::rope_inv_freq() const {
+  return meg::rope_inv_freq(static_cast<int>(head_size()), rope_theta, rope_scaling());
 }
 
 std::string ModelConfig::layer_pattern() const {
@@ -234,7 +287,7 @@ int64_t ModelConfig::num_parameters() const { return static_cast<int64_t>(table_
 int64_t ModelConfig::flops_per_token(int64_t T) const {
   int64_t attention_layers = 0;
   for (const LayerSpec& l : layers()) attention_layers += l.kind == LayerKind::attention;
-  return 6 * num_parameters() + 12 * attention_layers * hidden_size * T;
+  return 6 * num_parameters() + 12 * attention_layers * num_heads * head_size() * T;
 }
 
 nlohmann::ordered_json ModelConfig::to_json() const {
@@ -245,6 +298,7 @@ nlohmann::ordered_json ModelConfig::to_json() const {
   j["hidden-size"] = hidden_size;
   j["num-heads"] = num_heads;
   j["num-kv-heads"] = num_kv_heads;
+  j["kv-channels"] = kv_channels > 0 ? nlohmann::ordered_json(kv_channels) : nlohmann::ordered_json(nullptr);
   j["ffn-hidden-size"] = ffn_hidden_size;
   j["seq-length"] = seq_length;
   j["vocab-size"] = vocab_size;
@@ -253,8 +307,16 @@ nlohmann::ordered_json ModelConfig::to_json() const {
   j["norm-eps"] = norm_eps;
   j["position-embedding-type"] = to_string(position_embedding);
   j["rope-theta"] = rope_theta;
+  j["use-rope-scaling"] = use_rope_scaling;
+  j["rope-scaling-factor"] = rope_scaling_factor;
+  j["rope-scaling-low-freq-factor"] = rope_scaling_low_freq_factor;
+  j["rope-scaling-high-freq-factor"] = rope_scaling_high_freq_factor;
+  j["rope-scaling-original-max-position-embeddings"] = rope_scaling_original_max_position_embeddings;
+  j["rotary-seq-len-interpolation-factor"] = rotary_seq_len_interpolation_factor;
   j["tie-embeddings"] = tie_embeddings;
   j["use-bias"] = use_bias;
+  j["add-qkv-bias"] = add_qkv_bias;
+  j["qk-layernorm"] = qk_layernorm;
   j["activation"] = to_string(activation);
   j["norm"] = to_string(norm);
   j["init-std"] = init_std;
@@ -293,6 +355,8 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& w
   if (has("hidden-size")) c.hidden_size = json_get<int64_t>(j, "hidden-size", where);
   if (has("num-heads")) c.num_heads = json_get<int64_t>(j, "num-heads", where);
   if (has("num-kv-heads")) c.num_kv_heads = json_get<int64_t>(j, "num-kv-heads", where);
+  if (has("kv-channels"))
+    c.kv_channels = j.at("kv-channels").is_null() ? 0 : json_get<int64_t>(j, "kv-channels", where);
   if (has("ffn-hidden-size")) c.ffn_hidden_size = json_get<int64_t>(j, "ffn-hidden-size", where);
   if (has("seq-length")) c.seq_length = json_get<int64_t>(j, "seq-length", where);
   if (has("vocab-size")) c.vocab_size = json_get<int64_t>(j, "vocab-size", where);
@@ -303,8 +367,21 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& w
   if (has("position-embedding-type"))
     c.position_embedding = parse_position_embedding(json_get<std::string>(j, "position-embedding-type", where), where);
   if (has("rope-theta")) c.rope_theta = json_get<double>(j, "rope-theta", where);
+  if (has("use-rope-scaling")) c.use_rope_scaling = json_get<bool>(j, "use-rope-scaling", where);
+  if (has("rope-scaling-factor")) c.rope_scaling_factor = json_get<double>(j, "rope-scaling-factor", where);
+  if (has("rope-scaling-low-freq-factor"))
+    c.rope_scaling_low_freq_factor = json_get<double>(j, "rope-scaling-low-freq-factor", where);
+  if (has("rope-scaling-high-freq-factor"))
+    c.rope_scaling_high_freq_factor = json_get<double>(j, "rope-scaling-high-freq-factor", where);
+  if (has("rope-scaling-original-max-position-embeddings"))
+    c.rope_scaling_original_max_position_embeddings =
+        json_get<int64_t>(j, "rope-scaling-original-max-position-embeddings", where);
+  if (has("rotary-seq-len-interpolation-factor"))
+    c.rotary_seq_len_interpolation_factor = json_get<double>(j, "rotary-seq-len-interpolation-factor", where);
   if (has("tie-embeddings")) c.tie_embeddings = json_get<bool>(j, "tie-embeddings", where);
   if (has("use-bias")) c.use_bias = json_get<bool>(j, "use-bias", where);
+  if (has("add-qkv-bias")) c.add_qkv_bias = json_get<bool>(j, "add-qkv-bias", where);
+  if (has("qk-layernorm")) c.qk_layernorm = json_get<bool>(j, "qk-layernorm", where);
   if (has("activation")) c.activation = parse_activation(json_get<std::string>(j, "activation", where), where);
   if (has("norm")) c.norm = parse_norm(json_get<std::string>(j, "norm", where), where);
   if (has("init-std")) c.init_std = json_get<double>(j, "init-std", where);

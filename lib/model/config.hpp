@@ -18,7 +18,10 @@
 //                                 default "*-" repeated num-layers times ("M" Mamba and "E" MoE
 //                                 are refused until they are implemented)
 //   hidden-size                   model width C
-//   num-heads                     query heads NH; head size HS = C / NH
+//   num-heads                     query heads NH
+//   kv-channels                   head size HS (Megatron's name); null (default) = C / NH. The
+//                                 q/k/v projections have NH*HS and NKV*HS rows, the output
+//                                 projection NH*HS columns (Qwen3, Mistral-Nemo: HS != C / NH)
 //   num-kv-heads                  key/value heads NKV (grouped-query attention); default NH
 //   ffn-hidden-size               MLP width; default 4 * C (also after a new hidden-size, for
 //                                 GELU configs whose ffn was 4 * C)
@@ -30,8 +33,19 @@
 //   norm-eps                      LayerNorm / RMSNorm epsilon
 //   position-embedding-type       "learned_absolute" | "rope" | "none" (Megatron's names)
 //   rope-theta                    RoPE base (position-embedding-type rope)
+//   use-rope-scaling              Llama 3.1's frequency scaling (Megatron's --use-rope-scaling,
+//                                 transformers' rope_type "llama3"; ops/rope_frequencies.hpp), with
+//   rope-scaling-factor           its factor (8, Megatron's --rope-scaling-factor),
+//   rope-scaling-low-freq-factor, rope-scaling-high-freq-factor   (1 and 4) and
+//   rope-scaling-original-max-position-embeddings                 (8192), as Megatron fixes them
+//   rotary-seq-len-interpolation-factor   linear scaling: positions divided by it (1 = none;
+//                                 transformers' rope_type "linear"); not with use-rope-scaling
 //   tie-embeddings                output layer shares the token embedding
 //   use-bias                      linear layers have biases
+//   add-qkv-bias                  the q/k/v projection has a bias even without use-bias (Qwen2)
+//   qk-layernorm                  per-head RMSNorm of q and k (weights [HS], eps norm-eps) after
+//                                 the projection, before RoPE (Qwen3's q_norm and k_norm); needs
+//                                 norm rmsnorm
 //   activation                    "gelu_tanh" | "swiglu" (a gated MLP: fc1 is [gate; up])
 //   norm                          "layernorm" | "rmsnorm"
 //   init-std                      standard deviation of the normal weight initialisation
@@ -51,7 +65,8 @@
 //               500000. Embeddings are TIED, as in the released model (1,235,814,400 parameters).
 //               Seq length 2048 by default (the released model has 131072 positions; RoPE has no
 //               learned positions, so this is only the training length; raise it with
-//               --seq-length). Llama 3.2's "llama3" RoPE frequency scaling is not modelled.
+//               --seq-length). Llama 3.2's "llama3" RoPE frequency scaling is on: factor 32,
+//               low/high frequency factors 1 and 4, original positions 8192.
 //   llama-8b    Llama 3 8B: 32 x 4096, 32 heads, 8 KV heads, ffn 14336, vocab 128256, theta
 //               500000, untied. Seq length 2048 by default (the released model uses 8192).
 //   tiny        demo and tests: GPT-2 family, 2 x 64, 4 heads, ffn 256, seq 64
@@ -70,6 +85,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/layer_spec.hpp"
+#include "ops/rope_frequencies.hpp"
 
 namespace meg {
 
@@ -100,6 +116,7 @@ struct ModelConfig {
   int64_t hidden_size = 0;
   int64_t num_heads = 0;
   int64_t num_kv_heads = 0;
+  int64_t kv_channels = 0;  // 0: hidden_size / num_heads
   int64_t ffn_hidden_size = 0;
   int64_t seq_length = 0;
   int64_t vocab_size = 0;
@@ -107,8 +124,16 @@ struct ModelConfig {
   int64_t padded_vocab_size = 0;
   double norm_eps = 1e-5;
   double rope_theta = 500000.0;
+  bool use_rope_scaling = false;
+  double rope_scaling_factor = 8.0;
+  double rope_scaling_low_freq_factor = 1.0;
+  double rope_scaling_high_freq_factor = 4.0;
+  int64_t rope_scaling_original_max_position_embeddings = 8192;
+  double rotary_seq_len_interpolation_factor = 1.0;
   bool tie_embeddings = true;
   bool use_bias = true;
+  bool add_qkv_bias = false;
+  bool qk_layernorm = false;
   Activation activation = Activation::gelu_tanh;
   NormKind norm = NormKind::layernorm;
   PositionEmbedding position_embedding = PositionEmbedding::learned_absolute;
@@ -122,7 +147,17 @@ struct ModelConfig {
   static ModelConfig preset(const std::string& name);
   static const std::vector<std::string>& preset_names();
 
-  int64_t head_size() const { return num_heads > 0 ? hidden_size / num_heads : 0; }
+  int64_t head_size() const {
+    if (kv_channels > 0) return kv_channels;
+    return num_heads > 0 ? hidden_size / num_heads : 0;
+  }
+  // Whether the q/k/v projection has a bias (use-bias or add-qkv-bias).
+  bool qkv_has_bias() const { return use_bias || add_qkv_bias; }
+  // RoPE's frequency scaling (use-rope-scaling, rotary-seq-len-interpolation-factor) and the
+  // HS / 2 inverse frequencies of its heads (ops/rope_frequencies.hpp): the one source of the
+  // rotation angles for the CPU and the GPU.
+  RopeScaling rope_scaling() const;
+  std::vector<double> rope_inv_freq() const;
   bool learned_positions() const { return position_embedding == PositionEmbedding::learned_absolute; }
   bool uses_rope() const { return position_embedding == PositionEmbedding::rope; }
   // The layer sequence: hybrid_layer_pattern, or "*-" x num_layers; and its layers

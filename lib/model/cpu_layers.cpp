@@ -68,6 +68,40 @@ void residual_branch_forward(CpuLayerPath<F>& path, const F* inp, size_t w, size
   residual_add(out, x, branch, path.rows(N) * size_t(C));
 }
 
+// qk-layernorm: the RMSNorm (weights WQ for the NH query heads, WK for the NKV key heads, of HS
+// each) of every head of the q and k columns of QKV [N, QKV], in place, keeping the columns as
+// they were in RAW [N, CQ + KV] and the heads' rstd in RSTD [N, NH + NKV].
+template <typename F>
+void qk_norm_forward(F* qkv, F* raw, F* rstd, const F* wq, const F* wk, const LayerDims& d, F eps) {
+  const size_t N = size_t(d.N), QK = size_t(d.CQ + d.KV), heads = size_t(d.NH + d.NKV);
+  gather_cols(raw, qkv, N, size_t(d.QKV), 0, QK);
+  for (size_t n = 0; n < N; ++n) {
+    F* row = qkv + n * size_t(d.QKV);
+    const F* in = raw + n * QK;
+    cpu::rmsnorm_forward(row, rstd + n * heads, in, wq, d.NH, d.HS, eps);
+    cpu::rmsnorm_forward(row + d.CQ, rstd + n * heads + d.NH, in + d.CQ, wk, d.NKV, d.HS, eps);
+  }
+}
+
+// Its backward: DQKV's q and k columns, the gradient of the normalised ones, become the raw
+// columns' (DRAW [N, CQ + KV] is scratch); the weights' gradients are added to DWQK [2 HS]: the
+// query norm's, then the key norm's (this rank's heads only).
+template <typename F>
+void qk_norm_backward(F* dqkv, F* draw, F* dwqk, const F* raw, const F* rstd, const F* wq, const F* wk,
+                      const LayerDims& d) {
+  const size_t N = size_t(d.N), QK = size_t(d.CQ + d.KV), heads = size_t(d.NH + d.NKV);
+  zero(draw, N * QK);
+  for (size_t n = 0; n < N; ++n) {
+    const F* dout = dqkv + n * size_t(d.QKV);
+    const F* in = raw + n * QK;
+    F* din = draw + n * QK;
+    cpu::rmsnorm_backward(din, dwqk, dout, in, wq, rstd + n * heads, d.NH, d.HS);
+    cpu::rmsnorm_backward(din + d.CQ, dwqk + d.HS, dout + d.CQ, in + d.CQ, wk, rstd + n * heads + d.NH, d.NKV,
+                          d.HS);
+  }
+  scatter_cols(dqkv, static_cast<const F*>(draw), N, size_t(d.QKV), 0, QK);
+}
+
 }  // namespace
 
 template <typename F>
@@ -87,9 +121,9 @@ void CausalAttention<F>::forward(AttentionActs<F>& a, const LayerDims& d) {
   gather_cols(a.q, a.qkv, N, size_t(d.QKV), 0, size_t(d.CQ));
   gather_cols(a.k, a.qkv, N, size_t(d.QKV), size_t(d.CQ), size_t(d.KV));
   gather_cols(a.v, a.qkv, N, size_t(d.QKV), size_t(d.CQ + d.KV), size_t(d.KV));
-  if (rope_) {
-    cpu::rope_forward(a.q, a.q, B_, T_, d.NH, d.HS, theta_);
-    cpu::rope_forward(a.k, a.k, B_, T_, d.NKV, d.HS, theta_);
+  if (!inv_freq_.empty()) {
+    cpu::rope_forward(a.q, a.q, B_, T_, d.NH, d.HS, inv_freq_);
+    cpu::rope_forward(a.k, a.k, B_, T_, d.NKV, d.HS, inv_freq_);
   }
   cpu::attention_forward(a.atty, a.att, a.q, a.k, a.v, B_, T_, d.NH, d.NKV, d.HS, p_, key_);
 }
@@ -97,18 +131,18 @@ void CausalAttention<F>::forward(AttentionActs<F>& a, const LayerDims& d) {
 template <typename F>
 void CausalAttention<F>::backward(const AttentionActs<F>& a, const AttentionGrads<F>& s,
                                   const LayerDims& d) const {
-  const size_t n = size_t(d.N), NC = n * size_t(d.C), nkv = n * size_t(d.KV);
+  const size_t n = size_t(d.N), NC = n * size_t(d.CQ), nkv = n * size_t(d.KV);
   zero(s.dq, NC);
   zero(s.dk, nkv);
   zero(s.dv, nkv);
   cpu::attention_backward(s.dq, s.dk, s.dv, s.datty, a.q, a.k, a.v, a.att, B_, T_, d.NH, d.NKV, d.HS, p_, key_);
   const F* dq = s.dq;
   const F* dk = s.dk;
-  if (rope_) {
+  if (!inv_freq_.empty()) {
     zero(s.dqr, NC);
     zero(s.dkr, nkv);
-    cpu::rope_backward(s.dqr, s.dq, B_, T_, d.NH, d.HS, theta_);
-    cpu::rope_backward(s.dkr, s.dk, B_, T_, d.NKV, d.HS, theta_);
+    cpu::rope_backward(s.dqr, s.dq, B_, T_, d.NH, d.HS, inv_freq_);
+    cpu::rope_backward(s.dkr, s.dk, B_, T_, d.NKV, d.HS, inv_freq_);
     dq = s.dqr;
     dk = s.dkr;
   }
@@ -158,6 +192,7 @@ class CarvedCpuLayer : public CpuLayer<F> {
   virtual Grads grads(Carver<F>& c, int N) const = 0;
   // This rank's sizes over N rows.
   LayerDims dims(int N) const { return layer_dims(config_, tp_size_, N); }
+  const ModelConfig& config() const { return config_; }
 
  private:
   ModelConfig config_;
@@ -179,6 +214,9 @@ class CpuAttentionLayer final : public CarvedCpuLayer<F, AttentionActs<F>, Atten
     AttentionActs<F> a = this->acts(c, rows);
     norm_linear_forward(path, a.ln, a.ln_mean, a.ln_rstd, a.qkv, x, t[norm_weight], t[norm_bias], t[qkv_weight],
                         t[qkv_bias], d.N, d.C, d.QKV);
+    if (this->config().qk_layernorm)
+      qk_norm_forward(a.qkv, a.qk_raw, a.qk_rstd, path.p(t[q_norm_weight]), path.p(t[k_norm_weight]), d,
+                      static_cast<F>(this->config().norm_eps));
     path.attention_core(at).forward(a, d);
     residual_branch_forward(path, a.atty, t[proj_weight], t[proj_bias], d.N, d.CQ, d.C,
                             block_dropout_sites(at.block) + 2, x, out);
@@ -192,12 +230,24 @@ class CpuAttentionLayer final : public CarvedCpuLayer<F, AttentionActs<F>, Atten
     Carver<F> c(acts_base), cs(scratch);
     const AttentionActs<F> a = this->acts(c, rows);
     const AttentionGrads<F> s = this->grads(cs, rows.N);
-    const size_t NC = size_t(d.N) * size_t(d.C);
     const F* dbranch = path.branch_grad(dres, d.N, block_dropout_sites(at.block) + 2);
-    zero(s.datty, NC);
+    zero(s.datty, size_t(d.N) * size_t(d.CQ));
     cpu::linear_backward(s.datty, path.g(t[proj_weight]), path.g(t[proj_bias]), dbranch, a.atty,
                          path.p(t[proj_weight]), d.N, d.CQ, d.C);
     path.causal_attention(at).backward(a, s, d);
+    if (this->config().qk_layernorm) {
+      const size_t HS = size_t(d.HS);
+      zero(s.dqk_norm, 2 * HS);
+      qk_norm_backward(s.dqkv, s.dqk_raw, s.dqk_norm, a.qk_raw, a.qk_rstd, path.p(t[q_norm_weight]),
+                       path.p(t[k_norm_weight]), d);
+      path.sum_over_heads(s.dqk_norm, 2 * HS);
+      F* gq = path.g(t[q_norm_weight]);
+      F* gk = path.g(t[k_norm_weight]);
+      for (size_t i = 0; i < HS; ++i) {
+        gq[i] += s.dqk_norm[i];
+        gk[i] += s.dqk_norm[HS + i];
+      }
+    }
     norm_linear_backward(path, s.dln, s.dqkv, a.ln, a.ln_mean, a.ln_rstd, x, t[norm_weight], t[norm_bias],
                          t[qkv_weight], t[qkv_bias], d.N, d.C, d.QKV, dres);
   }
@@ -206,32 +256,38 @@ class CpuAttentionLayer final : public CarvedCpuLayer<F, AttentionActs<F>, Atten
   // The activations over ROWS, with the attention probabilities in training.
   AttentionActs<F> acts(Carver<F>& c, const CpuRows& rows) const override {
     const LayerDims d = this->dims(rows.N);
-    const size_t N = size_t(d.N), C = size_t(d.C), KV = size_t(d.KV);
+    const size_t N = size_t(d.N), C = size_t(d.C), CQ = size_t(d.CQ), KV = size_t(d.KV);
     const size_t scores = rows.training() ? size_t(rows.B) * size_t(d.NH) * size_t(rows.T) * size_t(rows.T) : 0;
+    const bool qk_norm = this->config().qk_layernorm;
     AttentionActs<F> a;
     a.ln = c.take(N * C);
     a.ln_mean = c.take(N);
     a.ln_rstd = c.take(N);
     a.qkv = c.take(N * size_t(d.QKV));
-    a.q = c.take(N * C);
+    a.qk_raw = qk_norm ? c.take(N * (CQ + KV)) : nullptr;
+    a.qk_rstd = qk_norm ? c.take(N * size_t(d.NH + d.NKV)) : nullptr;
+    a.q = c.take(N * CQ);
     a.k = c.take(N * KV);
     a.v = c.take(N * KV);
     a.att = c.take(scores);
-    a.atty = c.take(N * C);
+    a.atty = c.take(N * CQ);
     return a;
   }
   AttentionGrads<F> grads(Carver<F>& c, int n) const override {
     const LayerDims d = this->dims(n);
-    const size_t N = size_t(d.N), C = size_t(d.C), KV = size_t(d.KV);
+    const size_t N = size_t(d.N), C = size_t(d.C), CQ = size_t(d.CQ), KV = size_t(d.KV);
+    const bool qk_norm = this->config().qk_layernorm;
     AttentionGrads<F> s;
     s.dln = c.take(N * C);
     s.dqkv = c.take(N * size_t(d.QKV));
-    s.dq = c.take(N * C);
+    s.dq = c.take(N * CQ);
     s.dk = c.take(N * KV);
     s.dv = c.take(N * KV);
-    s.dqr = c.take(N * C);
+    s.dqr = c.take(N * CQ);
     s.dkr = c.take(N * KV);
-    s.datty = c.take(N * C);
+    s.datty = c.take(N * CQ);
+    s.dqk_raw = qk_norm ? c.take(N * (CQ + KV)) : nullptr;
+    s.dqk_norm = qk_norm ? c.take(2 * size_t(d.HS)) : nullptr;
     return s;
   }
 };

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "model/config.hpp"
@@ -40,10 +41,12 @@ void cpu_norm_forward(const ModelConfig& config, F* out, F* mean, F* rstd, const
                       int N);
 
 // The attention layer's activations (generation points them at scratch) and its core: from
-// a.qkv [N, QKV] the attention output a.atty [N, CQ].
+// a.qkv [N, QKV] the attention output a.atty [N, CQ]. With qk-layernorm, a.qkv's q and k columns
+// are normalised in place; qk_raw [N, CQ + KV] keeps them as the projection gave them, qk_rstd
+// [N, NH + NKV] their heads' norms (both null without qk-layernorm).
 template <typename F>
 struct AttentionActs {
-  F *ln, *ln_mean, *ln_rstd, *qkv, *q, *k, *v, *att, *atty;
+  F *ln, *ln_mean, *ln_rstd, *qkv, *qk_raw, *qk_rstd, *q, *k, *v, *att, *atty;
 };
 template <typename F>
 class AttentionCore {
@@ -75,27 +78,28 @@ class CpuLayerPath {
   ~CpuLayerPath() = default;
 };
 
-// The backwards' scratch of the attention layer.
+// The backwards' scratch of the attention layer (dqk_raw and dqk_norm, the q/k norms' weight
+// gradients [2 HS], with qk-layernorm only).
 template <typename F>
 struct AttentionGrads {
-  F *dln, *dqkv, *dq, *dk, *dv, *dqr, *dkr, *datty;
+  F *dln, *dqkv, *dq, *dk, *dv, *dqr, *dkr, *datty, *dqk_raw, *dqk_norm;
 };
 
 // Training's core: causal attention over a batch of B sequences of T (N = B*T rows), RoPE at the
-// rows' positions, attention dropout P with KEY's masks.
+// rows' positions with INV_FREQ (ModelConfig::rope_inv_freq; empty: no RoPE; it must outlive the
+// core), attention dropout P with KEY's masks.
 template <typename F>
 class CausalAttention final : public AttentionCore<F> {
  public:
-  CausalAttention(int B, int T, bool rope, F theta, double p, const cpu::DropoutKey& key)
-      : B_(B), T_(T), rope_(rope), theta_(theta), p_(p), key_(key) {}
+  CausalAttention(int B, int T, std::span<const double> inv_freq, double p, const cpu::DropoutKey& key)
+      : B_(B), T_(T), inv_freq_(inv_freq), p_(p), key_(key) {}
   void forward(AttentionActs<F>& a, const LayerDims& d) override;
   // S.dqkv = the gradient of a.qkv from S.datty, the attention output's.
   void backward(const AttentionActs<F>& a, const AttentionGrads<F>& s, const LayerDims& d) const;
 
  private:
   int B_, T_;
-  bool rope_;
-  F theta_;
+  std::span<const double> inv_freq_;
   double p_;
   cpu::DropoutKey key_;
 };
@@ -117,6 +121,9 @@ class CpuTrainingPath : public CpuLayerPath<F> {
                              int R) = 0;
   // The core of the attention layer AT, as attention_core() gave it to its forward.
   virtual const CausalAttention<F>& causal_attention(const LayerPlace& at) = 0;
+  // Sums PART, a gradient each rank has from its own heads (qk-layernorm's weights), over the
+  // tensor-parallel group, in place.
+  virtual void sum_over_heads(F* part, size_t n) = 0;
 
  protected:
   ~CpuTrainingPath() = default;

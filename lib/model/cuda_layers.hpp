@@ -139,11 +139,16 @@ struct CudaNormLinear {
 // The attention layer's activations: LN [N, C] (recomputed), its statistics [R] (training), QKV
 // [N, QKV] (q and k rotated in place with RoPE), LSE [B, NH, T] the softmax's log-sum-exps
 // (training) and ATTY [N, CQ] the attention's output.
+// With qk-layernorm, a.qkv's q and k columns are normalised in place after the product (before
+// RoPE); QK_RAW keeps them as the product gave them, the q heads [N, CQ] then the k heads [N, KV],
+// and QK_RSTD their heads' norms, [N, NH] then [N, NKV] (both null without qk-layernorm).
 template <typename X>
 struct CudaAttentionActs {
   X* ln;
   float *ln_mean, *ln_rstd;
   X* qkv;
+  X* qk_raw;
+  float* qk_rstd;
   float* lse;
   X* atty;
 };
@@ -239,6 +244,10 @@ class CudaTrainingPath : public CudaLayerPath<X> {
   virtual void weight_backward(size_t w, size_t b, const X* dout, const X* inp, int N, int C, int OC) = 0;
   // The core of the attention layer AT, as attention_core() gave it to its forward.
   virtual const CudaCausalAttention<X>& causal_attention(const LayerPlace& at) = 0;
+  // Adds to DINP the gradient of INP [ROWS, HS], heads through qk-layernorm's RMSNorm of weight W,
+  // from DOUT; W's gradient (each rank's from its own heads, so summed over the tensor-parallel
+  // group) accumulates.
+  virtual void head_norm_backward(X* dinp, const X* dout, const X* inp, size_t w, const float* rstd, int rows) = 0;
 
  protected:
   ~CudaTrainingPath() = default;

@@ -3,6 +3,7 @@
 #include "model/cuda_layers.hpp"
 
 #include <algorithm>
+#include <array>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -11,6 +12,7 @@
 
 #include "core/error.hpp"
 #include "model/layer_spec.hpp"
+#include "ops/cuda/check.hpp"
 
 namespace meg {
 
@@ -91,6 +93,56 @@ void norm_linear_backward(CudaTrainingPath<X>& path, X* dln, const X* dout, cons
   path.norm_backward(dres, dl, x, norm_w, norm_b, mean, rstd, rows.R);
 }
 
+// Columns [0, WIDTH) of N rows of stride SRC_STRIDE to rows of stride DST_STRIDE (elements).
+template <typename X>
+void copy_rows(X* dst, size_t dst_stride, const X* src, size_t src_stride, int N, size_t width, cudaStream_t s) {
+  if (N <= 0 || width == 0) return;
+  MEG_CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_stride * sizeof(X), src, src_stride * sizeof(X), width * sizeof(X),
+                                   size_t(N), cudaMemcpyDeviceToDevice, s));
+}
+
+// The q heads (columns [0, CQ) of qkv, NH of them, weight role q_norm_weight) or the k heads
+// (columns [CQ, CQ + KV), NKV, k_norm_weight) of the attention layer's activations: where each
+// sits in a.qkv, a.qk_raw and a.qk_rstd.
+struct QkPart {
+  size_t col, raw, rstd;
+  int heads;
+  TensorRole weight;
+};
+inline std::array<QkPart, 2> qk_parts(const LayerDims& d) {
+  const size_t N = size_t(d.N);
+  return {QkPart{0, 0, 0, d.NH, TensorRole::q_norm_weight},
+          QkPart{size_t(d.CQ), N * size_t(d.CQ), N * size_t(d.NH), d.NKV, TensorRole::k_norm_weight}};
+}
+
+// qk-layernorm's forward: each q and k head of a.qkv RMS-normalised in place, the columns kept in
+// a.qk_raw, the norms in a.qk_rstd; TMP holds N x CQ.
+template <typename X>
+void qk_norm_forward(CudaLayerPath<X>& path, const CudaAttentionActs<X>& a, const LayerTensors& t, const LayerDims& d,
+                     float eps, X* tmp) {
+  for (const QkPart& q : qk_parts(d)) {
+    const size_t width = size_t(q.heads) * size_t(d.HS);
+    copy_rows(a.qk_raw + q.raw, width, a.qkv + q.col, size_t(d.QKV), d.N, width, path.stream());
+    cuda::rmsnorm_forward(tmp, a.qk_rstd + q.rstd, a.qk_raw + q.raw, path.p(t[q.weight]), d.N * q.heads, d.HS, eps,
+                          path.stream());
+    copy_rows(a.qkv + q.col, size_t(d.QKV), tmp, width, d.N, width, path.stream());
+  }
+}
+
+// Its backward, in place on DQKV's q and k columns (the normalised heads' gradients become the raw
+// ones'); DOUT and DINP hold N x CQ each.
+template <typename X>
+void qk_norm_backward(CudaTrainingPath<X>& path, const CudaAttentionActs<X>& a, const LayerTensors& t,
+                      const LayerDims& d, X* dqkv, X* dout, X* dinp) {
+  for (const QkPart& q : qk_parts(d)) {
+    const size_t width = size_t(q.heads) * size_t(d.HS);
+    copy_rows(dout, width, dqkv + q.col, size_t(d.QKV), d.N, width, path.stream());
+    MEG_CUDA_CHECK(cudaMemsetAsync(dinp, 0, size_t(d.N) * width * sizeof(X), path.stream()));
+    path.head_norm_backward(dinp, dout, a.qk_raw + q.raw, t[q.weight], a.qk_rstd + q.rstd, d.N * q.heads);
+    copy_rows(dqkv + q.col, size_t(d.QKV), dinp, width, d.N, width, path.stream());
+  }
+}
+
 }  // namespace
 
 template <typename X>
@@ -157,6 +209,7 @@ class CarvedCudaLayer : public CudaLayer<X> {
   }
   // This rank's sizes over N rows.
   LayerDims dims(int N) const { return layer_dims(config_, tp_size_, N); }
+  const ModelConfig& config() const { return config_; }
 
  private:
   ModelConfig config_;
@@ -166,7 +219,7 @@ class CarvedCudaLayer : public CudaLayer<X> {
 // The attention layer's backward scratch.
 template <typename X>
 struct AttentionGrads {
-  X *dln, *dqkv, *datty;
+  X *dln, *dqkv, *datty, *dqk_out, *dqk_in;  // the last two with qk-layernorm only
 };
 
 // The attention layer: OUT = X + dropout(proj(core(qkv(norm(X))))).
@@ -178,7 +231,8 @@ class CudaAttentionLayer final : public CarvedCudaLayer<X, CudaAttentionActs<X>,
   size_t reduction_floats(const CudaRows& rows) const override {
     const LayerDims d = this->dims(rows.N);
     return std::max({norm_scratch(d.N, d.C), cuda::bias_backward_scratch(d.N, std::max(d.QKV, d.C)),
-                     cuda::attention_backward_scratch(rows.B, rows.T, d.NH)});
+                     cuda::attention_backward_scratch(rows.B, rows.T, d.NH),
+                     this->config().qk_layernorm ? cuda::rmsnorm_backward_scratch(d.N * d.NH, d.HS) : size_t(0)});
   }
 
   void forward(CudaLayerPath<X>& path, const LayerPlace& at, const CudaRows& rows, std::span<void* const> acts,
@@ -189,11 +243,19 @@ class CudaAttentionLayer final : public CarvedCudaLayer<X, CudaAttentionActs<X>,
     const CudaAttentionActs<X> a = this->bound(acts, rows);
     CudaAttentionCore<X>& core = path.attention_core(at);
     const cuda::SmallLinearKvAppend<X>* kv = core.kv_append();
+    // With qk-layernorm the cache takes the keys after their norm: the product only stores.
+    const bool qk_norm = this->config().qk_layernorm;
     CudaNormLinear<X> op = branch_start(t, qkv_weight, qkv_bias, d, d.QKV, x, a.ln, a.ln_mean, a.ln_rstd);
     op.out = a.qkv;
-    op.epilogue = kv ? E::kv_append : E::store;
-    op.kv_append = kv;
+    op.epilogue = kv && !qk_norm ? E::kv_append : E::store;
+    op.kv_append = qk_norm ? nullptr : kv;
     path.norm_linear(op);
+    if (qk_norm) {
+      qk_norm_forward(path, a, t, d, static_cast<float>(this->config().norm_eps), a.atty);
+      if (kv)
+        cuda::kv_cache_append(a.qkv, kv->k_cache, kv->v_cache, kv->slots, kv->positions, kv->rope_table, d.N, kv->NH,
+                              kv->NKV, kv->HS, kv->max_length, path.stream());
+    }
     core.forward(a, d);
     path.residual_linear(at, a.atty, t[proj_weight], t[proj_bias], d.N, d.CQ, block_dropout_sites(at.block) + 2, x,
                          out);
@@ -217,6 +279,7 @@ class CudaAttentionLayer final : public CarvedCudaLayer<X, CudaAttentionActs<X>,
     path.gemm().linear_backward_input(s.datty, dbranch, path.p(t[proj_weight]), d.N, d.CQ, d.C);
     path.weight_backward(t[proj_weight], t[proj_bias], dbranch, a.atty, d.N, d.CQ, d.C);
     path.causal_attention(at).backward(a, s.dqkv, s.datty, d);
+    if (this->config().qk_layernorm) qk_norm_backward(path, a, t, d, s.dqkv, s.dqk_out, s.dqk_in);
     norm_linear_backward(path, s.dln, s.dqkv, a.ln, a.ln_mean, a.ln_rstd, x, t[norm_weight], t[norm_bias],
                          t[qkv_weight], t[qkv_bias], rows, d.C, d.QKV, dres);
   }
@@ -232,6 +295,9 @@ class CudaAttentionLayer final : public CarvedCudaLayer<X, CudaAttentionActs<X>,
     a.ln_mean = c.take<float>(R);
     a.ln_rstd = c.take<float>(R);
     a.qkv = c.take<X>(N * size_t(d.QKV));
+    const bool qk_norm = this->config().qk_layernorm;
+    a.qk_raw = c.take<X>(qk_norm ? N * size_t(d.CQ + d.KV) : 0);
+    a.qk_rstd = c.take<float>(qk_norm ? N * size_t(d.NH + d.NKV) : 0);
     a.lse = c.take<float>(scores);
     a.atty = c.take<X>(N * size_t(d.CQ));
     return a;
@@ -243,6 +309,9 @@ class CudaAttentionLayer final : public CarvedCudaLayer<X, CudaAttentionActs<X>,
     s.dln = c.take<X>(N * size_t(d.C));
     s.dqkv = c.take<X>(N * size_t(d.QKV));
     s.datty = c.take<X>(N * size_t(d.CQ));
+    const size_t qk = this->config().qk_layernorm ? N * size_t(d.CQ) : 0;
+    s.dqk_out = c.take<X>(qk);
+    s.dqk_in = c.take<X>(qk);
     return s;
   }
 };

@@ -29,6 +29,7 @@ GptModel<F>::GptModel(const ModelConfig& config, Comm* tp, PipelineStage stage, 
     : config_(config), tp_(tp), stage_(stage), sp_(sequence_parallel && tp && tp->size() > 1) {
   config_.validate();
   check_pipeline_parallel(config_, stage_.stages);
+  if (config_.uses_rope()) rope_inv_freq_ = config_.rope_inv_freq();
   tensors_ = stage_table(config_, stage_,
                          tp_size() > 1 ? gpt_parameter_table(config_, tp_size()) : gpt_parameter_table(config_));
   const TensorIndex index(config_, tensors_);
@@ -257,7 +258,7 @@ void GptModel<F>::backward_stage(const F* dout) {
 
 template <typename F>
 CausalAttention<F>& GptModel<F>::causal_attention_of(int64_t block) {
-  core_.emplace(B_, T_, config_.uses_rope(), static_cast<F>(config_.rope_theta), fwd_attn_p_,
+  core_.emplace(B_, T_, rope_inv_freq_, fwd_attn_p_,
                 dropout_key(block_dropout_sites(block) + 1));
   return *core_;
 }

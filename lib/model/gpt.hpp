@@ -208,6 +208,7 @@ class GptModel final : private CpuTrainingPath<F> {
   F* exit_tp(F* parts, int N) override;
   void norm_rows(F* out, F* mean, F* rstd, const F* inp, size_t w, size_t b, int N) override;
   void sum_over_tp(F* data, size_t n);
+  void sum_over_heads(F* part, size_t n) override { sum_over_tp(part, n); }
   double loss_forward(const int32_t* targets, int N);
   // forward_stage()'s work, stopping after the final norm when LOGITS is false.
   double run_forward(const int32_t* tokens, const F* hidden, const int32_t* targets, int B, int T, bool logits);
@@ -230,6 +231,7 @@ class GptModel final : private CpuTrainingPath<F> {
   std::vector<LayerTensors> layer_tensors_;
   std::vector<std::unique_ptr<CpuLayer<F>>> layers_;
   std::optional<CausalAttention<F>> core_;  // the attention core of the layer running
+  std::vector<double> rope_inv_freq_;        // empty without RoPE
 
   // Activations for (B_, T_), carved out of acts_ (which grows when a forward needs more).
   std::vector<F> acts_;

@@ -141,9 +141,9 @@ GptCudaModel<X>::GptCudaModel(const ModelConfig& config, cuda::DeviceAllocator& 
   }
   MEG_CUDA_CHECK(cudaMemsetAsync(params_x_, 0, num_params_ * sizeof(X), stream_));
   zero_grad();
+  if (config_.qk_layernorm) head_norm_grad_ = cuda::DeviceArray<float>(alloc_, size_t(config_.head_size()));
   if (config_.uses_rope()) {
-    const auto table = cuda::rope_table(static_cast<int>(config_.seq_length), static_cast<int>(config_.head_size()),
-                                        config_.rope_theta);
+    const auto table = cuda::rope_table(static_cast<int>(config_.seq_length), config_.rope_inv_freq());
     rope_table_ = cuda::DeviceArray<float>(alloc_, table.size());
     MEG_CUDA_CHECK(cudaMemcpy(rope_table_.get(), table.data(), table.size() * sizeof(float), cudaMemcpyHostToDevice));
   }
@@ -338,6 +338,17 @@ void GptCudaModel<X>::norm_backward(X* dinp, const X* dout, const X* inp, size_t
     cuda::layernorm_backward(dinp, g(w), g(b), dout, inp, p(w), mean, rstd, R, C, acts_->scratch, stream_);
   else
     cuda::rmsnorm_backward(dinp, g(w), dout, inp, p(w), rstd, R, C, acts_->scratch, stream_);
+}
+
+template <typename X>
+void GptCudaModel<X>::head_norm_backward(X* dinp, const X* dout, const X* inp, size_t w, const float* rstd,
+                                         int rows) {
+  const int HS = static_cast<int>(config_.head_size());
+  float* part = head_norm_grad_.get();
+  MEG_CUDA_CHECK(cudaMemsetAsync(part, 0, size_t(HS) * sizeof(float), stream_));
+  cuda::rmsnorm_backward(dinp, part, dout, inp, p(w), rstd, rows, HS, acts_->scratch, stream_);
+  if (tp_) tp_->all_reduce_sum(part, size_t(HS), stream_);
+  cuda::add(g(w), g(w), part, size_t(HS), stream_);
 }
 
 template <typename X>

@@ -255,6 +255,8 @@ class GptCudaModel final : private CudaTrainingPath<X> {
   void norm_backward(X* dinp, const X* dout, const X* inp, size_t w, size_t b, const float* mean, const float* rstd,
                      int R) override;
   void weight_backward(size_t w, size_t b, const X* dout, const X* inp, int N, int C, int OC) override;
+  // Through HEAD_NORM_GRAD_ (this rank's part of W's gradient, summed over the group, then added).
+  void head_norm_backward(X* dinp, const X* dout, const X* inp, size_t w, const float* rstd, int rows) override;
 
   ModelConfig config_;
   NcclComm* tp_ = nullptr;
@@ -281,6 +283,7 @@ class GptCudaModel final : private CudaTrainingPath<X> {
   std::vector<size_t> first_of_kind_;
   std::vector<bool> ends_block_;
   cuda::DeviceArray<float> rope_table_;
+  cuda::DeviceArray<float> head_norm_grad_;  // [HS], qk-layernorm only
   std::optional<CudaCausalAttention<X>> core_;  // the attention core of the layer running
 
   std::vector<std::unique_ptr<Acts>> slots_;

@@ -38,9 +38,9 @@ void add_norm_tensors(std::vector<ParamTensor>& out, const ModelConfig& c, const
 
 void add_linear_tensors(std::vector<ParamTensor>& out, const ModelConfig& c, const std::string& prefix,
                         TensorRole weight, TensorRole bias, int64_t rows, int64_t cols, ParamInit init,
-                        const TpSplitOf& tp) {
+                        const TpSplitOf& tp, std::optional<bool> with_bias) {
   out.push_back(make_param_tensor(prefix + ".weight", weight, {rows, cols}, init, tp));
-  if (c.use_bias)
+  if (with_bias.value_or(c.use_bias))
     out.push_back(make_param_tensor(prefix + ".bias", bias, {rows}, ParamInit::zeros,
                                     tp.split == TpSplit::column_parallel ? tp : TpSplitOf{}));
 }
@@ -53,7 +53,13 @@ std::vector<ParamTensor> attention_tensors(const ModelConfig& c, const std::stri
   std::vector<ParamTensor> out;
   add_norm_tensors(out, c, pre + "input_layernorm", norm_weight, norm_bias);
   add_linear_tensors(out, c, pre + "self_attention.linear_qkv", qkv_weight, qkv_bias, Q + 2 * KV, C,
-                     ParamInit::normal, {TpSplit::column_parallel, {Q, KV, KV}});
+                     ParamInit::normal, {TpSplit::column_parallel, {Q, KV, KV}}, c.qkv_has_bias());
+  // Every head shares its norm's weights: replicated over the tensor-parallel group, and, as they
+  // act on the heads rather than the stream's rows, never sequence-parallel.
+  if (c.qk_layernorm) {
+    out.push_back(make_param_tensor(pre + "self_attention.q_layernorm.weight", q_norm_weight, {HS}, ParamInit::ones));
+    out.push_back(make_param_tensor(pre + "self_attention.k_layernorm.weight", k_norm_weight, {HS}, ParamInit::ones));
+  }
   add_linear_tensors(out, c, pre + "self_attention.linear_proj", proj_weight, proj_bias, C, Q,
                      ParamInit::normal_scaled, {TpSplit::row_parallel, {Q}});
   return out;

@@ -27,9 +27,11 @@
 //   embedding.position_embeddings.weight                  [seq_length, C]   (learned_absolute only)
 //   decoder.layers.i.input_layernorm.weight               [C]               attention layer
 //   decoder.layers.i.input_layernorm.bias                 [C]               (layernorm only)
-//   decoder.layers.i.self_attention.linear_qkv.weight     [C + 2*NKV*HS, C]
-//   decoder.layers.i.self_attention.linear_qkv.bias       [C + 2*NKV*HS]    (use_bias only)
-//   decoder.layers.i.self_attention.linear_proj.weight    [C, C]
+//   decoder.layers.i.self_attention.linear_qkv.weight     [NH*HS + 2*NKV*HS, C]  (HS: kv-channels)
+//   decoder.layers.i.self_attention.linear_qkv.bias       [NH*HS + 2*NKV*HS] (use_bias or add_qkv_bias)
+//   decoder.layers.i.self_attention.q_layernorm.weight    [HS]              (qk_layernorm only)
+//   decoder.layers.i.self_attention.k_layernorm.weight    [HS]              (qk_layernorm only)
+//   decoder.layers.i.self_attention.linear_proj.weight    [C, NH*HS]
 //   decoder.layers.i.self_attention.linear_proj.bias      [C]               (use_bias only)
 //   decoder.layers.i.pre_mlp_layernorm.weight             [C]               MLP layer
 //   decoder.layers.i.pre_mlp_layernorm.bias               [C]               (layernorm only)
@@ -45,6 +47,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -108,10 +111,10 @@ ParamTensor make_param_tensor(std::string name, TensorRole role, std::vector<int
 // a norm's weight and (LayerNorm only) bias, replicated and sequence-parallel;
 void add_norm_tensors(std::vector<ParamTensor>& out, const ModelConfig& config, const std::string& prefix,
                       TensorRole weight, TensorRole bias);
-// a linear layer's weight [ROWS, COLS] and (use-bias only) bias [ROWS]: a column-parallel layer's
-// bias splits with its rows, a row-parallel layer's is replicated.
+// a linear layer's weight [ROWS, COLS] and (WITH_BIAS: use-bias unless given) bias [ROWS]: a
+// column-parallel layer's bias splits with its rows, a row-parallel layer's is replicated.
 void add_linear_tensors(std::vector<ParamTensor>& out, const ModelConfig& config, const std::string& prefix,
                         TensorRole weight, TensorRole bias, int64_t rows, int64_t cols, ParamInit init,
-                        const TpSplitOf& tp);
+                        const TpSplitOf& tp, std::optional<bool> with_bias = {});
 
 }  // namespace meg

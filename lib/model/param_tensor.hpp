@@ -30,6 +30,8 @@ enum class TensorRole {
   qkv_bias,
   proj_weight,          // [C, NH*HS]: the attention's output projection
   proj_bias,
+  q_norm_weight,        // [HS], qk-layernorm only: the RMSNorm of every query head
+  k_norm_weight,        // [HS], qk-layernorm only: of every key head
   fc1_weight,           // [F, C], or [2F, C] for a gated MLP: gate, up stacked
   fc1_bias,
   fc2_weight,           // [C, F]

@@ -137,6 +137,42 @@ TEST_CASE("CUDA Llama model matches the CPU model in fp32", "[gpu][model]") {
   SECTION("head size 64") { compare_with_cpu<float>(small_config("tiny-llama", 300, 4, 2, 256), 0, 1e-5, 1e-4); }
 }
 
+TEST_CASE("CUDA model with Qwen2, Qwen3 and Llama 3.1 features matches the CPU model in fp32", "[gpu][model]") {
+  SECTION("add-qkv-bias") {
+    ModelConfig c = small_config("tiny-llama", 300, 4, 2, 64);
+    c.add_qkv_bias = true;
+    compare_with_cpu<float>(c, 0, 1e-5, 1e-4);
+  }
+  SECTION("qk-layernorm, kv-channels 64 on a stream of 128 (fallback and fast attention)") {
+    for (const int64_t hs : {16, 64}) {
+      ModelConfig c = small_config("tiny-llama", 300, 4, 2, 128);
+      c.qk_layernorm = true;
+      c.kv_channels = hs;
+      c.validate();
+      compare_with_cpu<float>(c, 0, 1e-5, 1e-4);
+    }
+  }
+  SECTION("qk-layernorm with dropout") {
+    ModelConfig c = small_config("tiny-llama", 300, 4, 2, 64);
+    c.qk_layernorm = true;
+    compare_with_cpu<float>(c, 0.1, 1e-5, 1e-4, 0.1);
+  }
+  SECTION("llama3 and linear RoPE scaling") {
+    ModelConfig c = small_config("tiny-llama", 300, 4, 2, 256);
+    c.use_rope_scaling = true;
+    c.rope_scaling_original_max_position_embeddings = 32;
+    compare_with_cpu<float>(c, 0, 1e-5, 1e-4);
+    c.use_rope_scaling = false;
+    c.rotary_seq_len_interpolation_factor = 4;
+    compare_with_cpu<float>(c, 0, 1e-5, 1e-4);
+  }
+  SECTION("qk-layernorm in bf16") {
+    ModelConfig c = small_config("tiny-llama", 300, 4, 2, 256);
+    c.qk_layernorm = true;
+    compare_with_cpu<__nv_bfloat16>(c, 0, 2e-2, 5e-2);
+  }
+}
+
 TEST_CASE("CUDA model in bf16 and fp16 tracks the CPU model", "[gpu][model]") {
   SECTION("gpt2 bf16, head size 64") {
     compare_with_cpu<__nv_bfloat16>(small_config("tiny", 300, 2, 2, 128), 0, 2e-2, 5e-2);

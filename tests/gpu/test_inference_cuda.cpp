@@ -399,6 +399,24 @@ TEST_CASE("CUDA inference model equals the CPU model's full forward in fp32", "[
   }
 }
 
+TEST_CASE("CUDA inference with Qwen2, Qwen3 and Llama 3.1 features equals the CPU model in fp32", "[gpu][infer]") {
+  ModelConfig c = test_config(ModelFamily::llama, 64, 4, 2, 256);
+  SECTION("add-qkv-bias") { c.add_qkv_bias = true; }
+  SECTION("qk-layernorm, kv-channels 32") {
+    c.qk_layernorm = true;
+    c.kv_channels = 32;
+  }
+  SECTION("llama3 RoPE scaling") {
+    c.use_rope_scaling = true;
+    c.rope_scaling_original_max_position_embeddings = 64;
+  }
+  c.validate();
+  check_inference(random_checkpoint(c, 21), Precision::fp32, 1e-4);
+  check_inference(random_checkpoint(c, 22), Precision::fp32, 1e-4,
+                  {.cuda_graphs = true, .pass_tokens = 4096, .small_linear = false});
+  check_scorer(random_checkpoint(c, 23), Precision::fp32, 1e-4, 64);
+}
+
 // ROWS converted to X in a new device array (cudaFree it).
 template <typename X>
 X* upload_as(const std::vector<float>& rows) {

@@ -2,8 +2,8 @@
 // own logits on fixed tokens and the model exported as a Hugging Face directory.
 //
 //   hf_export_check OUT
-// writes, for FAMILY in gpt2, llama and llama-sharded (the Llama again, in shards of at most
-// 200 kB with model.safetensors.index.json):
+// writes, for FAMILY in gpt2, llama, llama-sharded (the Llama again, in shards of at most
+// 200 kB with model.safetensors.index.json), llama3, qwen2 and qwen3 (small_config below):
 //   OUT/FAMILY/hf/            export_hf's directory (fp32)
 //   OUT/FAMILY/logits.bin     float32 little-endian [batch, seq, vocab]: the real vocabulary only
 //   OUT/FAMILY/meta.json      {"batch": B, "seq": T, "vocab": V, "tokens": [B*T ids]}
@@ -29,11 +29,23 @@ namespace {
 
 constexpr int kBatch = 2, kSeq = 32;
 
+// FAMILY's model: gpt2 and llama are the presets'; llama3 adds Llama 3.1's RoPE scaling (16
+// original positions, below the 32 run), qwen2 q/k/v biases, qwen3 q/k norms and heads of 32 on a
+// stream of 64 (Qwen2ForCausalLM and Qwen3ForCausalLM on export).
 ModelConfig small_config(const std::string& family) {
   ModelConfig c = ModelConfig::preset(family == "gpt2" ? "tiny" : "tiny-llama");
   c.num_layers = 3;
   c.vocab_size = 1000;
-  if (family == "llama") c.rope_theta = 10000.0;  // angles that vary over 32 positions
+  if (family != "gpt2") c.rope_theta = 10000.0;  // angles that vary over 32 positions
+  if (family == "llama3") {
+    c.use_rope_scaling = true;
+    c.rope_scaling_original_max_position_embeddings = 16;
+  }
+  if (family == "qwen2") c.add_qkv_bias = true;
+  if (family == "qwen3") {
+    c.qk_layernorm = true;
+    c.kv_channels = 32;
+  }
   c.pad_vocab();
   c.validate();
   return c;
@@ -82,7 +94,7 @@ int main(int argc, char** argv) {
   std::string out;
   app.add_option("out", out, "Output folder")->required();
   return cli::run_tool(app, argc, argv, [&] {
-    for (const char* name : {"gpt2", "llama", "llama-sharded"}) check_family(name, out);
+    for (const char* name : {"gpt2", "llama", "llama-sharded", "llama3", "qwen2", "qwen3"}) check_family(name, out);
     return 0;
   });
 }

@@ -254,8 +254,8 @@ rm -rf bad && cp -r hfs bad && sed -i '0,/model-00001-of-00004/s//model-00002-of
 expect_fail 1 "bad/model-00002-of-00004.safetensors: has no tensor .*, which .*index.json places in it" -- \
   convert --from hf bad --save out
 no_file out
-rm -rf bad && cp -r hf bad && sed -i 's/"gpt2"/"mistral"/' bad/config.json
-expect_fail 1 "bad/config.json: .*unknown architecture \"mistral\"" -- convert --from hf bad --save out
+rm -rf bad && cp -r hf bad && sed -i 's/"gpt2"/"falcon"/' bad/config.json
+expect_fail 1 "bad/config.json: .*unknown architecture \"falcon\"" -- convert --from hf bad --save out
 no_file out
 expect_fail 1 "--tp 3: the model's attention heads \(4\) do not divide over 3 ranks" -- \
   convert --from hf hf --save out --tp 3

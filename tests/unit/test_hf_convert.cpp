@@ -451,14 +451,14 @@ TEST_CASE("bad Hugging Face directories are refused naming the file", "[hf]") {
   }
   SECTION("unknown architecture") {
     auto config = read_json(dir + "/config.json");
-    config["model_type"] = "mistral";
+    config["model_type"] = "falcon";
     write_file(dir + "/config.json", config.dump());
     CHECK_THAT(input_error_of([&] { HfReader r(dir); }),
-               ContainsSubstring("config.json") && ContainsSubstring("model_type") && ContainsSubstring("mistral"));
+               ContainsSubstring("config.json") && ContainsSubstring("model_type") && ContainsSubstring("falcon"));
   }
   SECTION("RoPE scaling meg does not model") {
     auto config = read_json(dir + "/config.json");
-    config["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 32.0}};
+    config["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 32.0}};
     write_file(dir + "/config.json", config.dump());
     CHECK_THAT(input_error_of([&] { HfReader r(dir); }),
                ContainsSubstring("config.json") && ContainsSubstring("rope_scaling"));

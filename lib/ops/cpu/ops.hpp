@@ -26,6 +26,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <type_traits>
 
 #include "ops/cpu/dropout_mask.hpp"
@@ -116,6 +117,15 @@ void rope_backward(F* dinp, const F* dout, int B, int T, int NH, int HS, nd<F> t
 // sequence whose keys up to FIRST are cached). out may equal inp.
 template <typename F>
 void rope_forward_from(F* out, const F* inp, int T, int NH, int HS, int first, nd<F> theta = 10000);
+
+// The same with the HS / 2 inverse frequencies INV_FREQ (ops/rope_frequencies.hpp: scaled ones)
+// in place of theta's.
+template <typename F>
+void rope_forward(F* out, const F* inp, int B, int T, int NH, int HS, std::span<const double> inv_freq);
+template <typename F>
+void rope_backward(F* dinp, const F* dout, int B, int T, int NH, int HS, std::span<const double> inv_freq);
+template <typename F>
+void rope_forward_from(F* out, const F* inp, int T, int NH, int HS, int first, std::span<const double> inv_freq);
 
 // ---- dropout.cpp -------------------------------------------------------------------------------
 //

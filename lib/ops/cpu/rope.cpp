@@ -2,18 +2,20 @@
 //
 // In each head of size HS, element i is paired with element i + HS/2 (not with i + 1 as in the
 // original paper's interleaved form), which is how Hugging Face Llama and Megatron lay out the
-// weights. The pair at position t is rotated by the angle t * inv_freq[i],
-// inv_freq[i] = theta^(-2i/HS):
+// weights. The pair at position t is rotated by the angle t * inv_freq[i], the frequencies of
+// ops/rope_frequencies.hpp (theta^(-2i/HS) without scaling):
 //   out[i]        = x[i] cos - x[i+HS/2] sin
 //   out[i+HS/2]   = x[i+HS/2] cos + x[i] sin
 // A rotation is orthogonal, so the backward is the same rotation by the opposite angle.
 #include <cmath>
 #include <cstddef>
+#include <span>
 #include <stdexcept>
 #include <vector>
 
 #include "core/parallel.hpp"
 #include "ops/cpu/ops.hpp"
+#include "ops/rope_frequencies.hpp"
 
 namespace meg::cpu {
 
@@ -23,14 +25,15 @@ namespace {
 // tables, computed in double once per call rather than once per head.
 struct RopeTables {
   std::vector<double> cos, sin;
-  RopeTables(int T, int HS, double theta, int first = 0) {
+  RopeTables(int T, int HS, std::span<const double> inv_freq, int first = 0) {
     if (HS % 2 != 0) throw std::invalid_argument("rope: head size must be even");
     const int half = HS / 2;
+    if (inv_freq.size() != size_t(half)) throw std::invalid_argument("rope: need head size / 2 frequencies");
     cos.resize(size_t(T) * half);
     sin.resize(size_t(T) * half);
     for (int t = 0; t < T; ++t) {
       for (int i = 0; i < half; ++i) {
-        const double angle = (first + t) * std::pow(theta, -2.0 * i / HS);
+        const double angle = (first + t) * inv_freq[size_t(i)];
         cos[size_t(t) * half + i] = std::cos(angle);
         sin[size_t(t) * half + i] = std::sin(angle);
       }
@@ -75,24 +78,42 @@ void rotate(F* out, const F* x, int B, int T, int NH, int HS, const RopeTables& 
 }  // namespace
 
 template <typename F>
+void rope_forward(F* out, const F* inp, int B, int T, int NH, int HS, std::span<const double> inv_freq) {
+  rotate(out, inp, B, T, NH, HS, RopeTables(T, HS, inv_freq), +1.0, false);
+}
+
+template <typename F>
+void rope_backward(F* dinp, const F* dout, int B, int T, int NH, int HS, std::span<const double> inv_freq) {
+  rotate(dinp, dout, B, T, NH, HS, RopeTables(T, HS, inv_freq), -1.0, true);
+}
+
+template <typename F>
+void rope_forward_from(F* out, const F* inp, int T, int NH, int HS, int first, std::span<const double> inv_freq) {
+  rotate(out, inp, 1, T, NH, HS, RopeTables(T, HS, inv_freq, first), +1.0, false);
+}
+
+template <typename F>
 void rope_forward(F* out, const F* inp, int B, int T, int NH, int HS, nd<F> theta) {
-  rotate(out, inp, B, T, NH, HS, RopeTables(T, HS, theta), +1.0, false);
+  rope_forward(out, inp, B, T, NH, HS, rope_inv_freq(HS, theta));
 }
 
 template <typename F>
 void rope_backward(F* dinp, const F* dout, int B, int T, int NH, int HS, nd<F> theta) {
-  rotate(dinp, dout, B, T, NH, HS, RopeTables(T, HS, theta), -1.0, true);
+  rope_backward(dinp, dout, B, T, NH, HS, rope_inv_freq(HS, theta));
 }
 
 template <typename F>
 void rope_forward_from(F* out, const F* inp, int T, int NH, int HS, int first, nd<F> theta) {
-  rotate(out, inp, 1, T, NH, HS, RopeTables(T, HS, theta, first), +1.0, false);
+  rope_forward_from(out, inp, T, NH, HS, first, rope_inv_freq(HS, theta));
 }
 
 #define MEG_INSTANTIATE(F)                                                  \
   template void rope_forward<F>(F*, const F*, int, int, int, int, F);       \
   template void rope_backward<F>(F*, const F*, int, int, int, int, F);      \
-  template void rope_forward_from<F>(F*, const F*, int, int, int, int, F);
+  template void rope_forward_from<F>(F*, const F*, int, int, int, int, F);       \
+  template void rope_forward<F>(F*, const F*, int, int, int, int, std::span<const double>);  \
+  template void rope_backward<F>(F*, const F*, int, int, int, int, std::span<const double>); \
+  template void rope_forward_from<F>(F*, const F*, int, int, int, int, std::span<const double>);
 MEG_INSTANTIATE(float)
 MEG_INSTANTIATE(double)
 #undef MEG_INSTANTIATE

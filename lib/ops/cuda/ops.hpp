@@ -162,6 +162,8 @@ void swiglu_backward(X* dinp, const X* dout, const X* inp, int N, int H, cudaStr
 // (cos, sin), computed on the host in double exactly as the CPU reference computes its angles,
 // then rounded to fp32. The caller uploads it once.
 std::vector<float> rope_table(int T, int HS, double theta);
+// The same from the HS / 2 inverse frequencies INV_FREQ (ModelConfig::rope_inv_freq: scaled ones).
+std::vector<float> rope_table(int T, const std::vector<double>& inv_freq);
 
 // Rotates IN PLACE the q columns [0, NH*HS) and the k columns [NH*HS, (NH+NKV)*HS) of every row of
 // qkv [B, T, (NH + 2*NKV) * HS] (v is left alone), position t by table row t ("rotate_half"
