@@ -58,6 +58,7 @@ class Bpe final : public HfModel {
     if (const std::string unk = json_get<std::string>(j, "unk_token", where, ""); !unk.empty())
       unk_ = required_id(unk, "unk_token", where);
     read_merges(j, where);
+    index_chars();
     if (byte_fallback_)
       for (int b = 0; b < 256; ++b) byte_token_[b] = id_of(fmt::format("<0x{:02X}>", b)).value_or(-1);
   }
@@ -144,15 +145,23 @@ class Bpe final : public HfModel {
     const auto* s = reinterpret_cast<const uint8_t*>(piece.data());
     int32_t pending_unk = -1;  // an unknown run waiting to see whether the next is unknown too
     thread_local std::string ch;
+    const bool plain = prefix_.empty() && suffix_.empty();
     for (size_t i = 0, len; i < piece.size(); i += len) {
-      next_code_point(s, piece.size(), i, &len);
-      ch.clear();
-      if (i > 0) ch += prefix_;
-      ch.append(piece.substr(i, len));
-      if (i + len == piece.size()) ch += suffix_;
-      if (const auto it = ids_.find(ch); it != ids_.end()) {
+      const uint32_t cp = next_code_point(s, piece.size(), i, &len);
+      int32_t id = -1;
+      if (plain) {
+        ch.assign(piece.substr(i, len));
+        id = char_id(cp);
+      } else {
+        ch.clear();
+        if (i > 0) ch += prefix_;
+        ch.append(piece.substr(i, len));
+        if (i + len == piece.size()) ch += suffix_;
+        if (const auto it = ids_.find(ch); it != ids_.end()) id = it->second;
+      }
+      if (id >= 0) {
         if (pending_unk >= 0) symbols.push_back(pending_unk), pending_unk = -1;
-        symbols.push_back(it->second);
+        symbols.push_back(id);
         continue;
       }
       if (byte_fallback_) {
@@ -170,7 +179,28 @@ class Bpe final : public HfModel {
     if (pending_unk >= 0) symbols.push_back(pending_unk);
   }
 
+  // The token of the single character CP, -1 when it has none: a table for the BMP, which nearly
+  // all text stays in, then the map.
+  int32_t char_id(uint32_t cp) const {
+    if (cp < char_ids_.size()) return char_ids_[cp];
+    const auto it = astral_ids_.find(cp);
+    return it == astral_ids_.end() ? -1 : it->second;
+  }
+  void index_chars() {
+    char_ids_.assign(0x10000, -1);
+    for (const auto& [token, id] : ids_) {
+      size_t len = 0;
+      if (token.empty()) continue;
+      const uint32_t cp = next_code_point(reinterpret_cast<const uint8_t*>(token.data()), token.size(), 0, &len);
+      if (len != token.size() || (cp == 0xFFFD && token != "\uFFFD")) continue;
+      if (cp < char_ids_.size()) char_ids_[cp] = id;
+      else astral_ids_.emplace(cp, id);
+    }
+  }
+
   std::string prefix_, suffix_;
+  std::vector<int32_t> char_ids_;
+  std::unordered_map<uint32_t, int32_t> astral_ids_;
   bool byte_fallback_ = false, fuse_unk_ = false, ignore_merges_ = false, bytes_ = false;
   int32_t unk_ = -1;
   BpeMerges merges_;
