@@ -39,9 +39,9 @@ meg-index --info --entropy tech general | grep -E "^(prefix|entropy)"
 
 step "meg-pretrain: a small GPT (4 layers, 128 wide), about five minutes on 2 CPU cores (seconds on a GPU)"
 rm -rf ckpt
-meg-pretrain --model tiny --num-layers 4 --hidden-size 128 --data fortunes.blend --tokenizer spm.model --iters 500 \
+meg-pretrain --model tiny --num-layers 4 --hidden-size 128 --data fortunes.blend --tokenizer spm.model --iters 400 \
   --micro-batch 8 --global-batch 16 --lr 3e-3 --min-lr 3e-4 --warmup-iters 30 --log-interval 50 \
-  --eval-interval 125 --eval-iters 8 --save ckpt
+  --eval-interval 100 --eval-iters 8 --save ckpt
 
 step "meg-eval: its perplexity on the first 200 general fortunes (seen in training), as lm-evaluation-harness computes it"
 meg-eval --load ckpt --task general --task-type perplexity --limit 200
