@@ -48,9 +48,10 @@ int32_t BpeMerges::rank(int32_t a, int32_t b) const {
 }
 
 // The symbols form a linked list over their first positions; the queue holds (rank, position) of
-// the pairs that have a rule, as a min-heap. An entry goes stale when a neighbour merges first: it
-// is recognised, as in Hugging Face's word.rs, by the pair now at its position merging into
-// another token than the entry's (or by its position having merged away).
+// the pairs that have a rule, as a min-heap. An entry goes stale when a neighbour merges first:
+// the pair at its position is then no longer its rule's. (Hugging Face's word.rs asks whether the
+// pair now there merges into the same token: a pair changes only by one of its tokens growing,
+// which makes the merged token longer, so the two tests agree.)
 void BpeMerges::apply(std::vector<int32_t>& symbols) const {
   struct Scratch {
     std::vector<int32_t> next, prev;
@@ -70,7 +71,9 @@ void BpeMerges::apply(std::vector<int32_t>& symbols) const {
     }
   };
   for (int32_t i = 0; i < n; ++i) w.next[i] = i + 1, w.prev[i] = i - 1;
-  for (int32_t i = 0; i + 1 < n; ++i) push_pair(i);
+  for (int32_t i = 0; i + 1 < n; ++i)  // the first pairs make the heap at once, in linear time
+    if (const int32_t r = rank(token[i], token[i + 1]); r >= 0) w.heap.push_back(uint64_t(r) << 32 | uint32_t(i));
+  std::make_heap(w.heap.begin(), w.heap.end(), std::greater<>());
 
   while (!w.heap.empty()) {
     const uint64_t top = w.heap.front();
@@ -79,9 +82,7 @@ void BpeMerges::apply(std::vector<int32_t>& symbols) const {
     const Rule& rule = rules_[top >> 32];
     const auto pos = static_cast<int32_t>(uint32_t(top));
     const int32_t right = w.next[pos];
-    if (token[pos] < 0 || right >= n) continue;
-    const int32_t now = rank(token[pos], token[right]);
-    if (now < 0 || rules_[now].merged != rule.merged) continue;
+    if (right >= n || token[pos] != rule.left || token[right] != rule.right) continue;
     token[pos] = rule.merged;
     token[right] = -1;
     w.next[pos] = w.next[right];
