@@ -5,6 +5,7 @@
 #include "core/error.hpp"
 #include "core/hash.hpp"
 #include "core/mapped_file.hpp"
+#include "tokenizer/tokenizer.hpp"
 
 namespace meg {
 namespace {
@@ -22,8 +23,15 @@ uint64_t checksum(const std::string& path) {
 
 }  // namespace
 
-KeptTokenizer::KeptTokenizer(const TokenizerFiles& files, bool from_checkpoint) : merges_(!files.merges.empty()) {
-  if (files.empty()) return;
+KeptTokenizer::KeptTokenizer(const TokenizerFiles& given, bool from_checkpoint) {
+  if (given.empty()) return;
+  TokenizerFiles files = given;  // a model directory: the files it holds
+  std::error_code ec;
+  if (std::filesystem::is_directory(given.tokenizer, ec)) {
+    const TokenizerPaths in = tokenizer_files_in(given.tokenizer);
+    files.tokenizer = in.tokenizer, files.merges = in.merges;
+  }
+  merges_ = !files.merges.empty();
   const auto keep = [&](const char* name, const std::string& source) {
     attachments_.push_back({name, source, from_checkpoint, checksum(source)});
   };

@@ -20,6 +20,7 @@
 #include "convert/output_dir.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "tokenizer/tokenizer.hpp"
 
 namespace meg {
 
@@ -33,12 +34,8 @@ double seconds_since(Clock::time_point start) { return std::chrono::duration<dou
 // transformers' fast tokenizers prefer it; else the SentencePiece tokenizer.model, or GPT-2's
 // vocab.json with merges.txt), by absolute path. None when it has none of them.
 TokenizerFiles hf_tokenizer_files(const std::string& dir) {
-  const std::filesystem::path d = std::filesystem::absolute(dir).lexically_normal();
-  if (std::filesystem::is_regular_file(d / "tokenizer.json")) return {(d / "tokenizer.json").string(), ""};
-  if (std::filesystem::is_regular_file(d / "tokenizer.model")) return {(d / "tokenizer.model").string(), ""};
-  if (std::filesystem::is_regular_file(d / "vocab.json") && std::filesystem::is_regular_file(d / "merges.txt"))
-    return {(d / "vocab.json").string(), (d / "merges.txt").string()};
-  return {};
+  const TokenizerPaths files = tokenizer_files_in(std::filesystem::absolute(dir).lexically_normal().string());
+  return {files.tokenizer, files.merges};
 }
 
 // The tokenizer an export copies: --tokenizer when given, else the one the checkpoint keeps (or,

@@ -10,17 +10,25 @@
 
 namespace meg {
 
+TokenizerPaths tokenizer_files_in(const std::string& dir) {
+  const std::filesystem::path d(dir);
+  std::error_code ec;
+  const auto has = [&](const char* name) { return std::filesystem::is_regular_file(d / name, ec); };
+  if (has("tokenizer.json")) return {(d / "tokenizer.json").string(), ""};
+  if (has("tokenizer.model")) return {(d / "tokenizer.model").string(), ""};
+  if (has("vocab.json") && has("merges.txt")) return {(d / "vocab.json").string(), (d / "merges.txt").string()};
+  return {};
+}
+
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path, const std::string& merges) {
   if (path.empty()) input_error("no tokenizer given (--tokenizer)");
   if (!merges.empty()) return std::make_unique<Gpt2BpeTokenizer>(path, merges);
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {
-    const std::filesystem::path dir(path);
-    if (std::filesystem::is_regular_file(dir / "tokenizer.json", ec)) return load_tokenizer((dir / "tokenizer.json").string());
-    if (std::filesystem::is_regular_file(dir / "tokenizer.model", ec)) return load_tokenizer((dir / "tokenizer.model").string());
-    if (std::filesystem::is_regular_file(dir / "vocab.json", ec) && std::filesystem::is_regular_file(dir / "merges.txt", ec))
-      return load_tokenizer((dir / "vocab.json").string(), (dir / "merges.txt").string());
-    input_error("{}: a directory with no tokenizer.json, tokenizer.model, or vocab.json and merges.txt", path);
+    const TokenizerPaths files = tokenizer_files_in(path);
+    if (files.tokenizer.empty())
+      input_error("{}: a directory with no tokenizer.json, tokenizer.model, or vocab.json and merges.txt", path);
+    return load_tokenizer(files.tokenizer, files.merges);
   }
   if (std::filesystem::path(path).filename() == "vocab.json")
     input_error("{}: a GPT-2 vocabulary needs its merges file too (--merges merges.txt)", path);

@@ -39,6 +39,13 @@ class Tokenizer {
   virtual int32_t unk_id() const { return -1; }
 };
 
+// The tokenizer files a model directory DIR holds, as paths under DIR: its tokenizer.json, else its
+// tokenizer.model, else its vocab.json with merges.txt; both "" when it holds none of them.
+struct TokenizerPaths {
+  std::string tokenizer, merges;
+};
+TokenizerPaths tokenizer_files_in(const std::string& dir);
+
 // Loads PATH: a SentencePiece .model, a GPT-2 vocab.json when MERGES names its merges.txt, any
 // other .json as a Hugging Face tokenizer.json, or a directory holding one of them (tokenizer.json
 // first, then tokenizer.model, then vocab.json with merges.txt), as a model directory does.

@@ -61,7 +61,7 @@ printf '{"text": "a"}\n' | meg-tokenize -q --tokenizer model --append-eod | meg-
 for _ in 1 2 3 4 5 6 7 8; do cat texts.jsonl; done > many.jsonl
 meg-tokenize -q --tokenizer model --append-eod many.jsonl | meg-index -q -o train
 meg-blend -q --seq-length 16 --samples 64 -o train.blend 1 train 2>/dev/null
-meg-pretrain -q --device cpu --model tiny-llama --tokenizer model/tokenizer.json --data train.blend --micro-batch 2 \
+meg-pretrain -q --device cpu --model tiny-llama --tokenizer model --data train.blend --micro-batch 2 \
   --lr 1e-3 --iters 2 --save ck
 [ -f ck/iter_0000002/tokenizer.json ] && [ -f ck/iter_0000002/tokenizer_config.json ] ||
   fail "the checkpoint does not keep the tokenizer: $(ls ck/iter_0000002)"
