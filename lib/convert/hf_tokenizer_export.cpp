@@ -6,6 +6,7 @@
 
 #include "core/byte_stream.hpp"
 #include "core/error.hpp"
+#include "core/json_file.hpp"
 #include "core/log.hpp"
 #include "tokenizer/tokenizer.hpp"
 
@@ -20,13 +21,6 @@ void copy_file(const std::string& from, const std::string& to) {
   ByteWriter out(to);
   std::vector<char> buf(1 << 20);
   while (const size_t n = in.read(buf.data(), buf.size())) out.write(buf.data(), n);
-  out.commit();
-}
-
-void write_json(const std::string& path, const nlohmann::ordered_json& j) {
-  const std::string text = j.dump(2) + "\n";
-  ByteWriter out(path);
-  out.write(text.data(), text.size());
   out.commit();
 }
 
@@ -93,10 +87,10 @@ HfTokenIds write_hf_tokenizer_files(const ModelConfig& config, const std::string
     if (kind == Kind::sentencepiece) tc["legacy"] = false;
     tc["model_max_length"] = config.seq_length;
     tc["clean_up_tokenization_spaces"] = false;
-    write_json((fs::path(dir) / "tokenizer_config.json").string(), tc);
+    write_json_file((fs::path(dir) / "tokenizer_config.json").string(), tc);
     files.push_back("tokenizer_config.json");
   }
-  write_json((fs::path(dir) / "special_tokens_map.json").string(), special);
+  write_json_file((fs::path(dir) / "special_tokens_map.json").string(), special);
   files.push_back("special_tokens_map.json");
   return ids;
 }
