@@ -201,18 +201,16 @@ void HfTokenizer::encode(std::string_view text, std::vector<int32_t>& out) const
       return;
     }
     const bool part_first = part.data() == text.data();
-    if (!t.normalizer) {
-      t.added->split(part, true, [&](std::string_view sub, int32_t id2) {
-        if (id2 >= 0) out.push_back(id2);
-        else t.encode_piece(sub, part_first && sub.data() == part.data(), out);
-      });
-      return;
+    std::string normalized;  // a copy only where there is a normalizer
+    std::string_view norm = part;
+    if (t.normalizer) {
+      normalized.assign(part);
+      t.normalizer->apply(normalized);
+      norm = normalized;
     }
-    std::string normalized(part);
-    t.normalizer->apply(normalized);
-    t.added->split(normalized, true, [&](std::string_view sub, int32_t id2) {
+    t.added->split(norm, true, [&](std::string_view sub, int32_t id2) {
       if (id2 >= 0) out.push_back(id2);
-      else t.encode_piece(sub, part_first && sub.data() == normalized.data(), out);
+      else t.encode_piece(sub, part_first && sub.data() == norm.data(), out);
     });
   });
 }
