@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "catch.hpp"
+#include "split_training.hpp"
 #include "micro_model.hpp"
 #include "test_util.hpp"
 #include "parallel/comm.hpp"
@@ -40,20 +41,6 @@ TEST_CASE("add-qkv-bias, qk-layernorm, kv-channels and RoPE scaling train under 
     const AdamWOptions adam;
     const auto split = make_cpu_backend(c, adam, 9, groups);
     const auto whole = make_cpu_backend(c, adam, 9);
-    const int B = 2, T = 8, micro_batches = 2;
-    for (uint64_t step = 0; step < 4; ++step) {
-      for (TrainBackend* b : {split.get(), whole.get()}) b->begin_step();
-      for (uint64_t micro = 0; micro < uint64_t(micro_batches); ++micro) {
-        const auto tokens = random_tokens(B * T, int(c.vocab_size), uint32_t(10 * step + micro));
-        const auto targets = random_tokens(B * T, int(c.vocab_size), uint32_t(10 * step + micro + 5));
-        for (TrainBackend* b : {split.get(), whole.get()})
-          b->micro_batch(tokens.data(), targets.data(), B, T, 3, step, micro, micro_batches);
-      }
-      const StepStats s = split->end_step(1e-2, 1.0), o = whole->end_step(1e-2, 1.0);
-      INFO("step " << step << ": loss " << s.loss << " vs " << o.loss << ", norm " << s.grad_norm << " vs "
-                   << o.grad_norm);
-      CHECK(std::abs(s.loss - o.loss) <= 1e-5 * o.loss);
-      CHECK(std::abs(s.grad_norm - o.grad_norm) <= 1e-4 * o.grad_norm);
-    }
+    test::check_trains_as_one(*split, *whole, c, 4);
   }
 }
