@@ -4,7 +4,7 @@
     python3 scripts/check-hf-archs.py OUT TOKENIZER_MODEL
 
 For each architecture, OUT/NAME/hf/ holds what save_pretrained writes for a model of that class
-(fp32, random weights: transformers' initialisation, then every parameter moved by noise so that
+(fp32, the tokenizer's bos and eos, random weights: transformers' initialisation, then every parameter moved by noise so that
 norm weights and biases are not ones and zeros) and TOKENIZER_MODEL (a SentencePiece model whose
 vocabulary the models share) as tokenizer.model:
   llama3       LlamaForCausalLM, rope_scaling llama3 (original positions 16, below the 64 used)
@@ -29,8 +29,8 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 
 
-def architectures(vocab):
-    common = dict(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+def architectures(vocab, bos, eos):
+    common = dict(vocab_size=vocab, bos_token_id=bos, eos_token_id=eos, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, rms_norm_eps=1e-6,
                   rope_theta=10000.0, tie_word_embeddings=False, initializer_range=0.05)
     llama3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
@@ -50,9 +50,10 @@ def main():
     if len(sys.argv) != 3:
         raise SystemExit(__doc__)
     out, spm_model = sys.argv[1], sys.argv[2]
-    vocab = sentencepiece.SentencePieceProcessor(model_file=spm_model).get_piece_size()
+    sp = sentencepiece.SentencePieceProcessor(model_file=spm_model)
     torch.manual_seed(0)
-    for name, config_class, kwargs in architectures(vocab):
+    # The tokenizer's bos and eos, as meg takes them from it: generate() stops where meg-generate does.
+    for name, config_class, kwargs in architectures(sp.get_piece_size(), sp.bos_id(), sp.eos_id()):
         if not hasattr(transformers, config_class):
             print(f"{name}: skipped, transformers {transformers.__version__} has no {config_class}")
             continue

@@ -32,7 +32,7 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 def write_prompts(hf_dir):
     config = json.load(open(os.path.join(hf_dir, "config.json")))
     rng = random.Random(1234)
-    for _ in range(12):
+    for _ in range(16):
         ids = [rng.randrange(config["vocab_size"]) for _ in range(rng.randint(1, 16))]
         print(json.dumps({"prompt_ids": ids}))
 
