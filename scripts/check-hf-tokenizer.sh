@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # meg's exported tokenizers in transformers: for each tokenizer.json family of
-# tests/data/hf-tokenizers, and meg's own SentencePiece and GPT-2 tokenizers, a small model is
+# tests/data/hf-tokenizers, a SentencePiece model that meg-tokenize --train makes (its defaults; the
+# export writes its tokenizer.json) and the GPT-2 tokenizer, a small model is
 # trained for two steps with it and exported (meg-ckpt-convert --to hf); then AutoTokenizer on the
 # folder must give meg-tokenize's ids for every parity text (without and with special tokens), and
 # pipeline("text-generation") must run on it. Needs python3 with torch and transformers.
@@ -15,7 +16,9 @@ for l in sys.stdin:
     if json.loads(l)['text'].strip(): sys.stdout.write(l)" > texts.jsonl
 pairs=()
 for f in gpt2 llama3 qwen2 neox tekken spm metaspace wordpiece; do pairs+=("$f:$fixtures/$f/tokenizer.json:"); done
-pairs+=("meg-spm:$data/megatron/fortunes_spm.model:" "meg-gpt2:$data/gpt2/vocab.json:$data/gpt2/merges.txt")
+cat "$data/megatron/fortunes_fixture.jsonl" texts.jsonl texts.jsonl > spm-train.jsonl
+"$bin/meg-tokenize" -q --train --vocab-size 1200 -o meg-spm.model spm-train.jsonl
+pairs+=("meg-spm:$PWD/meg-spm.model:" "meg-gpt2:$data/gpt2/vocab.json:$data/gpt2/merges.txt")
 status=0
 for p in "${pairs[@]}"; do
   IFS=: read -r name tokenizer merges <<< "$p"

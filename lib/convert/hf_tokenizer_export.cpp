@@ -8,6 +8,8 @@
 #include "core/error.hpp"
 #include "core/json_file.hpp"
 #include "core/log.hpp"
+#include "core/mapped_file.hpp"
+#include "tokenizer/sentencepiece_hf_json.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 namespace meg {
@@ -25,6 +27,23 @@ void copy_file(const std::string& from, const std::string& to) {
 }
 
 enum class Kind { sentencepiece, gpt2, hf };
+
+// A SentencePiece model's tokenizer.json beside its tokenizer.model, where one encodes as it does
+// (transformers reads that, and converts a bare tokenizer.model by rules of its own); whether it
+// was written.
+bool put_sentencepiece_json(const std::string& model_path, const std::string& dir, std::vector<std::string>& files) {
+  const MappedFile file(model_path);
+  const SentencePieceHfJson hf = sentencepiece_hf_json(read_sentencepiece_model(file.text(), model_path));
+  if (hf.json.is_null()) {
+    log::info("{}: no tokenizer.json written ({}): transformers converts tokenizer.model by its own rules, and "
+              "may give other ids", model_path, hf.not_exact);
+    return false;
+  }
+  if (!hf.caveat.empty()) log::info("{}: tokenizer.json encodes as the model but for {}", model_path, hf.caveat);
+  write_json_file((fs::path(dir) / "tokenizer.json").string(), hf.json);
+  files.push_back("tokenizer.json");
+  return true;
+}
 
 }  // namespace
 
@@ -57,7 +76,7 @@ HfTokenIds write_hf_tokenizer_files(const ModelConfig& config, const std::string
       break;
     case Kind::sentencepiece:
       put(tokenizer, "tokenizer.model");
-      tokenizer_class = "LlamaTokenizer";
+      tokenizer_class = put_sentencepiece_json(tokenizer, dir, files) ? "PreTrainedTokenizerFast" : "LlamaTokenizer";
       break;
     case Kind::hf:
       put(tokenizer, "tokenizer.json");
@@ -83,6 +102,9 @@ HfTokenIds write_hf_tokenizer_files(const ModelConfig& config, const std::string
     // meg puts no special token around a text but a tokenizer.json's post-processor's.
     tc["add_bos_token"] = false;
     tc["add_eos_token"] = false;
+    // Nor does meg find special tokens in the text of these kinds (as SentencePiece and Megatron's
+    // GPT-2 tokenizer do not); a tokenizer.json's own added tokens say which it finds.
+    if (kind != Kind::hf) tc["split_special_tokens"] = true;
     if (kind == Kind::gpt2) tc["add_prefix_space"] = false;
     if (kind == Kind::sentencepiece) tc["legacy"] = false;
     tc["model_max_length"] = config.seq_length;

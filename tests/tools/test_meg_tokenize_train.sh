@@ -59,6 +59,47 @@ meg-tokenize -q --train --vocab-size 1200 --no-byte-fallback --remove-extra-whit
   --normalization-rule-name nmt_nfkc --no-allow-whitespace-only-pieces -o spm.model train.jsonl
 $ROUNDTRIP test.jsonl spm.model lossy > spm.log || fail "library defaults: $(cat spm.log)"
 
+# --- Exported for Hugging Face, a BPE model goes with a tokenizer.json of the same ids (transformers
+# reads that; tokenizers reads what meg-tokenize reads): on every document, or with user symbols
+# and the dummy prefix, on all but those that begin with a space or a user symbol (one line says
+# so). A unigram model and a normalization table have none (one line says why).
+meg-tokenize -q --train --vocab-size 1200 -o plain.model train.jsonl
+meg-tokenize -q --tokenizer bpe.model --append-eod train.jsonl | meg-index -q -o bpe-train
+meg-blend -q --seq-length 16 --samples 32 -o bpe.blend 1 bpe-train 2>/dev/null
+meg-pretrain -q --device cpu --model tiny-llama --tokenizer bpe.model --data bpe.blend --micro-batch 2 --lr 1e-3 \
+  --iters 1 --save ck
+# same_ids MODEL JSON [SKIP_CAVEAT]: every document of test.jsonl gets the same ids from both.
+same_ids() {
+  meg-tokenize -q --tokenizer $1 -o a.tok test.jsonl
+  meg-tokenize -q --tokenizer $2 -o b.tok test.jsonl
+  python3 - "${3:-}" <<PY || fail "$2 encodes otherwise than $1"
+import json, sys
+sys.path.insert(0, '$TOOLS')
+from spm_corrupt import meg_tokens
+docs = [json.loads(l)["text"] for l in open("test.jsonl", encoding="utf-8")]
+caveat = sys.argv[1] == "caveat"
+bad = [d for d, a, b in zip(docs, meg_tokens("a.tok"), meg_tokens("b.tok")) if a != b and
+       not (caveat and (d.startswith(" ") or d.startswith("<|im_")))]
+print(f"{len(bad)} of {len(docs)} documents differ: {bad[:3]}") if bad else None
+sys.exit(1 if bad else 0)
+PY
+}
+for m in plain bpe uni spm; do
+  meg-ckpt-convert --load ck --to hf --tokenizer $m.model --save $m-hf 2> $m-hf.log || fail "export with $m.model: $(cat $m-hf.log)"
+done
+same_ids plain.model plain-hf/tokenizer.json
+meg-tokenize -q --tokenizer plain-hf/tokenizer.json -o json.tok test.jsonl
+meg-tokenize -q --tokenizer plain-hf/tokenizer.json --decode json.tok | cmp -s - <(meg-tokenize -q --tokenizer plain.model --decode json.tok) ||
+  fail "plain-hf/tokenizer.json decodes otherwise than plain.model"
+grep -q '"split_special_tokens": true' plain-hf/tokenizer_config.json || fail "tokenizer_config.json: $(cat plain-hf/tokenizer_config.json)"
+grep -q "tokenizer.json encodes as the model but for a text that begins with a space or a user-defined piece" bpe-hf.log ||
+  fail "no caveat for user symbols: $(cat bpe-hf.log)"
+same_ids bpe.model bpe-hf/tokenizer.json caveat
+grep -q "no tokenizer.json written (a unigram model)" uni-hf.log || fail "unigram export: $(cat uni-hf.log)"
+grep -q "no tokenizer.json written (its normalization table (nmt_nfkc))" spm-hf.log || fail "nmt_nfkc export: $(cat spm-hf.log)"
+[ ! -e uni-hf/tokenizer.json ] && [ ! -e spm-hf/tokenizer.json ] && grep -q '"LlamaTokenizer"' uni-hf/tokenizer_config.json ||
+  fail "a tokenizer.json that does not encode as the model: $(ls uni-hf spm-hf)"
+
 # --- The demo corpus (Debian's fortunes), all of it.
 if [ -d /usr/share/games/fortunes ]; then
   bash "$TOOLS/../../scripts/demo-corpus.sh" demo
