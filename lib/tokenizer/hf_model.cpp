@@ -61,6 +61,7 @@ class Bpe final : public HfModel {
     index_chars();
     if (byte_fallback_)
       for (int b = 0; b < 256; ++b) byte_token_[b] = id_of(fmt::format("<0x{:02X}>", b)).value_or(-1);
+    split_at_space_runs_ = splits_at_space_runs();
   }
 
   bool byte_input(const std::string& where) override {
@@ -77,6 +78,7 @@ class Bpe final : public HfModel {
     for (const auto& [token, id] : ids_)
       if (std::string bytes; append_byte_level_bytes(token, bytes)) byte_ids_.emplace(std::move(bytes), id);
     bytes_ = true;
+    split_at_space_runs_ = false;
     return true;
   }
 
@@ -89,6 +91,21 @@ class Bpe final : public HfModel {
         return;
       }
     }
+    if (!split_at_space_runs_) return tokenize_word(piece, out);
+    // Words: a run of U+2581 and what follows it up to the next run.
+    size_t begin = 0;
+    for (size_t at = piece.find(kSpace, 1); at != std::string_view::npos; at = piece.find(kSpace, at + 1)) {
+      if (piece.substr(0, at).ends_with(kSpace)) continue;
+      tokenize_word(piece.substr(begin, at - begin), out);
+      begin = at;
+    }
+    tokenize_word(piece.substr(begin), out);
+  }
+
+ private:
+  static constexpr std::string_view kSpace = "\u2581";
+
+  void tokenize_word(std::string_view piece, std::vector<int32_t>& out) const {
     WordCache& cache = WordCache::for_thread(cache_owner_);
     if (const auto hit = cache.find(piece)) {
       out.insert(out.end(), hit->begin(), hit->end());
@@ -106,7 +123,20 @@ class Bpe final : public HfModel {
     out.insert(out.end(), symbols.begin(), symbols.end());
   }
 
- private:
+  // Whether a piece may be cut before each run of U+2581 and its words merged one at a time, from
+  // the cache: where no token holds the character but in a run at its start (SentencePiece-style
+  // vocabularies, which tokenizers merges over whole texts), no merge crosses such a cut, so the
+  // ids are the same; the character must be a token, or an unknown run could cross it.
+  bool splits_at_space_runs() const {
+    if (bytes_ || ignore_merges_ || !prefix_.empty() || !suffix_.empty() || !id_of(kSpace)) return false;
+    for (const std::string& token : tokens_) {
+      size_t lead = 0;
+      while (token.compare(lead, kSpace.size(), kSpace) == 0) lead += kSpace.size();
+      if (token.find(kSpace, lead) != std::string::npos) return false;
+    }
+    return true;
+  }
+
   void read_merges(const nlohmann::json& j, const std::string& where) {
     const auto it = j.find("merges");
     if (it == j.end() || !it->is_array()) input_error("{}: \"merges\" must be an array", where);
@@ -202,6 +232,7 @@ class Bpe final : public HfModel {
   std::vector<int32_t> char_ids_;
   std::unordered_map<uint32_t, int32_t> astral_ids_;
   bool byte_fallback_ = false, fuse_unk_ = false, ignore_merges_ = false, bytes_ = false;
+  bool split_at_space_runs_ = false;  // see splits_at_space_runs()
   int32_t unk_ = -1;
   BpeMerges merges_;
   std::array<int32_t, 256> byte_token_{};  // <0xNN> of each byte (byte_fallback), -1 if absent

@@ -177,6 +177,25 @@ TEST_CASE("tokenizer.json: byte fallback, unknown characters and Metaspace", "[h
   CHECK(encode(u, "aéé") == std::vector<int32_t>{4, 0});
 }
 
+// Whole texts merged word by word (cut before each run of U+2581) give the ids of whole-text
+// merging, and where a token holds U+2581 inside, the cut is not made.
+TEST_CASE("tokenizer.json: merging whole texts word by word", "[hf_tokenizer]") {
+  TempDir dir;
+  const std::string s = "\u2581";
+  json vocab = {{"<unk>", 0}, {s, 1}, {"a", 2}, {"b", 3}, {s + "a", 4}, {s + s, 5}, {s + s + "a", 6}, {"a" + s, 7}};
+  json j;
+  j["normalizer"] = {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", s}};
+  j["model"] = {{"type", "BPE"}, {"vocab", vocab}, {"unk_token", "<unk>"},
+                {"merges", json::array({json::array({s, "a"}), json::array({s, s}), json::array({s + s, "a"})})}};
+  const std::string text = " a  a   ab a";
+  HfTokenizer cut(write_tokenizer(dir, j));
+  CHECK(encode(cut, text) == std::vector<int32_t>{4, 1, 4, 5, 4, 3, 4});
+  // With "a\u2581" a token (its merge first), "a" + " " merges across the cut.
+  j["model"]["merges"].insert(j["model"]["merges"].begin(), json::array({"a", s}));
+  HfTokenizer whole(write_tokenizer(dir, j));
+  CHECK(encode(whole, text) == std::vector<int32_t>{1, 7, 1, 7, 1, 4, 3, 4});
+}
+
 TEST_CASE("tokenizer.json: normalizers and pre-tokenizers of the other families", "[hf_tokenizer]") {
   TempDir dir;
   json j;
