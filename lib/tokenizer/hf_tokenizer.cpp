@@ -66,9 +66,11 @@ void post_processor_ids(const nlohmann::json& j, const std::string& where, std::
       const std::string name = json_get<std::string>(piece["SpecialToken"], "id", at);
       if (specials == j.end() || !specials->is_object() || !specials->contains(name))
         input_error("{}: special token {} is not in \"special_tokens\"", at, nlohmann::json(name).dump());
-      const auto& ids = (*specials)[name]["ids"];
-      if (!ids.is_array()) input_error("{}: special_tokens {}: \"ids\" must be an array", where, nlohmann::json(name).dump());
-      for (const auto& id : ids)
+      const auto& token = (*specials)[name];
+      const auto ids = token.is_object() ? token.find("ids") : token.end();
+      if (ids == token.end() || !ids->is_array())
+        input_error("{}: special_tokens {}: \"ids\" must be an array", where, nlohmann::json(name).dump());
+      for (const auto& id : *ids)
         (seen_sequence ? suffix : prefix).push_back(json_as<int32_t>(id, fmt::format("{}: special_tokens ids", where)));
     }
     if (!seen_sequence) input_error("{}.single: the template has no sequence $A", where);

@@ -225,6 +225,10 @@ TEST_CASE("tokenizer.json: what meg does not read is refused, naming it", "[hf_t
   bad = j;
   bad["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", json::array({{{"type", "UnicodeScripts"}}})}};
   CHECK_THAT(load_error(bad), ContainsSubstring("pre_tokenizer.pretokenizers[0]: pre-tokenizer type \"UnicodeScripts\""));
+  // A template's special token without "ids" (found by fuzzing: read through a missing key before).
+  bad = j;
+  bad["post_processor"]["special_tokens"]["<s>"].erase("ids");
+  CHECK_THAT(load_error(bad), ContainsSubstring("special_tokens \"<s>\": \"ids\" must be an array"));
   bad = j;
   bad["model"]["type"] = "Unigram";
   CHECK_THAT(load_error(bad), ContainsSubstring("the Unigram model is not supported"));
