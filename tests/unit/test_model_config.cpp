@@ -407,7 +407,8 @@ TEST_CASE("model config: --init-std overrides, --max-position-embeddings is chec
   CHECK(c.seq_length == 64);  // sets no field
   CHECK(o.to_json().dump() ==
         R"({"num-layers":null,"hidden-size":null,"num-heads":null,"num-kv-heads":null,"ffn-hidden-size":null,)"
-        R"("seq-length":null,"vocab-size":null,"init-std":0.006,"max-position-embeddings":64})");
+        R"("seq-length":null,"vocab-size":null,"init-std":0.006,"window-size":null,)"
+        R"("max-position-embeddings":64})");
 
   // Megatron asserts at least the sequence length; learned positions have exactly its rows here.
   o = {};
