@@ -242,7 +242,7 @@ struct QkvLayout {
   __device__ long v(int b, int t, int T, int g) const { return q(b, t, T, NH + NKV + g); }
 };
 
-// The first key query T sees under window W.
+// The first key the query at position T sees under the window W.
 __host__ __device__ inline int window_start(int t, int window) { return t - window > 0 ? t - window : 0; }
 
 // Warp per query row (b, h, t): keys one at a time with an online softmax. When a key raises the
