@@ -256,7 +256,7 @@ TEST_CASE("model config: window-size, Megatron's (L, R), in JSON and on the comm
   CHECK(c.attention_window() == -1);
   c.window_size = 15;
   const auto j = c.to_json();
-  CHECK(j["window-size"] == nlohmann::json::array({15, 0}));
+  CHECK(j["window-size"].dump() == "[15,0]");
   CHECK(ModelConfig::from_json(nlohmann::json::parse(j.dump())) == c);
   // A record written before the key existed: full attention.
   nlohmann::json old = nlohmann::json::parse(j.dump());
