@@ -35,6 +35,10 @@ int main(int argc, char** argv) {
   app.add_option("--vocab-size", ov.vocab_size, "Override: vocabulary size (default: the tokenizer's)");
   app.add_option(with_megatron_names("--init-std"), ov.init_std,
                  "Override: standard deviation of the normal weight initialisation");
+  app.add_option("--window-size", ov.window_size,
+                 "Sliding-window attention, Megatron's (L,R): query i attends to keys i-L .. i (R is 0); L "
+                 "alone is L,0; -1,0 is full attention (the default)")
+      ->type_name("L,R");
   app.add_option("--max-position-embeddings", ov.max_position_embeddings,
                  "Megatron's position count, checked: at least --seq-length, and equal to it with learned "
                  "positions (GPT-2)");

@@ -54,6 +54,15 @@
 // Everything else (fp32, other head sizes, misaligned arrays) takes the fallback: one warp per row,
 // its lanes across the head dimension, fp32 arithmetic and an online softmax over single keys. It
 // is exact but slow, made for the small models and for checking.
+//
+// Sliding window (Megatron's --window-size (W, 0)): query t sees the keys t - W .. t only. The
+// kernels take W >= 0 always, full causal attention being W = T (no key is that far back). Key
+// tiles wholly before a block's window are never loaded (the forward and dQ start their walk at
+// the window of the block's first query, dK/dV end theirs at the last query that sees the block's
+// last key), tiles wholly outside a warp's window are skipped, and tiles crossing its edge are
+// masked as the diagonal is. So a long sequence costs about T x W, not T x T / 2. A query's row
+// may then be wholly masked in a tile (its window starts after the tile while the warp's first
+// row's does not); the online softmax leaves such a row as it is.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -233,13 +242,16 @@ struct QkvLayout {
   __device__ long v(int b, int t, int T, int g) const { return q(b, t, T, NH + NKV + g); }
 };
 
+// The first key the query at position T sees under the window W.
+__host__ __device__ inline int window_start(int t, int window) { return t - window > 0 ? t - window : 0; }
+
 // Warp per query row (b, h, t): keys one at a time with an online softmax. When a key raises the
 // running maximum, the old sums are rescaled by exp(m_old - s); otherwise the key's weight is
 // exp(s - m): one exponential per key either way. A dropped key still counts in the sum l.
 template <typename X, bool kDrop>
 __global__ void attention_forward_fallback_kernel(X* out, float* lse, const X* qkv, int B, int T,
                                                   int NH, int NKV, int HS, float scale,
-                                                  Dropout drop) {
+                                                  Dropout drop, int window) {
   const long row = long(blockIdx.x) * kRowWarps + threadIdx.x / kWarp;  // (b*NH + h)*T + t
   const int lane = threadIdx.x % kWarp;
   if (row >= long(B) * NH * T) return;
@@ -251,7 +263,7 @@ __global__ void attention_forward_fallback_kernel(X* out, float* lse, const X* q
   load_lane_row(q, qkv + at.q(b, t, T, h), HS, lane);
   for (float& e : q) e *= scale;
   float m = -INFINITY, l = 0.0f;
-  for (int t2 = 0; t2 <= t; ++t2) {
+  for (int t2 = window_start(t, window); t2 <= t; ++t2) {
     load_lane_row(x, qkv + at.k(b, t2, T, g), HS, lane);
     const float s = warp_sum(lane_dot(q, x));  // the same in every lane: uniform branches below
     load_lane_row(x, qkv + at.v(b, t2, T, g), HS, lane);
@@ -280,7 +292,7 @@ template <typename X, bool kDrop>
 __global__ void attention_backward_dq_fallback_kernel(X* dqkv, const X* dout, const X* qkv,
                                                       const float* lse, const float* D, int B,
                                                       int T, int NH, int NKV, int HS, float scale,
-                                                      Dropout drop) {
+                                                      Dropout drop, int window) {
   const long row = long(blockIdx.x) * kRowWarps + threadIdx.x / kWarp;  // (b*NH + h)*T + t
   const int lane = threadIdx.x % kWarp;
   if (row >= long(B) * NH * T) return;
@@ -292,7 +304,7 @@ __global__ void attention_backward_dq_fallback_kernel(X* dqkv, const X* dout, co
   load_lane_row(q, qkv + at.q(b, t, T, h), HS, lane);
   load_lane_row(dy, dout + ((long(b) * T + t) * NH + h) * HS, HS, lane);
   const float lse_t = lse[row], D_t = D[row];
-  for (int t2 = 0; t2 <= t; ++t2) {
+  for (int t2 = window_start(t, window); t2 <= t; ++t2) {
     load_lane_row(k, qkv + at.k(b, t2, T, g), HS, lane);
     load_lane_row(v, qkv + at.v(b, t2, T, g), HS, lane);
     const float p = expf(warp_sum(lane_dot(q, k)) * scale - lse_t);
@@ -311,7 +323,7 @@ template <typename X, bool kDrop>
 __global__ void attention_backward_dkv_fallback_kernel(X* dqkv, const X* dout, const X* qkv,
                                                        const float* lse, const float* D, int B,
                                                        int T, int NH, int NKV, int HS, float scale,
-                                                       Dropout drop) {
+                                                       Dropout drop, int window) {
   const long row = long(blockIdx.x) * kRowWarps + threadIdx.x / kWarp;  // (b*NKV + g)*T + t2
   const int lane = threadIdx.x % kWarp;
   if (row >= long(B) * NKV * T) return;
@@ -324,7 +336,7 @@ __global__ void attention_backward_dkv_fallback_kernel(X* dqkv, const X* dout, c
   load_lane_row(v, qkv + at.v(b, t2, T, g), HS, lane);
   for (int h = g * group; h < (g + 1) * group; ++h) {
     const long stats = (long(b) * NH + h) * T;
-    for (int t = t2; t < T; ++t) {
+    for (int t = t2; t < T && t - t2 <= window; ++t) {
       load_lane_row(q, qkv + at.q(b, t, T, h), HS, lane);
       load_lane_row(dy, dout + ((long(b) * T + t) * NH + h) * HS, HS, lane);
       const float p = expf(warp_sum(lane_dot(q, k)) * scale - lse[stats + t]);
@@ -521,8 +533,9 @@ __device__ bool bit(uint32_t bits, int i) { return (bits >> i) & 1u; }
 // = 0: elements 0 and 1 of each block, r = 1: elements 2 and 3): raises the running maxima M (raw
 // units), rescales the partial sums L (this thread's columns only, the quad's sums are added at the
 // end) and the output accumulator O by exp(scale * (m_old - m_new)), and turns S into
-// exp(scale * (s - m_new)). A row's maximum is shared by its quad (4 lanes) through shuffles. Every
-// row's maximum is finite after the first key tile, since key 0 is never masked: no inf - inf.
+// exp(scale * (s - m_new)). A row's maximum is shared by its quad (4 lanes) through shuffles. A
+// row all of whose keys so far are masked (a window starting after them) keeps m = -inf, l = 0
+// and o = 0: its correction is 1 and its weights 0, never exp2(inf - inf).
 template <int N, int HS>
 __device__ void online_softmax(float (&s)[N / 8][4], float (&m)[2], float (&l)[2],
                                float (&o)[HS / 8][4], float scale_log2) {
@@ -533,8 +546,9 @@ __device__ void online_softmax(float (&s)[N / 8][4], float (&m)[2], float (&l)[2
     for (int n = 0; n < N / 8; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * r], s[n][2 * r + 1]));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    const float corr = fast_exp2((m[r] - mx) * scale_log2);
-    const float offset = mx * scale_log2;
+    const bool empty = mx == -INFINITY;
+    const float corr = empty ? 1.0f : fast_exp2((m[r] - mx) * scale_log2);
+    const float offset = empty ? 0.0f : mx * scale_log2;
     m[r] = mx;
     float sum = 0.0f;
 #pragma unroll
@@ -578,7 +592,7 @@ __device__ void store_rows(X* dst, long ld, const float (&acc)[HS / 8][4], const
 template <typename X, int HS, bool kDrop>
 __global__ void __launch_bounds__(Flash<HS>::kFwdWarps* kWarp, Flash<HS>::kFwdMinBlocks)
     flash_forward_kernel(X* out, float* lse, const X* qkv, int T, int NH, int NKV, float scale,
-                         Dropout drop) {
+                         Dropout drop, int window) {
   using F = Flash<HS>;
   constexpr int kRows = F::kFwdRows, kKeys = F::kFwdKeys, kThreads = F::kFwdWarps * kWarp;
   constexpr int kKeyTile = F::tile_bytes(kKeys);
@@ -592,6 +606,7 @@ __global__ void __launch_bounds__(Flash<HS>::kFwdWarps* kWarp, Flash<HS>::kFwdMi
   const X* rows = qkv + long(b) * T * ld;
   const int q0 = (gridDim.x - 1 - blockIdx.x) * kRows;
   const int n_tiles = ceil_div(min(q0 + kRows, T), kKeys);  // up to the last query's key
+  const int j0 = window_start(q0, window) / kKeys;           // from the first query's window
 
   auto load_kv = [&](int j) {
     load_tile_async<kKeys, HS, kThreads>(k_tile(j), rows + (NH + g) * HS, ld, j * kKeys, T);
@@ -600,7 +615,7 @@ __global__ void __launch_bounds__(Flash<HS>::kFwdWarps* kWarp, Flash<HS>::kFwdMi
     cp_async_commit();
   };
   load_tile_async<kRows, HS, kThreads>(q_tile, rows + h * HS, ld, q0, T);
-  load_kv(0);
+  load_kv(j0);
 
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int wrow = 16 * warp;          // the warp's first row in the tile
@@ -611,7 +626,7 @@ __global__ void __launch_bounds__(Flash<HS>::kFwdWarps* kWarp, Flash<HS>::kFwdMi
 
   float o[HS / 8][4] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-  for (int j = 0; j < n_tiles; ++j) {
+  for (int j = j0; j < n_tiles; ++j) {
     if (j + 1 < n_tiles) {  // prefetch the next tile into the other stage, then wait for this one
       load_kv(j + 1);
       cp_async_wait<1>();
@@ -620,7 +635,8 @@ __global__ void __launch_bounds__(Flash<HS>::kFwdWarps* kWarp, Flash<HS>::kFwdMi
     }
     __syncthreads();
     const int k0 = j * kKeys;
-    if (k0 <= wq + 15) {  // else every key of the tile is after every query of the warp
+    // else every key of the tile is after every query of the warp, or before its windows
+    if (k0 <= wq + 15 && k0 + kKeys - 1 >= wq - window) {
       // The mask bits come first, while the scores hold no registers yet.
       uint32_t keep = 0;
       if constexpr (kDrop) {
@@ -631,8 +647,9 @@ __global__ void __launch_bounds__(Flash<HS>::kFwdWarps* kWarp, Flash<HS>::kFwdMi
       }
       float s[kKeys / 8][4] = {};
       mma_abt<X, kKeys, HS>(s, q_tile, wrow, k_tile(j), 0, lane);
-      if (k0 + kKeys - 1 > wq)  // the tile crosses the warp's diagonal
-        mask_tile<kKeys>(s, qrow, k0 + kcol, [](int q, int k) { return k > q; });
+      // the tile crosses the warp's diagonal or the start of a window
+      if (k0 + kKeys - 1 > wq || k0 < wq + 15 - window)
+        mask_tile<kKeys>(s, qrow, k0 + kcol, [window](int q, int k) { return k > q || q - k > window; });
       online_softmax<kKeys, HS>(s, m, l, o, scale_log2);
       if constexpr (kDrop) {
 #pragma unroll
@@ -669,7 +686,8 @@ __global__ void __launch_bounds__(Flash<HS>::kFwdWarps* kWarp, Flash<HS>::kFwdMi
 template <typename X, int HS, bool kDrop>
 __global__ void __launch_bounds__(Flash<HS>::kDkvWarps* kWarp, Flash<HS>::kDkvMinBlocks)
     flash_backward_dkv_kernel(X* dqkv, const X* dout, const X* qkv, const float* lse,
-                              const float* D, int T, int NH, int NKV, float scale, Dropout drop) {
+                              const float* D, int T, int NH, int NKV, float scale, Dropout drop,
+                              int window) {
   using F = Flash<HS>;
   constexpr int kKeys = F::kDkvKeys, kQueries = F::kDkvQueries, kThreads = F::kDkvWarps * kWarp;
   constexpr int kQTile = F::tile_bytes(kQueries);
@@ -685,7 +703,8 @@ __global__ void __launch_bounds__(Flash<HS>::kDkvWarps* kWarp, Flash<HS>::kDkvMi
   const X* dout_rows = dout + long(b) * T * ldo;
   const int k0 = blockIdx.x * kKeys;
   const int q_first = k0 / kQueries;  // queries before k0 see none of the tile's keys
-  const int n_q = ceil_div(T, kQueries) - q_first;
+  // and queries after the last key's window see none either
+  const int n_q = min(ceil_div(T, kQueries), (k0 + kKeys - 1 + window) / kQueries + 1) - q_first;
   const int n_iter = group * n_q;
 
   auto load_stage = [&](int i) {
@@ -718,7 +737,8 @@ __global__ void __launch_bounds__(Flash<HS>::kDkvWarps* kWarp, Flash<HS>::kDkvMi
     }
     __syncthreads();
     const int q0 = (q_first + i % n_q) * kQueries;
-    if (wk <= q0 + kQueries - 1) {  // else every query of the tile is before every key of the warp
+    // else every query of the tile is before every key of the warp, or after their windows
+    if (wk <= q0 + kQueries - 1 && q0 - (wk + 15) <= window) {
       // The mask bits first, as in the forward. The thread's tile is transposed: its rows are keys
       // (the next one 1 index on), its columns queries (T indices on).
       uint32_t keep = 0;
@@ -732,12 +752,13 @@ __global__ void __launch_bounds__(Flash<HS>::kDkvWarps* kWarp, Flash<HS>::kDkvMi
       const float* lse_s = reinterpret_cast<const float*>(smem + stage(i) + 2 * kQTile);
       const float* D_s = lse_s + kQueries;
 
-      // P^T = exp(scale * S^T - lse), zero where the key is after the query or the query is
-      // past T (lse and D were zero-filled there)
+      // P^T = exp(scale * S^T - lse), zero where the key is after the query or before its
+      // window, or the query is past T (lse and D were zero-filled there)
       float p[kQueries / 8][4] = {};
       mma_abt<X, kQueries, HS>(p, k_tile, wrow, q_tile, 0, lane);
-      if (wk + 15 > q0 || q0 + kQueries > T)
-        mask_tile<kQueries>(p, krow, q0 + qcol, [T](int k, int q) { return k > q || q >= T; });
+      if (wk + 15 > q0 || q0 + kQueries > T || q0 + kQueries - 1 - wk > window)
+        mask_tile<kQueries>(p, krow, q0 + qcol,
+                            [T, window](int k, int q) { return k > q || q >= T || q - k > window; });
 #pragma unroll
       for (int n = 0; n < kQueries / 8; ++n) {
         const float2 lse2 = *reinterpret_cast<const float2*>(lse_s + 8 * n + qcol);
@@ -786,7 +807,8 @@ __global__ void __launch_bounds__(Flash<HS>::kDkvWarps* kWarp, Flash<HS>::kDkvMi
 template <typename X, int HS, bool kDrop>
 __global__ void __launch_bounds__(Flash<HS>::kDqWarps* kWarp, Flash<HS>::kDqMinBlocks)
     flash_backward_dq_kernel(X* dqkv, const X* dout, const X* qkv, const float* lse,
-                             const float* D, int T, int NH, int NKV, float scale, Dropout drop) {
+                             const float* D, int T, int NH, int NKV, float scale, Dropout drop,
+                             int window) {
   using F = Flash<HS>;
   constexpr int kRows = F::kDqRows, kKeys = F::kDqKeys, kThreads = F::kDqWarps * kWarp;
   constexpr int kKeyTile = F::tile_bytes(kKeys);
@@ -800,6 +822,7 @@ __global__ void __launch_bounds__(Flash<HS>::kDqWarps* kWarp, Flash<HS>::kDqMinB
   const X* rows = qkv + long(b) * T * ld;
   const int q0 = (gridDim.x - 1 - blockIdx.x) * kRows;
   const int n_tiles = ceil_div(min(q0 + kRows, T), kKeys);
+  const int j0 = window_start(q0, window) / kKeys;
 
   auto load_kv = [&](int j) {
     load_tile_async<kKeys, HS, kThreads>(k_tile(j), rows + (NH + g) * HS, ld, j * kKeys, T);
@@ -809,7 +832,7 @@ __global__ void __launch_bounds__(Flash<HS>::kDqWarps* kWarp, Flash<HS>::kDqMinB
   };
   load_tile_async<kRows, HS, kThreads>(q_tile, rows + h * HS, ld, q0, T);
   load_tile_async<kRows, HS, kThreads>(do_tile, dout + long(b) * T * ldo + h * HS, ldo, q0, T);
-  load_kv(0);
+  load_kv(j0);
 
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int wrow = 16 * warp, wq = q0 + wrow;
@@ -825,7 +848,7 @@ __global__ void __launch_bounds__(Flash<HS>::kDqWarps* kWarp, Flash<HS>::kDqMinB
   }
 
   float dq[HS / 8][4] = {};
-  for (int j = 0; j < n_tiles; ++j) {
+  for (int j = j0; j < n_tiles; ++j) {
     if (j + 1 < n_tiles) {
       load_kv(j + 1);
       cp_async_wait<1>();
@@ -834,7 +857,7 @@ __global__ void __launch_bounds__(Flash<HS>::kDqWarps* kWarp, Flash<HS>::kDqMinB
     }
     __syncthreads();
     const int k0 = j * kKeys;
-    if (k0 <= wq + 15) {
+    if (k0 <= wq + 15 && k0 + kKeys - 1 >= wq - window) {
       // The mask bits first, as in the forward.
       uint32_t keep = 0;
       if constexpr (kDrop) {
@@ -842,11 +865,11 @@ __global__ void __launch_bounds__(Flash<HS>::kDqWarps* kWarp, Flash<HS>::kDqMinB
         keep = keep_bits<kKeys, 1>(drop.hash_input(row * T + k0 + kcol),
                                    8 * uint64_t(T) * kIndexStride, kIndexStride, drop.threshold);
       }
-      // P = exp(scale * S - lse), zero after the diagonal
+      // P = exp(scale * S - lse), zero after the diagonal and before the window
       float p[kKeys / 8][4] = {};
       mma_abt<X, kKeys, HS>(p, q_tile, wrow, k_tile(j), 0, lane);
-      if (k0 + kKeys - 1 > wq)
-        mask_tile<kKeys>(p, qrow, k0 + kcol, [](int q, int k) { return k > q; });
+      if (k0 + kKeys - 1 > wq || k0 < wq + 15 - window)
+        mask_tile<kKeys>(p, qrow, k0 + kcol, [window](int q, int k) { return k > q || q - k > window; });
 #pragma unroll
       for (int n = 0; n < kKeys / 8; ++n)
 #pragma unroll
@@ -884,18 +907,18 @@ void allow_smem(Kernel kernel, int bytes) {
 
 template <typename X, int HS, bool kDrop>
 void flash_forward(X* out, float* lse, const X* qkv, int B, int T, int NH, int NKV, float scale,
-                   const Dropout& drop, cudaStream_t stream) {
+                   const Dropout& drop, int window, cudaStream_t stream) {
   using F = Flash<HS>;
   const auto kernel = flash_forward_kernel<X, HS, kDrop>;
   allow_smem(kernel, F::fwd_smem());
   kernel<<<dim3(ceil_div(T, F::kFwdRows), NH, B), F::kFwdWarps * kWarp, F::fwd_smem(), stream>>>(
-      out, lse, qkv, T, NH, NKV, scale, drop);
+      out, lse, qkv, T, NH, NKV, scale, drop, window);
   MEG_CUDA_CHECK(cudaGetLastError());
 }
 
 template <typename X, int HS, bool kDrop>
 void flash_backward(X* dqkv, const X* dout, const X* qkv, const X* out, const float* lse, float* D,
-                    int B, int T, int NH, int NKV, float scale, const Dropout& drop,
+                    int B, int T, int NH, int NKV, float scale, const Dropout& drop, int window,
                     cudaStream_t stream) {
   using F = Flash<HS>;
   constexpr int kRowsPerBlock = kRowWarps * kWarp / (HS / 8);
@@ -906,12 +929,12 @@ void flash_backward(X* dqkv, const X* dout, const X* qkv, const X* out, const fl
   const auto dkv = flash_backward_dkv_kernel<X, HS, kDrop>;
   allow_smem(dkv, F::dkv_smem());
   dkv<<<dim3(ceil_div(T, F::kDkvKeys), NKV, B), F::kDkvWarps * kWarp, F::dkv_smem(), stream>>>(
-      dqkv, dout, qkv, lse, D, T, NH, NKV, scale, drop);
+      dqkv, dout, qkv, lse, D, T, NH, NKV, scale, drop, window);
   MEG_CUDA_CHECK(cudaGetLastError());
   const auto dq = flash_backward_dq_kernel<X, HS, kDrop>;
   allow_smem(dq, F::dq_smem());
   dq<<<dim3(ceil_div(T, F::kDqRows), NH, B), F::kDqWarps * kWarp, F::dq_smem(), stream>>>(
-      dqkv, dout, qkv, lse, D, T, NH, NKV, scale, drop);
+      dqkv, dout, qkv, lse, D, T, NH, NKV, scale, drop, window);
   MEG_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -933,6 +956,12 @@ unsigned row_blocks(long rows) { return unsigned((rows + kRowWarps - 1) / kRowWa
 
 float score_scale(int HS) { return float(1.0 / std::sqrt(double(HS))); }
 
+// The kernels' window: WINDOW, or T (no key that far back) for full causal attention (-1).
+int kernel_window(int window, int T) {
+  if (window < -1) throw std::invalid_argument("attention: the window must be at least 0 (or -1, none)");
+  return window < 0 || window > T ? T : window;
+}
+
 Dropout make_dropout(double p, uint64_t stream) {
   if (!(p >= 0 && p < 1)) throw std::invalid_argument("attention: dropout must be in [0, 1)");
   return {stream, uint32_t(cpu::dropout_threshold(p)), float(1.0 / (1.0 - p))};
@@ -940,34 +969,35 @@ Dropout make_dropout(double p, uint64_t stream) {
 
 template <bool kDrop, typename X>
 void forward(X* out, float* lse, const X* qkv, int B, int T, int NH, int NKV, int HS,
-             const Dropout& drop, cudaStream_t stream) {
+             const Dropout& drop, int window, cudaStream_t stream) {
   const float scale = score_scale(HS);
   if (use_flash<X>(HS, {out, qkv})) {
     if constexpr (!std::is_same_v<X, float>) {
-      if (HS == 64) flash_forward<X, 64, kDrop>(out, lse, qkv, B, T, NH, NKV, scale, drop, stream);
-      else flash_forward<X, 128, kDrop>(out, lse, qkv, B, T, NH, NKV, scale, drop, stream);
+      if (HS == 64) flash_forward<X, 64, kDrop>(out, lse, qkv, B, T, NH, NKV, scale, drop, window, stream);
+      else flash_forward<X, 128, kDrop>(out, lse, qkv, B, T, NH, NKV, scale, drop, window, stream);
     }
     return;
   }
   attention_forward_fallback_kernel<X, kDrop>
       <<<row_blocks(long(B) * NH * T), kRowWarps * kWarp, 0, stream>>>(out, lse, qkv, B, T, NH, NKV,
-                                                                       HS, scale, drop);
+                                                                       HS, scale, drop, window);
   MEG_CUDA_CHECK(cudaGetLastError());
 }
 
 template <bool kDrop, typename X>
 void backward(X* dqkv, const X* dout, const X* qkv, const X* out, const float* lse, int B, int T,
-              int NH, int NKV, int HS, float* scratch, const Dropout& drop, cudaStream_t stream) {
+              int NH, int NKV, int HS, float* scratch, const Dropout& drop, int window,
+              cudaStream_t stream) {
   const float scale = score_scale(HS);
   float* D = scratch;  // [B, NH, T]
   if (use_flash<X>(HS, {dqkv, dout, qkv, out})) {
     if constexpr (!std::is_same_v<X, float>) {
       if (HS == 64)
         flash_backward<X, 64, kDrop>(dqkv, dout, qkv, out, lse, D, B, T, NH, NKV, scale, drop,
-                                     stream);
+                                     window, stream);
       else
         flash_backward<X, 128, kDrop>(dqkv, dout, qkv, out, lse, D, B, T, NH, NKV, scale, drop,
-                                      stream);
+                                      window, stream);
     }
     return;
   }
@@ -977,11 +1007,11 @@ void backward(X* dqkv, const X* dout, const X* qkv, const X* out, const float* l
   MEG_CUDA_CHECK(cudaGetLastError());
   attention_backward_dq_fallback_kernel<X, kDrop>
       <<<row_blocks(long(B) * NH * T), threads, 0, stream>>>(dqkv, dout, qkv, lse, D, B, T, NH,
-                                                              NKV, HS, scale, drop);
+                                                              NKV, HS, scale, drop, window);
   MEG_CUDA_CHECK(cudaGetLastError());
   attention_backward_dkv_fallback_kernel<X, kDrop>
       <<<row_blocks(long(B) * NKV * T), threads, 0, stream>>>(dqkv, dout, qkv, lse, D, B, T, NH,
-                                                               NKV, HS, scale, drop);
+                                                               NKV, HS, scale, drop, window);
   MEG_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -989,34 +1019,36 @@ void backward(X* dqkv, const X* dout, const X* qkv, const X* out, const float* l
 
 template <typename X>
 void attention_forward(X* out, float* lse, const X* qkv, int B, int T, int NH, int NKV, int HS,
-                       cudaStream_t stream, double dropout_p, uint64_t dropout_stream) {
+                       cudaStream_t stream, double dropout_p, uint64_t dropout_stream, int window) {
   check_shape(NH, NKV, HS);
   const Dropout drop = make_dropout(dropout_p, dropout_stream);
+  const int w = kernel_window(window, T);
   if (B <= 0 || T <= 0) return;
-  if (dropout_p > 0) forward<true>(out, lse, qkv, B, T, NH, NKV, HS, drop, stream);
-  else forward<false>(out, lse, qkv, B, T, NH, NKV, HS, drop, stream);
+  if (dropout_p > 0) forward<true>(out, lse, qkv, B, T, NH, NKV, HS, drop, w, stream);
+  else forward<false>(out, lse, qkv, B, T, NH, NKV, HS, drop, w, stream);
 }
 
 template <typename X>
 void attention_backward(X* dqkv, const X* dout, const X* qkv, const X* out, const float* lse,
                         int B, int T, int NH, int NKV, int HS, float* scratch, cudaStream_t stream,
-                        double dropout_p, uint64_t dropout_stream) {
+                        double dropout_p, uint64_t dropout_stream, int window) {
   check_shape(NH, NKV, HS);
   const Dropout drop = make_dropout(dropout_p, dropout_stream);
+  const int w = kernel_window(window, T);
   if (B <= 0 || T <= 0) return;
   if (dropout_p > 0)
-    backward<true>(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HS, scratch, drop, stream);
+    backward<true>(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HS, scratch, drop, w, stream);
   else
-    backward<false>(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HS, scratch, drop, stream);
+    backward<false>(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HS, scratch, drop, w, stream);
 }
 
 size_t attention_backward_scratch(int B, int T, int NH) { return size_t(B) * NH * T; }
 
 #define MEG_INSTANTIATE(X)                                                                        \
   template void attention_forward<X>(X*, float*, const X*, int, int, int, int, int, cudaStream_t, \
-                                     double, uint64_t);                                           \
+                                     double, uint64_t, int);                                      \
   template void attention_backward<X>(X*, const X*, const X*, const X*, const float*, int, int,   \
-                                      int, int, int, float*, cudaStream_t, double, uint64_t);
+                                      int, int, int, float*, cudaStream_t, double, uint64_t, int);
 MEG_INSTANTIATE(float)
 MEG_INSTANTIATE(bf16)
 MEG_INSTANTIATE(fp16)

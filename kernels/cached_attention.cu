@@ -7,7 +7,9 @@
 // (this batch's included: they are appended first). With s = q.k / sqrt(HS),
 //   out[row, h] = sum_t p_t v_t,  p = softmax(s) over the keys t <= p of kv head h / (NH / NKV).
 // A query at position p sees exactly the keys up to p, so a prompt's tokens appended in one batch
-// are causal among themselves without a mask.
+// are causal among themselves without a mask. With a sliding window W (Megatron's --window-size
+// (W, 0)) it sees the keys p - W .. p: the splits share those out, and the older keys stay in the
+// cache unread (a staged block still copies them: it holds the keys from 0 on).
 //
 // Decoding reads the whole cache for one query, and at batch 1 there are few (query, head) pairs:
 // too few blocks to keep the memory busy. So the keys are split (flash-decoding): block (split,
@@ -218,6 +220,7 @@ struct Args {
   int new_keys;     // a slot's keys the previous kernel wrote, at most: the last new_keys of its query
   int cluster;      // blocks per cluster, along the splits
   int staged_keys;  // a staged block's keys in shared memory, at most (0 for the other grids)
+  int window;       // the sliding window, -1 for none
 };
 
 template <typename X, int W, int G, int Warps, bool Staged, bool Clustered>
@@ -243,7 +246,8 @@ __global__ void __launch_bounds__(Warps * kWarp, G == 1 ? kWarpsPerSM / Warps : 
   const int q = blockIdx.z, split = blockIdx.x;
   const int rank = split % cluster, unit = split / cluster;
   const int row = a.rows[q], len = a.positions[row] + 1;
-  const int units = query_clusters(len, gridDim.x / cluster, cluster, pass);
+  const int lo = a.window < 0 ? 0 : max(0, len - 1 - a.window);  // the first key of its window
+  const int units = query_clusters(len - lo, gridDim.x / cluster, cluster, pass);
   if (unit >= units) return;  // the whole cluster: this query needs fewer
   // A cluster's blocks write their partials into its first block's shared memory, each thread that
   // wrote (one an element of the G heads' outputs, or the whole block) arriving on that block's
@@ -256,8 +260,8 @@ __global__ void __launch_bounds__(Warps * kWarp, G == 1 ? kWarpsPerSM / Warps : 
   }
   const int splits = units * cluster;
   // A split may be empty (a short context in a cluster of several blocks): k_end <= k_begin.
-  const int per_split = ceil_div(len, splits);
-  const int k_begin = split * per_split, k_end = min(len, k_begin + per_split);
+  const int per_split = ceil_div(len - lo, splits);
+  const int k_begin = lo + split * per_split, k_end = min(len, k_begin + per_split);
 
   // The block's query heads h0 .. h0 + G - 1, all of kv head g (G divides the group NH / NKV).
   const int h0 = blockIdx.y * G, g = h0 / (NH / NKV);
@@ -750,7 +754,8 @@ size_t cached_attention_scratch(int Q, int NH, int NKV, int HS) {
 template <typename X>
 void cached_attention(X* out, const X* qkv, const X* k_cache, const X* v_cache, const int32_t* rows,
                       const int32_t* slots, const int32_t* positions, int Q, int NH, int NKV,
-                      int HS, int max_length, int longest, int new_keys, float* scratch, cudaStream_t stream) {
+                      int HS, int max_length, int longest, int new_keys, float* scratch, cudaStream_t stream,
+                      int window) {
   if (NH <= 0 || NKV <= 0 || NH % NKV != 0)
     throw std::invalid_argument(
         "cached_attention: query heads must be a multiple of key/value heads");
@@ -778,7 +783,7 @@ void cached_attention(X* out, const X* qkv, const X* k_cache, const X* v_cache, 
   float* partials = scratch ? scratch + counters_held() : nullptr;
   const int staged = splits.staged ? staged_keys(NH, NKV, HS) : 0;
   const Args<X> a{out, reinterpret_cast<unsigned*>(scratch), partials, qkv, k_cache, v_cache, rows, slots, positions,
-                  Q,   NH, NKV, HS, max_length, new_keys, splits.cluster, staged};
+                  Q,   NH, NKV, HS, max_length, new_keys, splits.cluster, staged, window};
   switch (w) {
     case 8: return launch_heads<X, 8>(a, splits, stream);
     case 4: return launch_heads<X, 4>(a, splits, stream);
@@ -791,7 +796,7 @@ bool cached_attention_supports(int HS) { return lane_elements(HS) != 0; }
 #define MEG_INSTANTIATE(X)                                                                   \
   template void cached_attention<X>(X*, const X*, const X*, const X*, const int32_t*,        \
                                     const int32_t*, const int32_t*, int, int, int, int, int, \
-                                    int, int, float*, cudaStream_t);
+                                    int, int, float*, cudaStream_t, int);
 MEG_INSTANTIATE(float)
 MEG_INSTANTIATE(bf16)
 MEG_INSTANTIATE(fp16)

@@ -13,6 +13,8 @@ vocabulary the models share) as tokenizer.model:
   qwen2        Qwen2ForCausalLM (q/k/v biases), tied embeddings, rope_theta 1e6
   qwen3        Qwen3ForCausalLM (q_norm, k_norm), head_dim 32
   mistral      MistralForCausalLM, sliding_window null, head_dim 32
+  mistral-window  MistralForCausalLM, sliding_window 8 of the 64 positions (meg's window-size 7,0):
+               the scores and the greedy completions (prompt and 40 tokens) cross the window
 An architecture this transformers lacks (Qwen3 before 4.51) is skipped with a line saying so.
 scripts/check-hf-archs.sh then imports each into meg, scores with meg-eval, and has
 scripts/check-hf-eval.py compare the scores with transformers' on these files and on meg's export.
@@ -43,6 +45,7 @@ def architectures(vocab, bos, eos):
                                       use_sliding_window=False)),
         ("qwen3", "Qwen3Config", dict(common, head_dim=32, attention_bias=False, use_sliding_window=False)),
         ("mistral", "MistralConfig", dict(common, head_dim=32, sliding_window=None)),
+        ("mistral-window", "MistralConfig", dict(common, head_dim=32, sliding_window=8)),
     ]
 
 

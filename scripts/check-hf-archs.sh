@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Hugging Face architectures against PyTorch transformers, both ways: scripts/check-hf-archs.py
 # makes a small random model of each architecture meg imports (Llama 3.1's llama3 and linear RoPE
-# scaling, Llama with biases and head_dim, Qwen2, Qwen3, Mistral); each is imported with
+# scaling, Llama with biases and head_dim, Qwen2, Qwen3, Mistral without and with a sliding
+# window); each is imported with
 # `meg-ckpt-convert --from hf`, scored by meg-eval on every device (fp32), and exported again with
 # `--to hf`. scripts/check-hf-eval.py then recomputes every score with AutoModelForCausalLM on the
 # original files (NAME-import: meg computes transformers' model) and on meg's export (NAME-export:

@@ -157,11 +157,39 @@ void rope_scaling_from_hf(const json& j, const std::string& where, ModelConfig& 
   }
 }
 
-// The sliding window (null: none) is full attention when it covers every position.
-void require_full_attention(const Fields& f, const char* key, std::optional<int64_t> window, int64_t positions) {
-  if (window && *window < positions)
-    f.require(key, *window, positions,
-              "meg has no sliding-window attention: it must be null or at least max_position_embeddings");
+// transformers' sliding_window W: a query at i sees the keys j with i - W < j <= i
+// (masking_utils' sliding_window_overlay, kv_idx > q_idx - W, under the causal mask), W keys
+// with its own; Megatron's --window-size (L, 0) sees i - L <= j <= i, L + 1 keys. So L = W - 1,
+// and export writes W = L + 1.
+int64_t window_size_from_hf(int64_t sliding_window) { return sliding_window - 1; }
+int64_t hf_sliding_window(const ModelConfig& c) { return c.window_size + 1; }
+
+// The window of every layer from sliding_window (null: none). A window covering every position
+// masks nothing: full attention (a Mistral of the positions' window reads as a Llama).
+void set_window(const Fields& f, std::optional<int64_t> window, ModelConfig& c) {
+  if (!window || *window >= c.seq_length) return;
+  if (*window < 1) f.refuse("sliding_window", "a query sees at least its own key: it must be at least 1");
+  c.window_size = window_size_from_hf(*window);
+}
+
+// A Qwen's use_sliding_window: the window applies to the layers that layer_types names
+// "sliding_attention", by default those from max_window_layers on; meg's layers share one
+// window, so all layers or none must have it.
+void qwen_window_from_hf(const json& j, const Fields& f, ModelConfig& c) {
+  if (!f.boolean("use_sliding_window", false)) return;
+  const int64_t windowed_from = f.integer("max_window_layers", 28);
+  int64_t windowed = std::max<int64_t>(0, c.num_layers - windowed_from);
+  const char* key = "max_window_layers";
+  if (f.has("layer_types")) {
+    key = "layer_types";
+    const json& types = j.at("layer_types");
+    if (!types.is_array()) f.refuse(key, "expected a list of layer types");
+    windowed = std::count(types.begin(), types.end(), json("sliding_attention"));
+  }
+  if (windowed == 0) return;
+  if (windowed != c.num_layers)
+    f.refuse(key, "meg's attention layers share one window: all of them or none must use the sliding window");
+  set_window(f, f.has("sliding_window") ? std::optional<int64_t>(f.integer("sliding_window")) : std::nullopt, c);
 }
 
 // LlamaForCausalLM and the architectures of its layout (Qwen2, Qwen3, Mistral): their keys, with
@@ -223,13 +251,9 @@ ModelConfig llama_from_hf(const json& j, const std::string& where, HfModelType t
         !j.contains("sliding_window") ? std::optional<int64_t>(4096)
         : j.at("sliding_window").is_null() ? std::nullopt
                                            : std::optional<int64_t>(f.integer("sliding_window"));
-    require_full_attention(f, "sliding_window", window, c.seq_length);
+    set_window(f, window, c);
   }
-  if ((type == HfModelType::qwen2 || type == HfModelType::qwen3) && f.boolean("use_sliding_window", false)) {
-    const std::optional<int64_t> window =
-        f.has("sliding_window") ? std::optional<int64_t>(f.integer("sliding_window")) : std::nullopt;
-    require_full_attention(f, "sliding_window", window, c.seq_length);
-  }
+  if (type == HfModelType::qwen2 || type == HfModelType::qwen3) qwen_window_from_hf(j, f, c);
   return c;
 }
 
@@ -257,7 +281,7 @@ const HfArchitecture& hf_architecture(const ModelConfig& config) {
     case ModelFamily::llama:
       if (config.qk_layernorm) return architecture_of_type(HfModelType::qwen3);
       if (config.add_qkv_bias && !config.use_bias) return architecture_of_type(HfModelType::qwen2);
-      return architecture_of_type(HfModelType::llama);
+      return architecture_of_type(config.windowed() ? HfModelType::mistral : HfModelType::llama);
   }
   input_error("model config: model family number {} has no Hugging Face architecture",
               static_cast<int>(config.family));
@@ -278,6 +302,7 @@ void check_hf_exportable(const ModelConfig& c) {
       if (!c.use_bias) refuse("use-bias false");
       if (c.add_qkv_bias) refuse("add-qkv-bias");
       if (c.qk_layernorm) refuse("qk-layernorm");
+      if (c.windowed()) refuse("window-size");
       if (c.kv_channels > 0 && c.kv_channels * c.num_heads != c.hidden_size)
         refuse(fmt::format("kv-channels {}", c.kv_channels));
       return;
@@ -291,6 +316,7 @@ void check_hf_exportable(const ModelConfig& c) {
         refuse("position-embedding-type " + to_string(c.position_embedding));
       if (arch.type == HfModelType::qwen3 && (c.use_bias || c.add_qkv_bias))
         refuse("qk-layernorm and biases (Qwen3's attention_bias has no MLP biases; meg's q/k/v-only bias is Qwen2's)");
+      if (arch.type == HfModelType::mistral && c.use_bias) refuse("window-size and use-bias (Mistral has no biases)");
       if (arch.type == HfModelType::qwen2 && c.head_size() * c.num_heads != c.hidden_size)
         refuse(fmt::format("add-qkv-bias and kv-channels {} (Qwen2's head size is hidden_size / num_attention_heads)",
                            c.kv_channels));
@@ -351,11 +377,14 @@ json hf_config_json(const ModelConfig& c, SafetensorsDtype dtype, const HfTokenI
         j["attention_bias"] = c.use_bias;
         j["mlp_bias"] = c.use_bias;
         j["pretraining_tp"] = 1;
+      } else if (arch.type == HfModelType::mistral) {
+        j["sliding_window"] = hf_sliding_window(c);
       } else {
+        // The window on every layer: from layer max_window_layers = 0 on.
         if (arch.type == HfModelType::qwen3) j["attention_bias"] = false;
-        j["use_sliding_window"] = false;
-        j["sliding_window"] = nullptr;
-        j["max_window_layers"] = c.num_layers;
+        j["use_sliding_window"] = c.windowed();
+        j["sliding_window"] = c.windowed() ? json(hf_sliding_window(c)) : json(nullptr);
+        j["max_window_layers"] = c.windowed() ? 0 : c.num_layers;
       }
       break;
     default: throw std::logic_error("hf_config_json: unknown Hugging Face architecture");

@@ -5,8 +5,8 @@
 // (not meg's padded one). Import reads the same keys and MistralForCausalLM's, with transformers'
 // defaults for the optional ones, and refuses what meg's model cannot compute exactly: another
 // model_type, another activation, RoPE scaling other than linear and llama3, GPT-2's
-// attention-scaling variants, biases on only some Llama linears, a sliding window smaller than
-// the positions.
+// attention-scaling variants, biases on only some Llama linears, a Qwen's sliding window on
+// some of its layers only.
 //
 //   meg                 GPT-2 (model_type gpt2)         Llama (llama; qwen2, qwen3, mistral alike)
 //   num-layers          n_layer                         num_hidden_layers
@@ -36,9 +36,10 @@
 //   init-std            initializer_range (0.02)        initializer_range (0.02)
 //   hidden-dropout      resid_pdrop, embd_pdrop (0.1)   -
 //   attention-dropout   attn_pdrop (0.1)                attention_dropout (0)
-//   (none)              -                               sliding_window (Mistral; Qwen with
-//                                                       use_sliding_window): null or at least
-//                                                       max_position_embeddings
+//   window-size (L, 0)  -                               sliding_window W = L + 1 (Mistral; Qwen
+//                                                       with use_sliding_window on all layers:
+//                                                       max_window_layers 0); null, or W at
+//                                                       least max_position_embeddings: none
 // make-vocab-size-divisible-by and padded-vocab-size are meg's own (HfImportOptions).
 #pragma once
 
@@ -65,9 +66,10 @@ struct HfArchitecture {
 
 // The architecture CONFIG converts to, by its features: the gpt2 family's is GPT2LMHeadModel; a
 // llama-family model with qk-layernorm is Qwen3ForCausalLM, one with add-qkv-bias (and no
-// use-bias) Qwen2ForCausalLM, any other LlamaForCausalLM (MistralForCausalLM, Llama's layout with
-// a sliding window, is read but never written: meg has no window, and a Mistral without one is a
-// Llama). InputError naming a family that has none.
+// use-bias) Qwen2ForCausalLM (both with use_sliding_window for a window-size), one with a
+// window-size MistralForCausalLM (Llama's layout with a sliding window), any other
+// LlamaForCausalLM (a Mistral without a window is a Llama). InputError naming a family that has
+// none.
 const HfArchitecture& hf_architecture(const ModelConfig& config);
 
 // Special token ids, written to both files when known (from the tokenizer).

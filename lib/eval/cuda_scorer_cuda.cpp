@@ -113,7 +113,7 @@ void CudaScorer<X>::score(const int32_t* tokens, const int32_t* targets, int B, 
   cuda::embedding_forward(x, d_tokens, net_.wte(), net_.wpe(), B, T, d.C, 0, d.Vp, s);
   net_.blocks(x, N, [&](size_t, X* qkv, X* att) {
     if (net_.rope_table()) cuda::rope_forward(qkv, net_.rope_table(), B, T, d.NH, d.NKV, d.HS, s);
-    cuda::attention_forward(att, lse_.get(), qkv, B, T, d.NH, d.NKV, d.HS, s);
+    cuda::attention_forward(att, lse_.get(), qkv, B, T, d.NH, d.NKV, d.HS, s, 0, 0, net_.config().attention_window());
   });
   for (int r0 = 0; r0 < M; r0 += chunk_rows_) {
     const int R = std::min(chunk_rows_, M - r0);

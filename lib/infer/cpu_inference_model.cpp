@@ -115,7 +115,9 @@ void CpuInferenceModel::attend(size_t l, std::span<const AppendRequest> requests
       float* new_keys = k + size_t(first) * KV_;
       cpu::rope_forward_from(new_keys, new_keys, n, NKV_, HS_, first, std::span<const double>(inv_freq));
     }
-    cpu::attention_cached_forward(a.atty + row * CQ_, q, k, v, n, first, NH_, NKV_, HS_, scores_.data());
+    // A window reads only the last window-size + 1 positions; the cache keeps them all.
+    cpu::attention_cached_forward(a.atty + row * CQ_, q, k, v, n, first, NH_, NKV_, HS_, scores_.data(),
+                                  config_.attention_window());
     row += size_t(n);
   }
 }

@@ -553,12 +553,14 @@ void CudaInferenceModelImpl<X>::forward(const Pass& pass, Readout readout) {
       [&](size_t l) { return std::make_pair(k_cache(l), v_cache(l)); }, slots, positions, max_length_};
   // The layers cache each attention layer's keys and values first: a fresh prompt then attends
   // within itself, every other row against its slot's cache.
+  // A sliding window reads only the last window-size + 1 positions; the cache keeps them all.
+  const int window = config().attention_window();
   const auto attention = [&](size_t l, X* qkv, X* out) {
     for (const Prompts& p : pass.prompts)
       cuda::attention_forward(out + size_t(p.row) * d.CQ, lse_.get(), qkv + size_t(p.row) * d.QKV, p.count, p.length,
-                              d.NH, d.NKV, d.HS, s);
+                              d.NH, d.NKV, d.HS, s, 0, 0, window);
     cuda::cached_attention(out, qkv, k_cache(l), v_cache(l), cached, slots, positions, pass.cached, d.NH, d.NKV,
-                           d.HS, max_length_, pass.longest, pass.new_keys, scratch_.get(), s);
+                           d.HS, max_length_, pass.longest, pass.new_keys, scratch_.get(), s, window);
   };
   net_.blocks(x, N, attention, &cache);
   if (pass.outputs == 0) return;  // the middle of a prompt longer than a pass

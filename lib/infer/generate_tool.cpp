@@ -137,8 +137,9 @@ int run_generate(GenerateOptions o) {
     tokenizer = load_model_tokenizer(checkpoint, o.tokenizer, o.merges);
     model = make_inference_model(checkpoint, o.device, parse_precision(o.precision), *o.batch, o.max_length, &tp);
     const ModelConfig& c = checkpoint.config;
-    log::info("{}: {} {} x {} ({:.1f} M parameters), {}; {} {}, {} sequence(s) of {} tokens{}", checkpoint.path,
-              to_string(c.family), c.num_layers, c.hidden_size, c.num_parameters() / 1e6, tokenizer->describe(),
+    log::info("{}: {} {} x {} ({:.1f} M parameters{}), {}; {} {}, {} sequence(s) of {} tokens{}", checkpoint.path,
+              to_string(c.family), c.num_layers, c.hidden_size, c.num_parameters() / 1e6,
+              c.windowed() ? fmt::format(", window-size {},0", c.window_size) : "", tokenizer->describe(),
               o.device, o.device == "cuda" ? o.precision : "fp32", model->slots(), model->max_length(),
               o.tp > 1 ? fmt::format(", split over {} tensor-parallel ranks", o.tp) : "");
   }

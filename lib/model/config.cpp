@@ -71,7 +71,17 @@ const std::vector<std::string> kKeys = {
     "rotary-seq-len-interpolation-factor",
     "tie-embeddings",  "use-bias",        "add-qkv-bias",    "qk-layernorm",    "activation",
     "norm",            "init-std",        "hidden-dropout",
-    "attention-dropout"};
+    "attention-dropout", "window-size"};
+
+// window-size's (L, R) checked: R 0, L at least -1 (Megatron's infinite window, kept as -1).
+int64_t checked_window(int64_t left, int64_t right, const std::string& where) {
+  if (right != 0)
+    input_error("{}: window-size ({}, {}): the right extent must be 0 (meg's attention is causal)", where, left,
+                right);
+  if (left < -1 || left > std::numeric_limits<int32_t>::max())
+    input_error("{}: window-size ({}, 0): the left extent must be at least 0 (or -1, no window)", where, left);
+  return left;
+}
 
 }  // namespace
 
@@ -91,6 +101,28 @@ NormKind parse_norm(const std::string& name, const std::string& where) {
 }
 PositionEmbedding parse_position_embedding(const std::string& name, const std::string& where) {
   return parse_enum<PositionEmbedding>(kPositionEmbeddings, name, "position-embedding-type", where);
+}
+
+int64_t parse_window_size(const std::string& text, const std::string& where) {
+  std::string inner = text;
+  if (inner.size() >= 2 && inner.front() == '(' && inner.back() == ')') inner = inner.substr(1, inner.size() - 2);
+  const size_t comma = inner.find(',');
+  auto number = [&](const std::string& part) {
+    size_t used = 0;
+    int64_t v = 0;
+    try {
+      v = std::stoll(part, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || part.find_first_not_of(' ', used) != std::string::npos)
+      input_error("{} '{}': expected L,R (Megatron's window: query i sees keys i - L .. i + R; R = 0), or L", where,
+                  text);
+    return v;
+  };
+  const int64_t left = number(inner.substr(0, comma));
+  const int64_t right = comma == std::string::npos ? 0 : number(inner.substr(comma + 1));
+  return checked_window(left, right, where);
 }
 
 int64_t pad_vocab_size(int64_t vocab, int64_t divisible_by, int64_t tp) {
@@ -247,6 +279,7 @@ void ModelConfig::validate(const std::string& where) const {
     input_error("{}: rotary-seq-len-interpolation-factor needs position-embedding-type rope", where);
   if (qk_layernorm && norm != NormKind::rmsnorm)
     input_error("{}: qk-layernorm is an RMSNorm of each head: it needs norm rmsnorm, not {}", where, to_string(norm));
+  if (window_size < -1) input_error("{}: window-size {} must be at least 0 (or -1, no window)", where, window_size);
   if (!(norm_eps > 0) || !std::isfinite(norm_eps))
     input_error("{}: norm-eps must be positive, got {}", where, norm_eps);
   if (!(init_std > 0) || !std::isfinite(init_std))
@@ -322,6 +355,7 @@ nlohmann::ordered_json ModelConfig::to_json() const {
   j["init-std"] = init_std;
   j["hidden-dropout"] = hidden_dropout;
   j["attention-dropout"] = attention_dropout;
+  j["window-size"] = windowed() ? nlohmann::ordered_json::array({window_size, 0}) : nlohmann::ordered_json(nullptr);
   return j;
 }
 
@@ -387,6 +421,12 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& w
   if (has("init-std")) c.init_std = json_get<double>(j, "init-std", where);
   if (has("hidden-dropout")) c.hidden_dropout = json_get<double>(j, "hidden-dropout", where);
   if (has("attention-dropout")) c.attention_dropout = json_get<double>(j, "attention-dropout", where);
+  if (has("window-size") && !j.at("window-size").is_null()) {
+    const auto& w = j.at("window-size");
+    if (!w.is_array() || w.size() != 2 || !w[0].is_number_integer() || !w[1].is_number_integer())
+      input_error("{}: key 'window-size': expected [L, 0] or null, got {}", where, w.dump());
+    c.window_size = checked_window(w[0].get<int64_t>(), w[1].get<int64_t>(), where);
+  }
 
   // The pattern, checked here to name the file; it gives num-layers when that is not given, and
   // the default pattern is stored as "" so that it follows a later num-layers.
@@ -421,6 +461,7 @@ void apply_overrides(ModelConfig& c, const ModelOverrides& o) {
   if (o.seq_length) c.seq_length = *o.seq_length;
   if (o.vocab_size) c.vocab_size = *o.vocab_size;
   if (o.init_std) c.init_std = *o.init_std;
+  if (o.window_size) c.window_size = parse_window_size(*o.window_size, "--window-size");
 
   if (o.num_heads && !o.num_kv_heads && base.num_kv_heads == base.num_heads)
     c.num_kv_heads = c.num_heads;
@@ -448,6 +489,7 @@ nlohmann::ordered_json ModelOverrides::to_json() const {
           {"seq-length", json_or_null(seq_length)},
           {"vocab-size", json_or_null(vocab_size)},
           {"init-std", json_or_null(init_std)},
+          {"window-size", json_or_null(window_size)},
           {"max-position-embeddings", json_or_null(max_position_embeddings)}};
 }
 

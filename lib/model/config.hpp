@@ -50,6 +50,15 @@
 //   norm                          "layernorm" | "rmsnorm"
 //   init-std                      standard deviation of the normal weight initialisation
 //   hidden-dropout, attention-dropout
+//   window-size                   sliding-window attention, Megatron's --window-size (L, R): query
+//                                 i attends to the keys j with i - L <= j <= i, L + 1 of them
+//                                 (Megatron's mask, and flash-attn's and Transformer Engine's
+//                                 window_size with a causal mask). R is 0 (the attention is
+//                                 causal). null (default; also [-1, 0], Megatron's infinite
+//                                 window) is full causal attention. Written as [L, 0] or null;
+//                                 files without the key load as full attention. Every attention
+//                                 layer has the window (Megatron's --window-attn-skip-freq, full
+//                                 attention every Nth layer, is not implemented).
 //
 // Family defaults. gpt2: gelu_tanh, layernorm, biases, tied embeddings, learned_absolute
 // positions; its validation keeps NKV = NH (GPT2LMHeadModel has no grouped-query attention).
@@ -104,6 +113,11 @@ Activation parse_activation(const std::string& name, const std::string& where);
 NormKind parse_norm(const std::string& name, const std::string& where);
 PositionEmbedding parse_position_embedding(const std::string& name, const std::string& where);
 
+// window-size's L from Megatron's --window-size text TEXT ("L,R", "(L,R)" or "L"): -1 for
+// Megatron's infinite window (L = -1); an InputError prefixed with WHERE for anything else than
+// an L >= -1 and R = 0.
+int64_t parse_window_size(const std::string& text, const std::string& where);
+
 // Megatron's rule: VOCAB rounded up to a multiple of DIVISIBLE_BY * TP.
 int64_t pad_vocab_size(int64_t vocab, int64_t divisible_by = 128, int64_t tp = 1);
 
@@ -140,6 +154,7 @@ struct ModelConfig {
   double init_std = 0.02;
   double hidden_dropout = 0.0;
   double attention_dropout = 0.0;
+  int64_t window_size = -1;  // window-size's L; -1: none (full causal attention)
 
   // The family's defaults (its features) with all sizes zero.
   static ModelConfig defaults(ModelFamily family);
@@ -158,6 +173,9 @@ struct ModelConfig {
   // rotation angles for the CPU and the GPU.
   RopeScaling rope_scaling() const;
   std::vector<double> rope_inv_freq() const;
+  bool windowed() const { return window_size >= 0; }
+  // The attention window as the attention ops take it: L, or -1 for full causal attention.
+  int attention_window() const { return static_cast<int>(window_size); }
   bool learned_positions() const { return position_embedding == PositionEmbedding::learned_absolute; }
   bool uses_rope() const { return position_embedding == PositionEmbedding::rope; }
   // The layer sequence: hybrid_layer_pattern, or "*-" x num_layers; and its layers
@@ -194,9 +212,9 @@ struct ModelConfig {
 ModelConfig load_model_config(const std::string& path);
 
 // Single-field overrides from the command line (--num-layers, --hidden-size, --num-heads,
-// --num-kv-heads, --ffn-hidden-size, --seq-length, --vocab-size, --init-std); unset fields leave
-// the config. --max-position-embeddings (Megatron-LM's) sets no field: it is checked against the
-// result (see apply_overrides).
+// --num-kv-heads, --ffn-hidden-size, --seq-length, --vocab-size, --init-std, --window-size);
+// unset fields leave the config. --max-position-embeddings (Megatron-LM's) sets no field: it is
+// checked against the result (see apply_overrides).
 struct ModelOverrides {
   std::optional<int64_t> num_layers;
   std::optional<int64_t> hidden_size;
@@ -206,6 +224,8 @@ struct ModelOverrides {
   std::optional<int64_t> seq_length;
   std::optional<int64_t> vocab_size;
   std::optional<double> init_std;
+  // Megatron's --window-size text: "L,R" (or "(L,R)", or "L" for "L,0"); parse_window_size.
+  std::optional<std::string> window_size;
   std::optional<int64_t> max_position_embeddings;
 
   // The overrides by their option names, null where unset: {"num-layers": 4, "hidden-size": null, ...}.

@@ -125,7 +125,7 @@ void CausalAttention<F>::forward(AttentionActs<F>& a, const LayerDims& d) {
     cpu::rope_forward(a.q, a.q, B_, T_, d.NH, d.HS, inv_freq_);
     cpu::rope_forward(a.k, a.k, B_, T_, d.NKV, d.HS, inv_freq_);
   }
-  cpu::attention_forward(a.atty, a.att, a.q, a.k, a.v, B_, T_, d.NH, d.NKV, d.HS, p_, key_);
+  cpu::attention_forward(a.atty, a.att, a.q, a.k, a.v, B_, T_, d.NH, d.NKV, d.HS, p_, key_, window_);
 }
 
 template <typename F>
@@ -135,7 +135,8 @@ void CausalAttention<F>::backward(const AttentionActs<F>& a, const AttentionGrad
   zero(s.dq, NC);
   zero(s.dk, nkv);
   zero(s.dv, nkv);
-  cpu::attention_backward(s.dq, s.dk, s.dv, s.datty, a.q, a.k, a.v, a.att, B_, T_, d.NH, d.NKV, d.HS, p_, key_);
+  cpu::attention_backward(s.dq, s.dk, s.dv, s.datty, a.q, a.k, a.v, a.att, B_, T_, d.NH, d.NKV, d.HS, p_, key_,
+                          window_);
   const F* dq = s.dq;
   const F* dk = s.dk;
   if (!inv_freq_.empty()) {

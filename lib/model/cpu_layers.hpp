@@ -91,8 +91,9 @@ struct AttentionGrads {
 template <typename F>
 class CausalAttention final : public AttentionCore<F> {
  public:
-  CausalAttention(int B, int T, std::span<const double> inv_freq, double p, const cpu::DropoutKey& key)
-      : B_(B), T_(T), inv_freq_(inv_freq), p_(p), key_(key) {}
+  // WINDOW: the config's attention_window() (-1: full causal attention).
+  CausalAttention(int B, int T, std::span<const double> inv_freq, double p, const cpu::DropoutKey& key, int window)
+      : B_(B), T_(T), inv_freq_(inv_freq), p_(p), key_(key), window_(window) {}
   void forward(AttentionActs<F>& a, const LayerDims& d) override;
   // S.dqkv = the gradient of a.qkv from S.datty, the attention output's.
   void backward(const AttentionActs<F>& a, const AttentionGrads<F>& s, const LayerDims& d) const;
@@ -102,6 +103,7 @@ class CausalAttention final : public AttentionCore<F> {
   std::span<const double> inv_freq_;
   double p_;
   cpu::DropoutKey key_;
+  int window_;
 };
 
 // What the backwards need besides.

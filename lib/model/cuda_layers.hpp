@@ -204,9 +204,17 @@ void linear_epilogue_forward(CudaLayerPath<X>& path, const CudaNormLinear<X>& op
 template <typename X>
 class CudaCausalAttention final : public CudaAttentionCore<X> {
  public:
+  // WINDOW: the config's attention_window() (-1: full causal attention).
   CudaCausalAttention(int B, int T, const float* rope_table, double p, uint64_t dropout_stream, float* scratch,
-                      cudaStream_t stream)
-      : B_(B), T_(T), rope_(rope_table), p_(p), key_(dropout_stream), scratch_(scratch), stream_(stream) {}
+                      cudaStream_t stream, int window)
+      : B_(B),
+        T_(T),
+        rope_(rope_table),
+        p_(p),
+        key_(dropout_stream),
+        scratch_(scratch),
+        stream_(stream),
+        window_(window) {}
   void forward(const CudaAttentionActs<X>& a, const LayerDims& d) override;
   // DQKV [N, QKV] (written) = the gradient of a.qkv from DATTY, a.atty's.
   void backward(const CudaAttentionActs<X>& a, X* dqkv, const X* datty, const LayerDims& d) const;
@@ -218,6 +226,7 @@ class CudaCausalAttention final : public CudaAttentionCore<X> {
   uint64_t key_;
   float* scratch_;
   cudaStream_t stream_;
+  int window_;
 };
 
 // What the backwards need besides.

@@ -166,13 +166,14 @@ void linear_epilogue_forward(CudaLayerPath<X>& path, const CudaNormLinear<X>& op
 template <typename X>
 void CudaCausalAttention<X>::forward(const CudaAttentionActs<X>& a, const LayerDims& d) {
   if (rope_) cuda::rope_forward(a.qkv, rope_, B_, T_, d.NH, d.NKV, d.HS, stream_);
-  cuda::attention_forward(a.atty, a.lse, a.qkv, B_, T_, d.NH, d.NKV, d.HS, stream_, p_, key_);
+  cuda::attention_forward(a.atty, a.lse, a.qkv, B_, T_, d.NH, d.NKV, d.HS, stream_, p_, key_, window_);
 }
 
 template <typename X>
 void CudaCausalAttention<X>::backward(const CudaAttentionActs<X>& a, X* dqkv, const X* datty,
                                       const LayerDims& d) const {
-  cuda::attention_backward(dqkv, datty, a.qkv, a.atty, a.lse, B_, T_, d.NH, d.NKV, d.HS, scratch_, stream_, p_, key_);
+  cuda::attention_backward(dqkv, datty, a.qkv, a.atty, a.lse, B_, T_, d.NH, d.NKV, d.HS, scratch_, stream_, p_, key_,
+                           window_);
   if (rope_) cuda::rope_backward(dqkv, rope_, B_, T_, d.NH, d.NKV, d.HS, stream_);
 }
 

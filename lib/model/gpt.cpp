@@ -258,8 +258,8 @@ void GptModel<F>::backward_stage(const F* dout) {
 
 template <typename F>
 CausalAttention<F>& GptModel<F>::causal_attention_of(int64_t block) {
-  core_.emplace(B_, T_, rope_inv_freq_, fwd_attn_p_,
-                dropout_key(block_dropout_sites(block) + 1));
+  core_.emplace(B_, T_, rope_inv_freq_, fwd_attn_p_, dropout_key(block_dropout_sites(block) + 1),
+                config_.attention_window());
   return *core_;
 }
 

@@ -510,7 +510,7 @@ template <typename X>
 CudaCausalAttention<X>& GptCudaModel<X>::causal_attention_of(int64_t block) {
   const Acts& a = *acts_;
   core_.emplace(a.B, a.T, rope_table_.get(), a.attn_p, dropout_key(block_dropout_sites(block) + 1), a.scratch,
-                stream_);
+                stream_, config_.attention_window());
   return *core_;
 }
 

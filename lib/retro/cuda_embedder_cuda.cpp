@@ -102,7 +102,7 @@ void CudaEmbedder<X>::embed(const int32_t* tokens, const uint32_t* lengths, size
   cuda::embedding_forward(x, d_tokens, net_.wte(), net_.wpe(), B, T, d.C, 0, d.Vp, s);
   net_.blocks(x, N, [&](size_t, X* qkv, X* att) {
     if (net_.rope_table()) cuda::rope_forward(qkv, net_.rope_table(), B, T, d.NH, d.NKV, d.HS, s);
-    cuda::attention_forward(att, lse_.get(), qkv, B, T, d.NH, d.NKV, d.HS, s);
+    cuda::attention_forward(att, lse_.get(), qkv, B, T, d.NH, d.NKV, d.HS, s, 0, 0, net_.config().attention_window());
   });
   net_.final_norm(normed_.get(), x, N);
   cuda::mean_over_lengths(pooled_.get(), normed_.get(), d_lengths, B, T, d.C, s);

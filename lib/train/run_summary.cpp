@@ -28,7 +28,9 @@ std::string model_line(const RunFacts& f) {
   if (m.num_kv_heads != m.num_heads) line += fmt::format(" ({} key/value)", m.num_kv_heads);
   line += fmt::format(", ffn {}, vocab {}", m.ffn_hidden_size, m.vocab_size);
   if (m.padded_vocab_size != m.vocab_size) line += fmt::format(" (padded {})", m.padded_vocab_size);
-  line += fmt::format(", seq {}; {} parameters", m.seq_length, parameter_count(m.num_parameters()));
+  line += fmt::format(", seq {}", m.seq_length);
+  if (m.windowed()) line += fmt::format(", window-size {},0", m.window_size);
+  line += fmt::format("; {} parameters", parameter_count(m.num_parameters()));
   return line;
 }
 

@@ -17,6 +17,10 @@
 // Attention dropout is checked the same way against the CPU reference with dropout, given the same
 // key: the GPU must drop exactly the CPU's elements (a single element dropped differently moves an
 // output by a probability times 1/(1-p), far beyond the bounds).
+//
+// Sliding windows (Megatron's --window-size (W, 0)) against the CPU reference's mask: windows of 0
+// and 1 key back, windows ending mid-tile and on tile boundaries of the tensor-core path, and
+// windows as long as the sequence or longer (the full causal attention, bit for bit).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -48,12 +52,13 @@ constexpr double l2_bound() {
 
 struct Shape {
   int B, T, NH, NKV, HS;
+  int window = -1;  // the sliding window, -1 for none
   int width() const { return (NH + 2 * NKV) * HS; }  // a row of qkv
 };
 
 std::string describe(const Shape& s) {
   std::ostringstream os;
-  os << "B=" << s.B << " T=" << s.T << " NH=" << s.NH << " NKV=" << s.NKV << " HS=" << s.HS;
+  os << "B=" << s.B << " T=" << s.T << " NH=" << s.NH << " NKV=" << s.NKV << " HS=" << s.HS << " window=" << s.window;
   return os.str();
 }
 
@@ -88,7 +93,8 @@ std::vector<double> join_qkv(const std::vector<double>& q, const std::vector<dou
   return out;
 }
 
-// lse[b, h, t] = log sum_{t2 <= t} exp(q.k / sqrt(HS)), max-subtracted, in double.
+// lse[b, h, t] = log sum_{t2 <= t} exp(q.k / sqrt(HS)) over the keys of the window, max-subtracted,
+// in double.
 std::vector<double> reference_lse(const Heads& x, const Shape& s) {
   std::vector<double> lse(size_t(s.B) * s.NH * s.T), row(s.T);
   const double scale = 1.0 / std::sqrt(double(s.HS));
@@ -97,8 +103,9 @@ std::vector<double> reference_lse(const Heads& x, const Shape& s) {
       const int g = h / (s.NH / s.NKV);
       for (int t = 0; t < s.T; ++t) {
         const double* q = x.q.data() + ((size_t(b) * s.T + t) * s.NH + h) * s.HS;
+        const int first = s.window < 0 ? 0 : std::max(0, t - s.window);
         double mx = -INFINITY;
-        for (int t2 = 0; t2 <= t; ++t2) {
+        for (int t2 = first; t2 <= t; ++t2) {
           const double* k = x.k.data() + ((size_t(b) * s.T + t2) * s.NKV + g) * s.HS;
           double dot = 0;
           for (int d = 0; d < s.HS; ++d) dot += q[d] * k[d];
@@ -106,7 +113,7 @@ std::vector<double> reference_lse(const Heads& x, const Shape& s) {
           mx = std::max(mx, row[t2]);
         }
         double sum = 0;
-        for (int t2 = 0; t2 <= t; ++t2) sum += std::exp(row[t2] - mx);
+        for (int t2 = first; t2 <= t; ++t2) sum += std::exp(row[t2] - mx);
         lse[(size_t(b) * s.NH + h) * s.T + t] = mx + std::log(sum);
       }
     }
@@ -195,9 +202,9 @@ GpuRun run_gpu(const Inputs& in, const Shape& s, const Drop& drop) {
   dqkv.poison();
   scratch.poison();
   meg::cuda::attention_forward<X>(out.get(), lse.get(), qkv.get(), s.B, s.T, s.NH, s.NKV, s.HS, 0,
-                                  drop.p, stream);
+                                  drop.p, stream, s.window);
   meg::cuda::attention_backward<X>(dqkv.get(), dout.get(), qkv.get(), out.get(), lse.get(), s.B,
-                                   s.T, s.NH, s.NKV, s.HS, scratch.get(), 0, drop.p, stream);
+                                   s.T, s.NH, s.NKV, s.HS, scratch.get(), 0, drop.p, stream, s.window);
   return {out.download(), lse.download(), dqkv.download()};
 }
 
@@ -210,12 +217,12 @@ void check_case(const Shape& s, unsigned seed, const Drop& drop = {}) {
   std::vector<double> out(size_t(s.B) * s.T * s.NH * s.HS);
   std::vector<double> att(size_t(s.B) * s.NH * s.T * s.T);
   meg::cpu::attention_forward<double>(out.data(), att.data(), x.q.data(), x.k.data(), x.v.data(),
-                                      s.B, s.T, s.NH, s.NKV, s.HS, drop.p, drop.key);
+                                      s.B, s.T, s.NH, s.NKV, s.HS, drop.p, drop.key, s.window);
   std::vector<double> dq(x.q.size()), dk(x.k.size()), dv(x.v.size());
   const std::vector<double> dout = widen(in.dout);
   meg::cpu::attention_backward<double>(dq.data(), dk.data(), dv.data(), dout.data(), x.q.data(),
                                        x.k.data(), x.v.data(), att.data(), s.B, s.T, s.NH, s.NKV,
-                                       s.HS, drop.p, drop.key);
+                                       s.HS, drop.p, drop.key, s.window);
   const std::vector<double> lse = reference_lse(x, s);  // of the undropped softmax either way
   const std::vector<double> dqkv = join_qkv(dq, dk, dv, s);
 
@@ -277,6 +284,46 @@ TEST_CASE("attention: dropout drops what the CPU drops", "[gpu][attention]") {
     check_cases<float>(kDropout, p);
     check_cases<__nv_bfloat16>(kDropout, p);
     check_cases<__half>(kDropout, p);
+  }
+}
+
+// Windows of W keys back on the tensor-core path (tiles of 64 or 128 queries by 32 or 64 keys) and
+// the fallback (head size 16, and fp32 throughout): W = 0 and 1, W ending mid-tile (17, 100) and
+// on tile boundaries (63, 64, 128), W = T - 1 and beyond (every key: full attention).
+std::vector<Shape> window_shapes() {
+  std::vector<Shape> shapes;
+  for (const int window : {0, 1, 17, 63, 64, 100, 128, 299, 400}) {
+    shapes.push_back({2, 300, 4, 2, 64, window});
+    shapes.push_back({1, 300, 4, 1, 128, window});
+    shapes.push_back({1, 300, 2, 1, 16, window});
+  }
+  shapes.push_back({2, 37, 4, 4, 64, 1});  // a sequence shorter than a tile
+  return shapes;
+}
+
+TEST_CASE("attention: sliding windows match the CPU's mask", "[gpu][attention][window]") {
+  const std::vector<Shape> shapes = window_shapes();
+  check_cases<float>(shapes);
+  check_cases<__nv_bfloat16>(shapes);
+  check_cases<__half>(shapes);
+  // with dropout too: the same elements dropped inside the window
+  const std::vector<Shape> dropped = {{2, 200, 8, 2, 64, 50}, {1, 300, 4, 1, 128, 70}, {2, 37, 4, 2, 16, 5}};
+  check_cases<__nv_bfloat16>(dropped, 0.1);
+  check_cases<float>(dropped, 0.1);
+}
+
+TEST_CASE("attention: a window covering the sequence is full attention, bit for bit", "[gpu][attention][window]") {
+  for (const Shape full : {Shape{2, 200, 4, 2, 64}, Shape{1, 130, 4, 4, 128}, Shape{1, 50, 2, 1, 16}}) {
+    const Inputs in = random_inputs<__nv_bfloat16>(full, 5);
+    const GpuRun plain = run_gpu<__nv_bfloat16>(in, full, {});
+    for (const int window : {full.T - 1, full.T, 10 * full.T}) {
+      Shape s = full;
+      s.window = window;
+      const GpuRun windowed = run_gpu<__nv_bfloat16>(in, s, {});
+      CHECK(windowed.out == plain.out);
+      CHECK(windowed.lse == plain.lse);
+      CHECK(windowed.dqkv == plain.dqkv);
+    }
   }
 }
 

@@ -50,7 +50,10 @@
 // Shapes: GPT-2's heads (12 query and kv heads, HS 64, no RoPE), grouped-query with 4 and with 2
 // query heads per kv head (HS 64), HS 16 (two lanes per key row, 4 heads per kv head, no RoPE),
 // HS 128 with 8 query heads per kv head (two blocks of 4 per kv head), and HS 40 with groups of 3
-// (one head per block; 5 of the 8 lanes of a key row busy). fp32 and bf16.
+// (one head per block; 5 of the 8 lanes of a key row busy). fp32 and bf16. Then some of them with
+// a sliding window (Megatron's --window-size (W, 0): a query at p sees the keys p - W .. p) of 0,
+// 1, 100 and 333 keys back, and one longer than every context: the splits share out the window's
+// keys alone.
 //
 // Bounds. An output element is a convex combination of the values v[t, d] of the keys it weighs,
 // so it is judged against vmax, the largest |v[t, d]| among them. The kernel computes in fp32
@@ -93,6 +96,7 @@ constexpr double kArithmetic = 1e-5;  // of vmax: the fp32 arithmetic's share of
 struct Shape {
   int NH, NKV, HS;
   bool rope;
+  int window = -1;  // the sliding window, -1 for none
   int width() const { return (NH + 2 * NKV) * HS; }  // a row of qkv
 };
 
@@ -107,7 +111,8 @@ meg::DeviceInfo current_device() {
 
 std::string describe(const Shape& s) {
   std::ostringstream os;
-  os << "NH=" << s.NH << " NKV=" << s.NKV << " HS=" << s.HS << (s.rope ? " rope" : " no rope");
+  os << "NH=" << s.NH << " NKV=" << s.NKV << " HS=" << s.HS << (s.rope ? " rope" : " no rope") << " window "
+     << s.window;
   return os.str();
 }
 
@@ -264,7 +269,7 @@ class DecodeStep {
                                   s_.rope ? table : nullptr, l_.N, s_.NH, s_.NKV, s_.HS, l_.max_length, stream);
     meg::cuda::cached_attention<X>(out_.get(), qkv_.get(), k_.get(), v_.get(), rows_.get(), slots_.get(),
                                    positions_.get(), l_.Q, s_.NH, s_.NKV, s_.HS, l_.max_length, l_.longest,
-                                   l_.new_keys, scratch, stream);
+                                   l_.new_keys, scratch, stream, s_.window);
     return out_.download_raw();
   }
 
@@ -288,7 +293,8 @@ class DecodeStep {
     CHECK(same_bits(k, k_want));
     CHECK(same_bits(v, v_want));
 
-    // The reference, in double: each query's heads against its slot's keys [0, position].
+    // The reference, in double: each query's heads against its slot's keys [0, position], those of
+    // the window only.
     std::vector<float> got;
     std::vector<double> want, bound, score, q(HS), acc(HS), vmax(HS);
     const double scale = 1.0 / std::sqrt(double(s.HS));
@@ -300,8 +306,9 @@ class DecodeStep {
         const size_t head = (size_t(t.slot) * s.NKV + g) * l_.max_length * HS;
         for (size_t d = 0; d < HS; ++d) q[d] = from_x<X>(qkv[r * W + h * HS + d]);
         score.assign(size_t(t.position) + 1, 0.0);
+        const int first = s.window < 0 ? 0 : std::max(0, t.position - s.window);
         double mx = -INFINITY;
-        for (int j = 0; j <= t.position; ++j) {
+        for (int j = first; j <= t.position; ++j) {
           double dot = 0;
           for (size_t d = 0; d < HS; ++d) dot += q[d] * from_x<X>(k[head + j * HS + d]);
           score[j] = dot * scale;
@@ -310,7 +317,7 @@ class DecodeStep {
         std::fill(acc.begin(), acc.end(), 0.0);
         std::fill(vmax.begin(), vmax.end(), 0.0);
         double sum = 0;
-        for (int j = 0; j <= t.position; ++j) {
+        for (int j = first; j <= t.position; ++j) {
           const double p = std::exp(score[j] - mx);
           sum += p;
           for (size_t d = 0; d < HS; ++d) {
@@ -412,6 +419,16 @@ TEST_CASE("cached_attention after kv_cache_append attends as the CPU computes (f
 TEST_CASE("cached_attention after kv_cache_append attends as the CPU computes (bf16)", "[gpu][kernels]") {
   std::mt19937 rng(52);
   for (const Shape& s : kShapes) check_shape<__nv_bfloat16>(s, rng);
+}
+
+TEST_CASE("cached_attention reads only a sliding window's keys", "[gpu][kernels][window]") {
+  std::mt19937 rng(53);
+  const std::vector<Shape> windowed = {{12, 12, 64, false, 0}, {16, 4, 64, true, 100}, {8, 2, 16, false, 1},
+                                       {16, 2, 128, true, 333}, {6, 2, 40, true, 10000}};
+  for (const Shape& s : windowed) {
+    check_shape<float>(s, rng);
+    check_shape<__nv_bfloat16>(s, rng);
+  }
 }
 
 TEST_CASE("cached_attention rejects new_keys below 1, longest outside the cache and unsupported shapes",

@@ -171,6 +171,16 @@ TEST_CASE("CUDA model with Qwen2, Qwen3 and Llama 3.1 features matches the CPU m
     c.qk_layernorm = true;
     compare_with_cpu<__nv_bfloat16>(c, 0, 2e-2, 5e-2);
   }
+  SECTION("window-size, fp32 (the fallback) and bf16 (fast attention), with dropout") {
+    ModelConfig c = small_config("tiny-llama", 300, 4, 2, 256);
+    for (const int64_t window : {0, 1, 9, 1000}) {
+      c.window_size = window;
+      compare_with_cpu<float>(c, 0, 1e-5, 1e-4);
+      compare_with_cpu<__nv_bfloat16>(c, 0, 2e-2, 5e-2);
+    }
+    c.window_size = 9;
+    compare_with_cpu<float>(c, 0.1, 1e-5, 1e-4, 0.1);
+  }
 }
 
 TEST_CASE("CUDA model in bf16 and fp16 tracks the CPU model", "[gpu][model]") {

@@ -410,6 +410,8 @@ TEST_CASE("CUDA inference with Qwen2, Qwen3 and Llama 3.1 features equals the CP
     c.use_rope_scaling = true;
     c.rope_scaling_original_max_position_embeddings = 64;
   }
+  SECTION("window-size 5") { c.window_size = 5; }
+  SECTION("window-size 0") { c.window_size = 0; }
   c.validate();
   check_inference(random_checkpoint(c, 21), Precision::fp32, 1e-4);
   check_inference(random_checkpoint(c, 22), Precision::fp32, 1e-4,

@@ -1,8 +1,9 @@
 // The features of today's open architectures train split over tensor- and pipeline-parallel ranks
 // (TP 2 x PP 2 under mpirun -np 4, with and without sequence parallelism) as in one process: q/k/v
 // biases (split with the q/k/v rows), qk-layernorm with a head size of its own (its weights
-// replicated, their gradients summed over the ranks' heads) and Llama 3.1's RoPE scaling; the same
-// losses and gradient norms step after step, within float rounding.
+// replicated, their gradients summed over the ranks' heads), Llama 3.1's RoPE scaling and a
+// sliding window (each rank's heads attend within it); the same losses and gradient norms step
+// after step, within float rounding.
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -18,7 +19,8 @@
 
 using namespace meg;
 
-TEST_CASE("add-qkv-bias, qk-layernorm, kv-channels and RoPE scaling train under TP 2 x PP 2 as in one process",
+TEST_CASE("add-qkv-bias, qk-layernorm, kv-channels, RoPE scaling and window-size train under TP 2 x PP 2 as in one "
+          "process",
           "[mpi][model]") {
   World& w = World::get();
   REQUIRE(w.size() == 4);
@@ -29,6 +31,7 @@ TEST_CASE("add-qkv-bias, qk-layernorm, kv-channels and RoPE scaling train under 
   c.kv_channels = 6;
   c.use_rope_scaling = true;
   c.rope_scaling_original_max_position_embeddings = 4;
+  c.window_size = 2;
   c.validate();
   w.set_layout(ParallelLayout::resolve(4, 2, 2));
   for (const bool sequence_parallel : {false, true}) {

@@ -3,7 +3,8 @@
 #   python3 hf_random_model.py ARCH DIR [KEY=JSON ...]
 # ARCH: llama3 (LlamaForCausalLM with Llama 3.1's rope_scaling), linear (Llama, linear scaling),
 # qwen2 (q/k/v biases), qwen3 (q_norm/k_norm, head_dim 16 on a stream of 32), mistral (a sliding
-# window that covers the positions). KEY=JSON pairs override config.json's keys (a bad file).
+# window that covers the positions), mistral-window (sliding_window 8 of the 64 positions).
+# KEY=JSON pairs override config.json's keys (a bad file).
 import json, random, struct, sys
 
 arch, out = sys.argv[1], sys.argv[2]
@@ -26,8 +27,9 @@ elif arch == "qwen3":
     HS = 16
     config.update(architectures=["Qwen3ForCausalLM"], model_type="qwen3", head_dim=HS, attention_bias=False,
                   use_sliding_window=False, sliding_window=None, max_window_layers=L)
-elif arch == "mistral":
-    config.update(architectures=["MistralForCausalLM"], model_type="mistral", head_dim=HS, sliding_window=P)
+elif arch in ("mistral", "mistral-window"):
+    config.update(architectures=["MistralForCausalLM"], model_type="mistral", head_dim=HS,
+                  sliding_window=P if arch == "mistral" else 8)
 else:
     sys.exit("unknown architecture " + arch)
 for pair in sys.argv[3:]:

@@ -1,7 +1,7 @@
 # Hugging Face architectures beyond GPT-2 and Llama 2: for each of LlamaForCausalLM with Llama 3.1's
 # rope_scaling and with linear scaling, Qwen2ForCausalLM (q/k/v biases, tied embeddings),
 # Qwen3ForCausalLM (q_norm/k_norm, head_dim 16 on a stream of 32) and MistralForCausalLM (a
-# sliding window covering the positions), a small random checkpoint written by
+# sliding window covering the positions, and one of 8 of its 64), a small random checkpoint written by
 # hf_random_model.py is imported and exported again unchanged, trained 2 steps under tensor
 # parallelism (tp 2, mpirun), evaluated and generated from; native -> hf -> native gives the same
 # parameters bit for bit. Configs meg cannot compute exactly are refused with one line.
@@ -34,7 +34,7 @@ for k in a:
         assert a[k] == b[k], k
 PY
 }
-for arch in llama3 linear qwen2 qwen3 mistral; do
+for arch in llama3 linear qwen2 qwen3 mistral mistral-window; do
   python3 $HERE/hf_random_model.py $arch $arch
   convert --from hf $arch --save $arch.meg --tp 2 --verify  # padded for tp 2
   # Exported again: the same tensors; the architecture its features make (Mistral's without a
@@ -48,6 +48,8 @@ for arch in llama3 linear qwen2 qwen3 mistral; do
 import json, sys
 a, b = (json.load(open(p)) for p in sys.argv[1:])
 scaling = a.get("rope_scaling")
+if a["architectures"] == b["architectures"] == ["MistralForCausalLM"]:
+    assert a["sliding_window"] == b["sliding_window"], (a["sliding_window"], b["sliding_window"])
 if scaling and "type" in scaling: scaling["rope_type"] = scaling.pop("type")
 for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "intermediate_size",
             "max_position_embeddings", "rope_theta", "rms_norm_eps", "tie_word_embeddings", "vocab_size"):
@@ -83,9 +85,9 @@ expect_fail 1 "yarn/config.json: key 'rope_scaling': .*yarn.* is not supported" 
 python3 $HERE/hf_random_model.py llama3 half 'rope_scaling={"rope_type":"llama3","factor":8.0}'
 expect_fail 1 "half/config.json: key 'rope_scaling': rope_type \"llama3\" needs key 'low_freq_factor'" -- \
   convert --from hf half --save x
-python3 $HERE/hf_random_model.py mistral window sliding_window=16
-expect_fail 1 "window/config.json: key 'sliding_window': 16 is not supported \(meg has no sliding-window attention" -- \
-  convert --from hf window --save x
+python3 $HERE/hf_random_model.py qwen2 window use_sliding_window=true sliding_window=8 max_window_layers=1
+expect_fail 1 "window/config.json: key 'max_window_layers': 1 is not supported \(meg's attention layers share one window" \
+  -- convert --from hf window --save x
 python3 $HERE/hf_random_model.py qwen3 bias attention_bias=true
 expect_fail 1 "bias/config.json: key 'attention_bias': true is not supported" -- convert --from hf bias --save x
 python3 $HERE/hf_random_model.py qwen3 falcon 'model_type="falcon"'

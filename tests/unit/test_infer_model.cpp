@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <random>
 #include <stdexcept>
+#include <utility>
 #include <vector>
 
 #include "catch.hpp"
@@ -63,23 +64,29 @@ TEST_CASE("cpu ops: rope from a position and cached attention give the rows of t
     CHECK(std::equal(tail.begin(), tail.end(), whole.begin() + first * NKV * HS));
 
     // The last N queries against all T keys (the cache) are the last rows of the full attention; so
-    // is the last query alone (a decode step, which has a path of its own).
-    std::vector<float> out(q.size()), att(size_t(NH) * T * T), cached(size_t(n) * NH * HS), scores(size_t(n) * T);
-    cpu::attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), 1, T, NH, NKV, HS);
-    cpu::attention_cached_forward(cached.data(), q.data() + first * NH * HS, k.data(), v.data(), n, first, NH, NKV, HS,
-                                  scores.data());
-    CHECK(row_error(cached.data(), out.data() + first * NH * HS, int(cached.size())) < 1e-6);
-    std::vector<float> last(size_t(NH) * HS), head_scores(size_t(NH) * T);
-    cpu::attention_cached_forward(last.data(), q.data() + (T - 1) * NH * HS, k.data(), v.data(), 1, T - 1, NH, NKV, HS,
-                                  head_scores.data());
-    CHECK(row_error(last.data(), out.data() + (T - 1) * NH * HS, int(last.size())) < 1e-6);
+    // is the last query alone (a decode step, which has a path of its own). Likewise under a
+    // sliding window, shorter and longer than the sequence.
+    for (const int window : {-1, 0, 3, T + 1}) {
+      CAPTURE(window);
+      std::vector<float> out(q.size()), att(size_t(NH) * T * T), cached(size_t(n) * NH * HS), scores(size_t(n) * T);
+      cpu::attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), 1, T, NH, NKV, HS, 0, {}, window);
+      cpu::attention_cached_forward(cached.data(), q.data() + first * NH * HS, k.data(), v.data(), n, first, NH, NKV,
+                                    HS, scores.data(), window);
+      CHECK(row_error(cached.data(), out.data() + first * NH * HS, int(cached.size())) < 1e-6);
+      std::vector<float> last(size_t(NH) * HS), head_scores(size_t(NH) * T);
+      cpu::attention_cached_forward(last.data(), q.data() + (T - 1) * NH * HS, k.data(), v.data(), 1, T - 1, NH, NKV,
+                                    HS, head_scores.data(), window);
+      CHECK(row_error(last.data(), out.data() + (T - 1) * NH * HS, int(last.size())) < 1e-6);
+    }
   }
 }
 
 TEST_CASE("inference model: KV-cache decoding equals full recomputation, slots interleaved", "[infer][kvcache]") {
-  for (const ModelFamily family : {ModelFamily::gpt2, ModelFamily::llama}) {
-    INFO(family_name(family));
-    const ModelConfig c = small_config(family);
+  for (const auto& [family, window] : {std::pair{ModelFamily::gpt2, -1}, std::pair{ModelFamily::llama, -1},
+                                       std::pair{ModelFamily::llama, 4}}) {
+    INFO(family_name(family) << ", window-size " << window);
+    ModelConfig c = small_config(family);
+    c.window_size = window;  // a window shorter than the 16 positions: the cache keeps them all
     const std::vector<float> params = init_params(c, 7);
     const int V = int(c.vocab_size);
     // Three sequences of 16 tokens; each slot is fed in chunks of its own sizes, so that one call

@@ -231,8 +231,30 @@ TEST_CASE("model architectures: Hugging Face configs both ways", "[model][arch][
   const ModelConfig mc = model_config_from_hf(m, "config.json", 16);
   CHECK(mc.use_rope_scaling);
   CHECK_FALSE(mc.use_bias);
+  CHECK_FALSE(mc.windowed());
   m["sliding_window"] = nullptr;
   CHECK_NOTHROW(model_config_from_hf(m, "config.json", 16));
+  // transformers' sliding_window W sees W keys, the query's own included: Megatron's (W - 1, 0).
+  m["sliding_window"] = 4;
+  CHECK(model_config_from_hf(m, "config.json", 16).window_size == 3);
+  m["sliding_window"] = 1;
+  CHECK(model_config_from_hf(m, "config.json", 16).window_size == 0);
+
+  // A window-size exports as MistralForCausalLM's sliding_window, or a Qwen's on all its layers.
+  ModelConfig mw = micro_config(ModelFamily::llama);
+  mw.norm_eps = 1e-6;
+  mw.window_size = 3;
+  const auto jm = round_trip(mw);
+  CHECK(jm["architectures"][0] == "MistralForCausalLM");
+  CHECK(jm["sliding_window"] == 4);
+  q2.window_size = 0;
+  const auto jq = round_trip(q2);
+  CHECK(jq["use_sliding_window"] == true);
+  CHECK(jq["sliding_window"] == 1);
+  CHECK(jq["max_window_layers"] == 0);
+  ModelConfig gpt2_window = micro_config(ModelFamily::gpt2);
+  gpt2_window.window_size = 2;
+  CHECK_THAT(input_error_of([&] { check_hf_exportable(gpt2_window); }), ContainsSubstring("window-size"));
   // Qwen3's q/k norms have Hugging Face names.
   bool q_norm = false;
   for (const auto& t : hf_tensor_map(q3)) q_norm = q_norm || t.hf_name == "model.layers.1.self_attn.q_norm.weight";
@@ -256,12 +278,12 @@ TEST_CASE("model architectures: unsupported Hugging Face configs are refused wit
   CHECK_THAT(refused(bad), ContainsSubstring("high_freq_factor"));
   bad = j;
   bad["model_type"] = "mistral";
-  bad["sliding_window"] = 4;
-  CHECK_THAT(refused(bad), ContainsSubstring("sliding_window") && ContainsSubstring("4"));
-  bad.erase("sliding_window");  // MistralConfig's default window, 4096, is below no 8 positions
-  CHECK_NOTHROW(model_config_from_hf(bad, "config.json", 16));
+  bad["sliding_window"] = 0;
+  CHECK_THAT(refused(bad), ContainsSubstring("sliding_window") && ContainsSubstring("at least 1"));
+  bad.erase("sliding_window");  // MistralConfig's default window, 4096, covers the 8 positions
+  CHECK_FALSE(model_config_from_hf(bad, "config.json", 16).windowed());
   bad["max_position_embeddings"] = 8192;
-  CHECK_THAT(refused(bad), ContainsSubstring("sliding_window") && ContainsSubstring("4096"));
+  CHECK(model_config_from_hf(bad, "config.json", 16).window_size == 4095);
   bad = j;
   bad["model_type"] = "qwen3";
   bad["attention_bias"] = true;
@@ -274,7 +296,16 @@ TEST_CASE("model architectures: unsupported Hugging Face configs are refused wit
   bad["model_type"] = "qwen2";
   bad["use_sliding_window"] = true;
   bad["sliding_window"] = 4;
-  CHECK_THAT(refused(bad), ContainsSubstring("sliding_window"));
+  // transformers' Qwen windows the layers from max_window_layers (default 28) on: none of 2 here.
+  CHECK_FALSE(model_config_from_hf(bad, "config.json", 16).windowed());
+  bad["max_window_layers"] = 0;
+  CHECK(model_config_from_hf(bad, "config.json", 16).window_size == 3);
+  bad["max_window_layers"] = 1;
+  CHECK_THAT(refused(bad), ContainsSubstring("max_window_layers") && ContainsSubstring("share one window"));
+  bad["layer_types"] = {"sliding_attention", "full_attention"};
+  CHECK_THAT(refused(bad), ContainsSubstring("layer_types"));
+  bad["layer_types"] = {"sliding_attention", "sliding_attention"};
+  CHECK(model_config_from_hf(bad, "config.json", 16).window_size == 3);
   // Export refuses a combination no architecture has.
   ModelConfig odd = qwen3_micro();
   odd.add_qkv_bias = true;

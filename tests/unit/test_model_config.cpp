@@ -250,6 +250,46 @@ TEST_CASE("model config: JSON round trip", "[model]") {
   CHECK(c.to_json()["norm"] == "rmsnorm");
 }
 
+TEST_CASE("model config: window-size, Megatron's (L, R), in JSON and on the command line", "[model][window]") {
+  ModelConfig c = tiny_with_vocab("tiny-llama", 500);
+  CHECK(c.to_json()["window-size"].is_null());
+  CHECK(c.attention_window() == -1);
+  c.window_size = 15;
+  const auto j = c.to_json();
+  CHECK(j["window-size"].dump() == "[15,0]");
+  CHECK(ModelConfig::from_json(nlohmann::json::parse(j.dump())) == c);
+  // A record written before the key existed: full attention.
+  nlohmann::json old = nlohmann::json::parse(j.dump());
+  old.erase("window-size");
+  CHECK_FALSE(ModelConfig::from_json(old).windowed());
+  old["window-size"] = {-1, 0};  // Megatron's infinite window
+  CHECK_FALSE(ModelConfig::from_json(old).windowed());
+  for (const auto& bad : {nlohmann::json::array({4, 1}), nlohmann::json::array({-2, 0}), nlohmann::json(4),
+                          nlohmann::json::array({4})})
+    CHECK_THAT(input_error_of([&] {
+                 nlohmann::json b = old;
+                 b["window-size"] = bad;
+                 ModelConfig::from_json(b, "m.json");
+               }),
+               ContainsSubstring("m.json") && ContainsSubstring("window-size"));
+
+  CHECK(parse_window_size("4095,0", "--window-size") == 4095);
+  CHECK(parse_window_size("(7, 0)", "--window-size") == 7);
+  CHECK(parse_window_size("3", "--window-size") == 3);
+  CHECK(parse_window_size("0", "--window-size") == 0);  // each query sees itself alone
+  CHECK(parse_window_size("-1,0", "--window-size") == -1);
+  CHECK_THAT(input_error_of([] { parse_window_size("8,8", "--window-size"); }),
+             ContainsSubstring("--window-size") && ContainsSubstring("causal"));
+  CHECK_THAT(input_error_of([] { parse_window_size("-5", "--window-size"); }),
+             ContainsSubstring("--window-size") && ContainsSubstring("at least 0"));
+  CHECK_THAT(input_error_of([] { parse_window_size("wide", "--window-size"); }),
+             ContainsSubstring("--window-size 'wide'"));
+  ModelOverrides o;
+  o.window_size = "7,0";
+  apply_overrides(c, o);
+  CHECK(c.window_size == 7);
+}
+
 TEST_CASE("model config: JSON files", "[model]") {
   TempDir dir;
   const std::string path = dir.path("model.json");
@@ -407,7 +447,8 @@ TEST_CASE("model config: --init-std overrides, --max-position-embeddings is chec
   CHECK(c.seq_length == 64);  // sets no field
   CHECK(o.to_json().dump() ==
         R"({"num-layers":null,"hidden-size":null,"num-heads":null,"num-kv-heads":null,"ffn-hidden-size":null,)"
-        R"("seq-length":null,"vocab-size":null,"init-std":0.006,"max-position-embeddings":64})");
+        R"("seq-length":null,"vocab-size":null,"init-std":0.006,"window-size":null,)"
+        R"("max-position-embeddings":64})");
 
   // Megatron asserts at least the sequence length; learned positions have exactly its rows here.
   o = {};

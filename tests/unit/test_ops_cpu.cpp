@@ -366,26 +366,27 @@ TEST_CASE("rope rotates rotate_half pairs by position and its backward matches f
 
 namespace {
 
-// Straightforward causal GQA attention, one output at a time, independent of the GEMM version.
+// Straightforward causal GQA attention, one output at a time, independent of the GEMM version;
+// with WINDOW >= 0, query t sees the keys t2 with t - WINDOW <= t2 <= t (Megatron's window).
 Vec naive_attention(const Vec& q, const Vec& k, const Vec& v, int B, int T, int NH, int NKV,
-                    int HS) {
+                    int HS, int window = -1) {
   Vec out(size_t(B) * T * NH * HS, 0.0);
   for (int b = 0; b < B; ++b)
     for (int t = 0; t < T; ++t)
       for (int h = 0; h < NH; ++h) {
-        const int g = h / (NH / NKV);
+        const int g = h / (NH / NKV), first = window < 0 ? 0 : std::max(0, t - window);
         const double* qi = &q[((size_t(b) * T + t) * NH + h) * HS];
         Vec s(t + 1);
         double mx = -1e300, sum = 0;
-        for (int t2 = 0; t2 <= t; ++t2) {
+        for (int t2 = first; t2 <= t; ++t2) {
           const double* kj = &k[((size_t(b) * T + t2) * NKV + g) * HS];
           s[t2] = 0;
           for (int i = 0; i < HS; ++i) s[t2] += qi[i] * kj[i] / std::sqrt(double(HS));
           mx = std::max(mx, s[t2]);
         }
-        for (auto& x : s) sum += (x = std::exp(x - mx));
+        for (int t2 = first; t2 <= t; ++t2) sum += (s[t2] = std::exp(s[t2] - mx));
         double* o = &out[((size_t(b) * T + t) * NH + h) * HS];
-        for (int t2 = 0; t2 <= t; ++t2) {
+        for (int t2 = first; t2 <= t; ++t2) {
           const double* vj = &v[((size_t(b) * T + t2) * NKV + g) * HS];
           for (int i = 0; i < HS; ++i) o[i] += s[t2] / sum * vj[i];
         }
@@ -453,6 +454,43 @@ TEST_CASE("attention matches a naive version, is causal, and its backward matche
     Vec dq(nq, 0.0), dk(nk, 0.0), dv(nk, 0.0);
     attention_backward(dq.data(), dk.data(), dv.data(), w.data(), q.data(), k.data(), v.data(),
                        att.data(), B, T, NH, NKV, HS);
+    CHECK(fd_error(q, dq, loss) < kFdTol);
+    CHECK(fd_error(k, dk, loss) < kFdTol);
+    CHECK(fd_error(v, dv, loss) < kFdTol);
+  }
+}
+
+TEST_CASE("sliding-window attention matches a naive masked version, forward and backward", "[ops][window]") {
+  std::mt19937 rng(17);
+  const int B = 2, T = 7, NH = 4, NKV = 2, HS = 3;
+  const size_t nq = size_t(B) * T * NH * HS, nk = size_t(B) * T * NKV * HS;
+  Vec q = random_vec(nq, rng, -2, 2), k = random_vec(nk, rng, -2, 2), v = random_vec(nk, rng), w = random_vec(nq, rng);
+  Vec out(nq), att(size_t(B) * NH * T * T);
+  for (const int window : {0, 1, 2, 5, T - 1, T + 3}) {
+    CAPTURE(window);
+    attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), B, T, NH, NKV, HS, 0, {}, window);
+    CHECK(max_abs_diff(out, naive_attention(q, k, v, B, T, NH, NKV, HS, window)) < 1e-12);
+    // Probabilities are zero outside the window, ones with window 0 (each query sees itself).
+    for (int r = 0; r < B * NH * T; ++r)
+      for (int t = r % T, t2 = 0; t2 < T; ++t2) {
+        const double p = att[size_t(r) * T + t2];
+        if (t2 > t || t - t2 > window) CHECK(p == 0.0);
+        if (window == 0 && t2 == t) CHECK(p == 1.0);
+      }
+    // A window covering the sequence is full causal attention, bit for bit.
+    if (window >= T - 1) {
+      Vec full(nq), full_att(att.size());
+      attention_forward(full.data(), full_att.data(), q.data(), k.data(), v.data(), B, T, NH, NKV, HS);
+      CHECK(full == out);
+    }
+    auto loss = [&] {
+      attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), B, T, NH, NKV, HS, 0, {}, window);
+      return dot(out, w);
+    };
+    loss();
+    Vec dq(nq, 0.0), dk(nk, 0.0), dv(nk, 0.0);
+    attention_backward(dq.data(), dk.data(), dv.data(), w.data(), q.data(), k.data(), v.data(), att.data(), B, T,
+                       NH, NKV, HS, 0, {}, window);
     CHECK(fd_error(q, dq, loss) < kFdTol);
     CHECK(fd_error(k, dk, loss) < kFdTol);
     CHECK(fd_error(v, dv, loss) < kFdTol);

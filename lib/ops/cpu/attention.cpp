@@ -3,12 +3,15 @@
 // For each batch b and query head h, with Q = q[b,:,h,:], K = k[b,:,g,:], V = v[b,:,g,:] and
 // g = h / (NH/NKV) the head's key/value group:
 //   S = Q K^T / sqrt(HS)      [T,T]
-//   P = softmax(S) over each row, restricted to columns t2 <= t (causal)
+//   P = softmax(S) over each row, restricted to columns t2 <= t (causal), and with a sliding
+//       window of WINDOW >= 0 (Megatron's --window-size (WINDOW, 0)) to t - WINDOW <= t2 as well:
+//       WINDOW + 1 keys, the query's own included (transformers' sliding_window = WINDOW + 1)
 //   O = P V                   [T,HS]
 // The three products are GEMMs that read one head straight out of the [B,T,heads,HS] layout by
 // using the row stride (heads*HS) as the leading dimension, so nothing is transposed or copied.
 // The full [T,T] products include the masked upper triangle, twice the necessary flops but BLAS
-// speed; the mask is applied by zeroing P there.
+// speed; the mask is applied by zeroing P there. A window skips the softmax work of the columns
+// outside it (the products stay whole: BLAS on a band would need a product per block of rows).
 //
 // The GEMMs stay on the calling thread, where BLAS threads them itself (BLAS calls made from
 // several of our threads at once contend inside OpenBLAS and run slower than one at a time). What
@@ -41,25 +44,29 @@ void check_heads(int NH, int NKV) {
     throw std::invalid_argument("attention: query heads must be a multiple of key/value heads");
 }
 
+// The first key a query at position POS sees: 0, or POS - WINDOW with a window (WINDOW >= 0).
+int first_key(int pos, int window) { return window < 0 ? 0 : std::max(0, pos - window); }
+
 // Causal softmax, in place, of the scores P[T,S] of T queries at positions FIRST .. FIRST+T-1
-// against S keys: row t sees columns <= FIRST + t, is max-subtracted for stability, and is zero
-// beyond them.
+// against S keys: row t sees columns first_key(FIRST + t, WINDOW) .. FIRST + t, is max-subtracted
+// for stability, and is zero outside them.
 template <typename F>
-void causal_softmax(F* P, int T, int S, int first) {
+void causal_softmax(F* P, int T, int S, int first, int window) {
   parallel_for(size_t(T), row_grain(S), [&](size_t begin, size_t end) {
     for (int t = int(begin); t < int(end); ++t) {
       F* row = P + size_t(t) * S;
-      const int last = first + t;
-      F maxval = row[0];
-      for (int t2 = 1; t2 <= last; ++t2) maxval = std::max(maxval, row[t2]);
+      const int last = first + t, lo = first_key(last, window);
+      F maxval = row[lo];
+      for (int t2 = lo + 1; t2 <= last; ++t2) maxval = std::max(maxval, row[t2]);
       double sum = 0;
-      for (int t2 = 0; t2 <= last; ++t2) {
+      for (int t2 = lo; t2 <= last; ++t2) {
         row[t2] = F(std::exp(double(row[t2] - maxval)));
         sum += row[t2];
       }
       const double inv = 1.0 / sum;
-      for (int t2 = 0; t2 <= last; ++t2) row[t2] = F(row[t2] * inv);
-      for (int t2 = last + 1; t2 < S; ++t2) row[t2] = F(0);
+      for (int t2 = lo; t2 <= last; ++t2) row[t2] = F(row[t2] * inv);
+      std::fill(row, row + lo, F(0));
+      std::fill(row + last + 1, row + S, F(0));
     }
   });
 }
@@ -67,7 +74,7 @@ void causal_softmax(F* P, int T, int S, int first) {
 
 template <typename F>
 void attention_forward(F* out, F* att, const F* q, const F* k, const F* v, int B, int T, int NH,
-                       int NKV, int HS, double dropout_p, const DropoutKey& key) {
+                       int NKV, int HS, double dropout_p, const DropoutKey& key, int window) {
   check_heads(NH, NKV);
   const bool drop = dropout_p > 0;
   const uint64_t stream = drop ? dropout_stream(key) : 0;
@@ -86,8 +93,8 @@ void attention_forward(F* out, F* att, const F* q, const F* k, const F* v, int B
       // P = scale * Q K^T (all T columns; the masked ones are overwritten below)
       gemm(false, true, T, T, HS, scale, q + qoff, ldq, k + koff, ldk, F(0), P, T);
 
-      // Causal softmax of each row; zero above the diagonal.
-      causal_softmax(P, T, T, 0);
+      // Causal softmax of each row; zero above the diagonal and before the window.
+      causal_softmax(P, T, T, 0, window);
 
       // With dropout, Pd = P o M / (1 - p) (P itself is kept for the backward).
       const F* PV = P;
@@ -112,7 +119,7 @@ void attention_forward(F* out, F* att, const F* q, const F* k, const F* v, int B
 template <typename F>
 void attention_backward(nd<F>* dq, nd<F>* dk, nd<F>* dv, const F* dout, const F* q, const F* k,
                         const F* v, const F* att, int B, int T, int NH, int NKV, int HS,
-                        double dropout_p, const DropoutKey& key) {
+                        double dropout_p, const DropoutKey& key, int window) {
   check_heads(NH, NKV);
   const bool drop = dropout_p > 0;
   const uint64_t stream = drop ? dropout_stream(key) : 0;
@@ -150,18 +157,20 @@ void attention_backward(nd<F>* dq, nd<F>* dk, nd<F>* dv, const F* dout, const F*
       gemm(false, true, T, T, HS, F(1), dO, ldq, v + koff, ldk, F(0), dS.data(), T);
 
       // Softmax backward per row: dS = P * (dP - sum_t2(P * dP)), with the score scale folded
-      // in; zero above the diagonal where P is zero.
+      // in; zero above the diagonal and before the window, where P is zero.
       parallel_for(size_t(T), row_grain(T), [&](size_t begin, size_t end) {
         for (int t = int(begin); t < int(end); ++t) {
           const F* p = P + size_t(t) * T;
           F* d = dS.data() + size_t(t) * T;
+          const int lo = first_key(t, window);
           if (drop)  // dP = (dO V^T) o M / (1 - p)
-            for (int t2 = 0; t2 <= t; ++t2)
+            for (int t2 = lo; t2 <= t; ++t2)
               d[t2] = kept(size_t(t) * T + size_t(t2)) ? F(d[t2] * keep_scale) : F(0);
           double dot = 0;
-          for (int t2 = 0; t2 <= t; ++t2) dot += double(p[t2]) * d[t2];
-          for (int t2 = 0; t2 <= t; ++t2) d[t2] = F(p[t2] * (d[t2] - dot) * scale);
-          for (int t2 = t + 1; t2 < T; ++t2) d[t2] = F(0);
+          for (int t2 = lo; t2 <= t; ++t2) dot += double(p[t2]) * d[t2];
+          for (int t2 = lo; t2 <= t; ++t2) d[t2] = F(p[t2] * (d[t2] - dot) * scale);
+          std::fill(d, d + lo, F(0));
+          std::fill(d + t + 1, d + T, F(0));
         }
       });
 
@@ -235,11 +244,14 @@ void attend_one_row(float* out, const float* q, const float* k, const float* v, 
 
 template <typename F>
 void attention_cached_forward(F* out, const F* q, const F* k, const F* v, int T, int first, int NH, int NKV, int HS,
-                              F* scores) {
+                              F* scores, int window) {
   check_heads(NH, NKV);
   const int S = first + T;  // keys: the cached ones and the new ones
   if constexpr (std::is_same_v<F, float>) {
-    if (T == 1) return attend_one_row(out, q, k, v, S, NH, NKV, HS, scores);
+    if (T == 1) {  // the keys of its window only
+      const size_t lo = size_t(first_key(first, window)), ldk = size_t(NKV) * HS;
+      return attend_one_row(out, q, k + lo * ldk, v + lo * ldk, S - int(lo), NH, NKV, HS, scores);
+    }
   }
   const int group = NH / NKV;
   const int ldq = NH * HS, ldk = NKV * HS;
@@ -247,17 +259,18 @@ void attention_cached_forward(F* out, const F* q, const F* k, const F* v, int T,
   for (int h = 0; h < NH; ++h) {
     const size_t qoff = size_t(h) * HS, koff = size_t(h / group) * HS;
     gemm(false, true, T, S, HS, scale, q + qoff, ldq, k + koff, ldk, F(0), scores, S);
-    causal_softmax(scores, T, S, first);
+    causal_softmax(scores, T, S, first, window);
     gemm(false, false, T, HS, S, F(1), scores, S, v + koff, ldk, F(0), out + qoff, ldq);
   }
 }
 
 #define MEG_INSTANTIATE(F)                                                                        \
   template void attention_forward<F>(F*, F*, const F*, const F*, const F*, int, int, int, int,    \
-                                     int, double, const DropoutKey&);                             \
+                                     int, double, const DropoutKey&, int);                        \
   template void attention_backward<F>(F*, F*, F*, const F*, const F*, const F*, const F*,         \
-                                      const F*, int, int, int, int, int, double, const DropoutKey&);  \
-  template void attention_cached_forward<F>(F*, const F*, const F*, const F*, int, int, int, int, int, F*);
+                                      const F*, int, int, int, int, int, double, const DropoutKey&, \
+                                      int);                                                        \
+  template void attention_cached_forward<F>(F*, const F*, const F*, const F*, int, int, int, int, int, F*, int);
 MEG_INSTANTIATE(float)
 MEG_INSTANTIATE(double)
 #undef MEG_INSTANTIATE

@@ -161,27 +161,31 @@ void dropout_backward(F* dinp, const F* dout, size_t n, double p, const DropoutK
 //   element (b, h, t, t2) of M being element index ((b*NH + h)*T + t)*T + t2 of KEY's stream. att
 //   still receives the undropped P (the backward regenerates M). DROPOUT_P == 0 is exactly the
 //   plain attention.
+//   WINDOW >= 0 is a sliding window, Megatron's --window-size (WINDOW, 0): query t attends to the
+//   keys t - WINDOW .. t only (att is zero before them too); -1 is full causal attention.
 template <typename F>
 void attention_forward(F* out, F* att, const F* q, const F* k, const F* v, int B, int T, int NH,
-                       int NKV, int HS, double dropout_p = 0, const DropoutKey& key = {});
+                       int NKV, int HS, double dropout_p = 0, const DropoutKey& key = {}, int window = -1);
 
 // dq [B,T,NH,HS] +=, dk and dv [B,T,NKV,HS] += (summed over the query heads of each group).
 // Uses one [T,T] scratch buffer of its own (two with dropout). With dropout (the forward's p and
 // key): dV += (P o M / (1-p))^T dO; dP = (dO V^T) o M / (1-p); dS = P o (dP - rowsum(P o dP)).
+// WINDOW is the forward's.
 template <typename F>
 void attention_backward(nd<F>* dq, nd<F>* dk, nd<F>* dv, const F* dout, const F* q, const F* k,
                         const F* v, const F* att, int B, int T, int NH, int NKV, int HS,
-                        double dropout_p = 0, const DropoutKey& key = {});
+                        double dropout_p = 0, const DropoutKey& key = {}, int window = -1);
 
 // Attention of one sequence's T new tokens, positions FIRST .. FIRST+T-1, against its key/value
 // cache: q [T,NH,HS]; k and v [FIRST+T, NKV,HS] hold the keys and values of positions 0 ..
 // FIRST+T-1 (the new tokens' included); query t attends to positions <= FIRST + t, as row FIRST+t
 // of attention_forward over the whole sequence does. out [T,NH,HS]. SCORES is scratch of
 // max(T, NH) * (FIRST+T) values (a decode step, T = 1, scores its heads at once). No dropout: this
-// is inference.
+// is inference. WINDOW as attention_forward's: query t sees positions FIRST + t - WINDOW .. FIRST + t
+// (the cache keeps them all; the older ones are only not read).
 template <typename F>
 void attention_cached_forward(F* out, const F* q, const F* k, const F* v, int T, int first, int NH, int NKV, int HS,
-                              F* scores);
+                              F* scores, int window = -1);
 
 // ---- loss.cpp ----------------------------------------------------------------------------------
 

@@ -204,12 +204,16 @@ void dropout_apply(X* out, const X* inp, size_t n, double p, uint64_t stream_key
 // The backward takes the forward's p and stream and regenerates the mask:
 //   dV = (P o M / (1 - p))^T dO;  dP = (dO V^T) o M / (1 - p);  dS = P o (dP - rowsum(P o dP)).
 // A p outside [0, 1) throws std::invalid_argument.
+//
+// WINDOW >= 0 is a sliding window, Megatron's --window-size (WINDOW, 0), as cpu::attention_forward's:
+// query t attends to the keys t - WINDOW .. t only; -1 (the default) is full causal attention. The
+// backward takes the forward's.
 
 // out [B, T, NH, HS]; lse [B, NH, T] receives each row's log-sum-exp of the scaled scores (fp32),
 // which the backward uses to recompute the probabilities.
 template <typename X>
 void attention_forward(X* out, float* lse, const X* qkv, int B, int T, int NH, int NKV, int HS,
-                       cudaStream_t stream, double dropout_p = 0, uint64_t dropout_stream = 0);
+                       cudaStream_t stream, double dropout_p = 0, uint64_t dropout_stream = 0, int window = -1);
 
 // dqkv [B, T, (NH + 2*NKV) * HS] WRITTEN in full: dq, and dk/dv summed over the query heads of each
 // group in a fixed order. dout and out are [B, T, NH, HS]; lse is the forward's. SCRATCH holds
@@ -217,7 +221,7 @@ void attention_forward(X* out, float* lse, const X* qkv, int B, int T, int NH, i
 template <typename X>
 void attention_backward(X* dqkv, const X* dout, const X* qkv, const X* out, const float* lse,
                         int B, int T, int NH, int NKV, int HS, float* scratch, cudaStream_t stream,
-                        double dropout_p = 0, uint64_t dropout_stream = 0);
+                        double dropout_p = 0, uint64_t dropout_stream = 0, int window = -1);
 size_t attention_backward_scratch(int B, int T, int NH);
 
 // ---- kernels/cross_entropy.cu ------------------------------------------------------------------
@@ -304,11 +308,14 @@ void kv_cache_append(X* qkv, X* k_cache, X* v_cache, const int32_t* slots, const
 // SCRATCH holds cached_attention_scratch(Q, NH, NKV, HS) floats (null when that is 0), zeroed
 // before its first launch (every launch leaves the counters it holds at zero again). Head sizes:
 // those of cached_attention_supports (any even one up to 64, multiples of 4 up to 128, of 8 up to
-// 256); for multiples of 8 the caches must be 16-byte aligned.
+// 256); for multiples of 8 the caches must be 16-byte aligned. WINDOW >= 0, a sliding window as
+// attention_forward's, limits a query to the keys [positions[row] - WINDOW, positions[row]] (the
+// cache keeps the older ones: they are only not read); -1 is none.
 template <typename X>
 void cached_attention(X* out, const X* qkv, const X* k_cache, const X* v_cache, const int32_t* rows,
                       const int32_t* slots, const int32_t* positions, int Q, int NH, int NKV, int HS,
-                      int max_length, int longest, int new_keys, float* scratch, cudaStream_t stream);
+                      int max_length, int longest, int new_keys, float* scratch, cudaStream_t stream,
+                      int window = -1);
 bool cached_attention_supports(int HS);
 // Whether a launch of Q queries of at most LONGEST keys each runs the staged grid. A captured
 // decode step keeps its launches' shapes: it holds for the LONGEST its grid was chosen by only

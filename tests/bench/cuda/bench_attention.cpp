@@ -1,11 +1,13 @@
 // Times the CUDA attention (kernels/attention.cu), forward and backward, on a CUDA machine: GPT-2
-// 124M's attention shape and a Llama-8B-like one (GQA, head size 128), in bf16 and fp16, without
-// dropout and with attention dropout 0.1.
+// 124M's attention shape, a Llama-8B-like one (GQA, head size 128) and a Mistral-7B-like one of 8192
+// positions with and without its sliding window of 4096 keys (--window-size 4095,0), in bf16 and
+// fp16, without dropout and with attention dropout 0.1.
 //
 // Each figure is the median of kRuns launches, each timed alone with CUDA events, after kWarmup
 // untimed ones (module load, the first-launch costs). Inputs are random, never zeros. FLOPs count
-// the causal half of the matrix products: forward 2 * B * NH * T^2 * HS (Q K^T and P V, halved),
-// backward 2.5 times that (five products); the backward's own recomputations are not counted.
+// the causal half of the matrix products: forward 2 * B * NH * T^2 * HS (Q K^T and P V, halved;
+// with a window, 4 * B * NH * HS times the (query, key) pairs inside it), backward 2.5 times that
+// (five products); the backward's own recomputations are not counted.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -32,6 +34,16 @@ constexpr int kRuns = 30;
 struct Case {
   const char* name;
   int B, T, NH, NKV, HS;
+  int window = -1;  // the sliding window, -1 for none
+
+  // The (query, key) pairs attended to: T^2 / 2 for full causal attention (the FLOP convention
+  // above), those within the window otherwise.
+  double pairs() const {
+    if (window < 0) return double(T) * T / 2;
+    double n = 0;
+    for (int t = 0; t < T; ++t) n += std::min(t, window) + 1;
+    return n;
+  }
 };
 
 template <typename T>
@@ -68,15 +80,15 @@ void bench(const Case& c, const char* type, double dropout_p) {
 
   const double fwd_ms = median_ms([&] {
     meg::cuda::attention_forward<X>(out.get(), lse.get(), qkv.get(), c.B, c.T, c.NH, c.NKV, c.HS, 0,
-                                    dropout_p, stream);
+                                    dropout_p, stream, c.window);
   });
   const double bwd_ms = median_ms([&] {
     meg::cuda::attention_backward<X>(dqkv.get(), dout.get(), qkv.get(), out.get(), lse.get(), c.B,
-                                     c.T, c.NH, c.NKV, c.HS, scratch.get(), 0, dropout_p, stream);
+                                     c.T, c.NH, c.NKV, c.HS, scratch.get(), 0, dropout_p, stream, c.window);
   });
   MEG_CUDA_CHECK(cudaDeviceSynchronize());
 
-  const double fwd_flop = 2.0 * c.B * c.NH * double(c.T) * c.T * c.HS;
+  const double fwd_flop = 4.0 * c.B * c.NH * c.pairs() * c.HS;
   std::printf("%-14s %-5s %4.2f %-8s %9.3f %9.1f\n", c.name, type, dropout_p, "forward", fwd_ms,
               fwd_flop / (fwd_ms * 1e9));
   std::printf("%-14s %-5s %4.2f %-8s %9.3f %9.1f\n", c.name, type, dropout_p, "backward", bwd_ms,
@@ -86,7 +98,10 @@ void bench(const Case& c, const char* type, double dropout_p) {
 }  // namespace
 
 int main() {
-  const Case cases[] = {{"GPT-2 124M", 32, 1024, 12, 12, 64}, {"Llama-8B-like", 4, 2048, 32, 8, 128}};
+  const Case cases[] = {{"GPT-2 124M", 32, 1024, 12, 12, 64},
+                        {"Llama-8B-like", 4, 2048, 32, 8, 128},
+                        {"Mistral-like", 1, 8192, 32, 8, 128},
+                        {"Mistral window", 1, 8192, 32, 8, 128, 4095}};
   cudaDeviceProp prop;
   MEG_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   std::printf("%s; median of %d runs\n", prop.name, kRuns);
