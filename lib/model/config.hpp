@@ -73,6 +73,14 @@
 //   tiny-llama  demo and tests: Llama family, 2 x 64, 4 heads, 2 KV heads, ffn 176, seq 64
 //               (176 ~ Llama's 2/3 * 4C = 171 rounded up to a multiple of 16, so it splits
 //               evenly under tensor parallelism up to 16)
+//   tiny-moe    demo and tests: tiny-llama with both blocks MoE: 4 experts of ffn 64, top-2,
+//               aux_loss 1e-2, z-loss 1e-3
+//   mixtral-8x7b   Mixtral 8x7B: 32 x 4096, 32 heads, 8 KV heads, 8 experts of 14336, top-2,
+//               vocab 32000, theta 1e6, RMSNorm eps 1e-5, untied; seq 4096 (the model has 32768)
+//   qwen3-30b-a3b  Qwen3-30B-A3B: 48 x 2048, 32 heads of 128 (kv-channels), 4 KV heads,
+//               qk-layernorm, 128 experts of 768, top-8, vocab 151936, theta 1e6, eps 1e-6,
+//               untied; seq 4096 (the model has 40960); softmax after the top-k
+//               renormalises, as its norm_topk_prob
 // The tiny presets leave vocab-size 0: it comes from the tokenizer (set_vocab_from_tokenizer) or
 // --vocab-size.
 #pragma once
@@ -85,6 +93,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/layer_spec.hpp"
+#include "moe/moe_config.hpp"
 #include "ops/rope_frequencies.hpp"
 
 namespace meg {
@@ -140,6 +149,7 @@ struct ModelConfig {
   double init_std = 0.02;
   double hidden_dropout = 0.0;
   double attention_dropout = 0.0;
+  MoeConfig moe;  // the MoE layers' settings (moe/moe_config.hpp); num_experts 0: dense
 
   // The family's defaults (its features) with all sizes zero.
   static ModelConfig defaults(ModelFamily family);
@@ -160,7 +170,8 @@ struct ModelConfig {
   std::vector<double> rope_inv_freq() const;
   bool learned_positions() const { return position_embedding == PositionEmbedding::learned_absolute; }
   bool uses_rope() const { return position_embedding == PositionEmbedding::rope; }
-  // The layer sequence: hybrid_layer_pattern, or "*-" x num_layers; and its layers
+  // The layer sequence: hybrid_layer_pattern, or "*-" x num_layers with "*E" for the blocks
+  // moe-layer-freq makes MoE (when num-experts > 0); and its layers
   // (parse_layer_pattern: InputError for a pattern the models do not implement).
   std::string layer_pattern() const;
   std::vector<LayerSpec> layers() const;
@@ -207,8 +218,11 @@ struct ModelOverrides {
   std::optional<int64_t> vocab_size;
   std::optional<double> init_std;
   std::optional<int64_t> max_position_embeddings;
+  // The MoE options given (moe/moe_options.hpp), by their JSON keys: {"num-experts": 8, ...}.
+  nlohmann::ordered_json moe = nlohmann::ordered_json::object();
 
-  // The overrides by their option names, null where unset: {"num-layers": 4, "hidden-size": null, ...}.
+  // The overrides by their option names, null where unset: {"num-layers": 4, "hidden-size": null, ...},
+  // and the MoE options given.
   nlohmann::ordered_json to_json() const;
 };
 
