@@ -10,6 +10,7 @@
 #include "gradient_check.hpp"
 #include "micro_model.hpp"
 #include "test_util.hpp"
+#include "convert/hf_names.hpp"
 #include "model/cpu_layers.hpp"
 #include "model/gpt.hpp"
 #include "model/param_table.hpp"
@@ -105,7 +106,7 @@ TEST_CASE("moe layer: dropless routing equals the chosen experts weighted by the
   const LayerTensors& t = index.layer(1);
   DirectPath path(c, params, grads);
   const auto layers = make_cpu_layers<double>(c, 1, 1, 2);
-  const int N = 6, C = 16, E = 4, K = 2, Fe = 12;
+  const int N = 6, C = 16, E = 4, Fe = 12;  // top-2
   std::vector<double> x(size_t(N * C)), out(x.size());
   for (auto& v : x) v = d(rng);
   std::vector<double> acts(layers[0]->activation_size({N, 1, N}));
@@ -210,4 +211,6 @@ TEST_CASE("moe layer: one tensor-parallel rank and one pipeline stage for now", 
              ContainsSubstring("MoE layers run on one tensor-parallel rank for now"));
   CHECK_THAT(input_error_of([&] { GptModel<float> m(c, nullptr, PipelineStage{0, 2}); }),
              ContainsSubstring("MoE layers run on one pipeline stage for now"));
+  CHECK_THAT(input_error_of([&] { hf_tensor_map(c); }),
+             ContainsSubstring("Hugging Face LlamaForCausalLM has no MoE layer 'E'"));
 }
