@@ -321,10 +321,17 @@ std::vector<LayerSpec> ModelConfig::layers() const { return parse_layer_pattern(
 
 int64_t ModelConfig::num_parameters() const { return static_cast<int64_t>(table_size(gpt_parameter_table(*this))); }
 
+int64_t ModelConfig::active_parameters() const {
+  int64_t idle = 0;  // the parameters of the experts a token does not use
+  for (const ParamTensor& t : gpt_parameter_table(*this))
+    if (t.expert >= 0) idle += int64_t(t.numel) * (moe.num_experts - moe.router_topk) / moe.num_experts;
+  return num_parameters() - idle;
+}
+
 int64_t ModelConfig::flops_per_token(int64_t T) const {
   int64_t attention_layers = 0;
   for (const LayerSpec& l : layers()) attention_layers += l.kind == LayerKind::attention;
-  return 6 * num_parameters() + 12 * attention_layers * num_heads * head_size() * T;
+  return 6 * active_parameters() + 12 * attention_layers * num_heads * head_size() * T;
 }
 
 nlohmann::ordered_json ModelConfig::to_json() const {

@@ -15,8 +15,9 @@
 //   num-layers                    blocks L (a GPT block is an attention and an MLP layer)
 //   hybrid-layer-pattern          the layer sequence, one symbol a layer (model/layer_spec.hpp):
 //                                 "*" attention, "-" MLP (completing the attention before it);
-//                                 default "*-" repeated num-layers times ("M" Mamba and "E" MoE
-//                                 are refused until they are implemented)
+//                                 "E" MoE (completing it too, with num-experts); default "*-"
+//                                 repeated num-layers times, "*E" for moe-layer-freq's blocks
+//                                 ("M" Mamba is refused until it is implemented)
 //   hidden-size                   model width C
 //   num-heads                     query heads NH
 //   kv-channels                   head size HS (Megatron's name); null (default) = C / NH. The
@@ -189,7 +190,10 @@ struct ModelConfig {
   // Exact parameter count of the model as built (padded vocabulary; a tied embedding once): the
   // size of its parameter table (model/param_table.hpp).
   int64_t num_parameters() const;
-  // Training FLOPs per token at sequence length T: 6 N + 12 A C T (N from num_parameters(), A the
+  // The parameters one token uses: all but the experts it is not routed to (an MoE layer's k of
+  // its E experts); num_parameters() for a dense model.
+  int64_t active_parameters() const;
+  // Training FLOPs per token at sequence length T: 6 N + 12 A C T (N from active_parameters(), A the
   // attention layers).
   int64_t flops_per_token(int64_t seq_length) const;
 

@@ -89,4 +89,8 @@ TEST_CASE("moe config: the Mixtral and Qwen3-MoE presets have the released model
   // Mixtral-8x7B-v0.1 and Qwen3-30B-A3B as their model cards count them.
   CHECK(ModelConfig::preset("mixtral-8x7b").num_parameters() == 46702792704);
   CHECK(ModelConfig::preset("qwen3-30b-a3b").num_parameters() == 30532122624);
+  // Active: 2 of 8 and 8 of 128 experts (Mixtral's 12.9B, Qwen3's 3.3B).
+  CHECK(ModelConfig::preset("mixtral-8x7b").active_parameters() == 12879925248);
+  CHECK(ModelConfig::preset("qwen3-30b-a3b").active_parameters() == 3353032704);
+  CHECK(ModelConfig::preset("llama-8b").active_parameters() == ModelConfig::preset("llama-8b").num_parameters());
 }
