@@ -6,6 +6,7 @@
 #include "core/cli_groups.hpp"
 #include "core/error.hpp"
 #include "core/megatron_names.hpp"
+#include "moe/moe_options.hpp"
 #include "optim/lr_schedule.hpp"
 #include "parallel/comm.hpp"
 #include "train/loss_plot.hpp"
@@ -42,6 +43,7 @@ int main(int argc, char** argv) {
   app.add_option("--max-position-embeddings", ov.max_position_embeddings,
                  "Megatron's position count, checked: at least --seq-length, and equal to it with learned "
                  "positions (GPT-2)");
+  meg::cli::add_moe_options(app, ov.moe);
   app.add_option("--hidden-dropout", o.hidden_dropout,
                  "Override: dropout probability of the embedding and block outputs (default 0)");
   app.add_option("--attention-dropout", o.attention_dropout,

@@ -162,9 +162,9 @@ ModelConfig ModelConfig::defaults(ModelFamily family) {
 }
 
 const std::vector<std::string>& ModelConfig::preset_names() {
-  static const std::vector<std::string> names = {"gpt2-124m", "gpt2-355m", "gpt2-774m",
-                                                 "gpt2-1.5b", "llama-1b",  "llama-8b",
-                                                 "tiny",      "tiny-llama"};
+  static const std::vector<std::string> names = {"gpt2-124m",  "gpt2-355m",    "gpt2-774m",    "gpt2-1.5b",
+                                                 "llama-1b",   "llama-8b",     "mixtral-8x7b", "qwen3-30b-a3b",
+                                                 "tiny",       "tiny-llama",   "tiny-moe"};
   return names;
 }
 
@@ -188,9 +188,36 @@ ModelConfig ModelConfig::preset(const std::string& name) {
     c.padded_vocab_size = 0;
     return c;
   }
-  if (name == "tiny-llama") {
+  if (name == "tiny-llama" || name == "tiny-moe") {
     ModelConfig c = llama_preset(2, 64, 4, 2, 176, 0, false);
     c.seq_length = 64;
+    if (name == "tiny-moe") {
+      c.moe.num_experts = 4;
+      c.moe.ffn_hidden_size = 64;
+      c.moe.router_topk = 2;
+      c.moe.aux_loss_coeff = 1e-2;
+      c.moe.z_loss_coeff = 1e-3;
+    }
+    return c;
+  }
+  if (name == "mixtral-8x7b") {
+    ModelConfig c = llama_preset(32, 4096, 32, 8, 14336, 32000, false);
+    c.seq_length = 4096;
+    c.rope_theta = 1e6;
+    c.moe.num_experts = 8;
+    c.moe.router_topk = 2;
+    return c;
+  }
+  if (name == "qwen3-30b-a3b") {
+    ModelConfig c = llama_preset(48, 2048, 32, 4, 6144, 151936, false);
+    c.kv_channels = 128;
+    c.qk_layernorm = true;
+    c.seq_length = 4096;
+    c.rope_theta = 1e6;
+    c.norm_eps = 1e-6;
+    c.moe.num_experts = 128;
+    c.moe.ffn_hidden_size = 768;
+    c.moe.router_topk = 8;
     return c;
   }
   input_error("unknown model preset '{}' (valid: {})", name, fmt::join(preset_names(), ", "));
@@ -223,7 +250,13 @@ void ModelConfig::validate(const std::string& where) const {
     if (value <= 0) input_error("{}: {} must be positive, got {}", where, name, value);
     if (value > kMaxSize) input_error("{}: {} {} is too large (at most {})", where, name, value, kMaxSize);
   }
-  const int64_t blocks = count_blocks(parse_layer_pattern(layer_pattern(), where));
+  moe.validate(where);
+  const std::vector<LayerSpec> layer_specs = parse_layer_pattern(layer_pattern(), where);
+  const int64_t blocks = count_blocks(layer_specs);
+  for (const LayerSpec& l : layer_specs)
+    if (l.kind == LayerKind::moe && !moe.enabled())
+      input_error("{}: hybrid-layer-pattern \"{}\" has MoE layers 'E', but num-experts is 0", where,
+                  hybrid_layer_pattern);
   if (blocks != num_layers)
     input_error("{}: hybrid-layer-pattern \"{}\" has {} blocks, but num-layers is {}", where, hybrid_layer_pattern,
                 blocks, num_layers);
@@ -310,17 +343,28 @@ std::vector<double> ModelConfig::rope_inv_freq() const {
 }
 
 std::string ModelConfig::layer_pattern() const {
-  return hybrid_layer_pattern.empty() ? default_layer_pattern(num_layers) : hybrid_layer_pattern;
+  if (!hybrid_layer_pattern.empty()) return hybrid_layer_pattern;
+  if (!moe.enabled()) return default_layer_pattern(num_layers);
+  std::string pattern;
+  for (const bool is_moe : parse_layer_freq(moe.layer_freq, num_layers, "model config")) pattern += is_moe ? "*E" : "*-";
+  return pattern;
 }
 
 std::vector<LayerSpec> ModelConfig::layers() const { return parse_layer_pattern(layer_pattern(), "model config"); }
 
 int64_t ModelConfig::num_parameters() const { return static_cast<int64_t>(table_size(gpt_parameter_table(*this))); }
 
+int64_t ModelConfig::active_parameters() const {
+  int64_t idle = 0;  // the parameters of the experts a token does not use
+  for (const ParamTensor& t : gpt_parameter_table(*this))
+    if (t.expert >= 0) idle += int64_t(t.numel) * (moe.num_experts - moe.router_topk) / moe.num_experts;
+  return num_parameters() - idle;
+}
+
 int64_t ModelConfig::flops_per_token(int64_t T) const {
   int64_t attention_layers = 0;
   for (const LayerSpec& l : layers()) attention_layers += l.kind == LayerKind::attention;
-  return 6 * num_parameters() + 12 * attention_layers * num_heads * head_size() * T;
+  return 6 * active_parameters() + 12 * attention_layers * num_heads * head_size() * T;
 }
 
 nlohmann::ordered_json ModelConfig::to_json() const {
@@ -356,6 +400,7 @@ nlohmann::ordered_json ModelConfig::to_json() const {
   j["hidden-dropout"] = hidden_dropout;
   j["attention-dropout"] = attention_dropout;
   j["window-size"] = windowed() ? nlohmann::ordered_json::array({window_size, 0}) : nlohmann::ordered_json(nullptr);
+  if (moe.enabled()) moe.write_json(j);
   return j;
 }
 
@@ -365,8 +410,10 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& w
     if (key == "preset") continue;
     bool known = false;
     for (const auto& k : kKeys) known = known || k == key;
+    for (const auto& k : MoeConfig::json_keys()) known = known || k == key;
     if (!known)
-      input_error("{}: unknown key '{}' (valid: preset, {})", where, key, fmt::join(kKeys, ", "));
+      input_error("{}: unknown key '{}' (valid: preset, {}, {})", where, key, fmt::join(kKeys, ", "),
+                  fmt::join(MoeConfig::json_keys(), ", "));
   }
 
   ModelConfig c = j.contains("preset") ? preset(json_get<std::string>(j, "preset", where))
@@ -427,6 +474,7 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& w
       input_error("{}: key 'window-size': expected [L, 0] or null, got {}", where, w.dump());
     c.window_size = checked_window(w[0].get<int64_t>(), w[1].get<int64_t>(), where);
   }
+  c.moe.read_json(j, where);
 
   // The pattern, checked here to name the file; it gives num-layers when that is not given, and
   // the default pattern is stored as "" so that it follows a later num-layers.
@@ -434,7 +482,8 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& w
     const std::string pattern = json_get<std::string>(j, "hybrid-layer-pattern", where);
     const int64_t blocks = count_blocks(parse_layer_pattern(pattern, where));
     if (!has("num-layers")) c.num_layers = blocks;
-    c.hybrid_layer_pattern = pattern == default_layer_pattern(c.num_layers) ? "" : pattern;
+    c.hybrid_layer_pattern = "";
+    if (pattern != c.layer_pattern()) c.hybrid_layer_pattern = pattern;
   }
   // Derived sizes follow their base unless given (see apply_overrides).
   if (!has("num-kv-heads") && (base.num_kv_heads == 0 || base.num_kv_heads == base.num_heads))
@@ -462,6 +511,7 @@ void apply_overrides(ModelConfig& c, const ModelOverrides& o) {
   if (o.vocab_size) c.vocab_size = *o.vocab_size;
   if (o.init_std) c.init_std = *o.init_std;
   if (o.window_size) c.window_size = parse_window_size(*o.window_size, "--window-size");
+  c.moe.read_json(o.moe, "command line");
 
   if (o.num_heads && !o.num_kv_heads && base.num_kv_heads == base.num_heads)
     c.num_kv_heads = c.num_heads;
@@ -481,7 +531,7 @@ void apply_overrides(ModelConfig& c, const ModelOverrides& o) {
 }
 
 nlohmann::ordered_json ModelOverrides::to_json() const {
-  return {{"num-layers", json_or_null(num_layers)},
+  nlohmann::ordered_json j = {{"num-layers", json_or_null(num_layers)},
           {"hidden-size", json_or_null(hidden_size)},
           {"num-heads", json_or_null(num_heads)},
           {"num-kv-heads", json_or_null(num_kv_heads)},
@@ -491,6 +541,8 @@ nlohmann::ordered_json ModelOverrides::to_json() const {
           {"init-std", json_or_null(init_std)},
           {"window-size", json_or_null(window_size)},
           {"max-position-embeddings", json_or_null(max_position_embeddings)}};
+  for (const auto& [key, value] : moe.items()) j[key] = value;  // only those given
+  return j;
 }
 
 ModelConfig resolve_model_config(const std::string& preset, const std::string& config_file,

@@ -15,8 +15,9 @@
 //   num-layers                    blocks L (a GPT block is an attention and an MLP layer)
 //   hybrid-layer-pattern          the layer sequence, one symbol a layer (model/layer_spec.hpp):
 //                                 "*" attention, "-" MLP (completing the attention before it);
-//                                 default "*-" repeated num-layers times ("M" Mamba and "E" MoE
-//                                 are refused until they are implemented)
+//                                 "E" MoE (completing it too, with num-experts); default "*-"
+//                                 repeated num-layers times, "*E" for moe-layer-freq's blocks
+//                                 ("M" Mamba is refused until it is implemented)
 //   hidden-size                   model width C
 //   num-heads                     query heads NH
 //   kv-channels                   head size HS (Megatron's name); null (default) = C / NH. The
@@ -82,6 +83,14 @@
 //   tiny-llama  demo and tests: Llama family, 2 x 64, 4 heads, 2 KV heads, ffn 176, seq 64
 //               (176 ~ Llama's 2/3 * 4C = 171 rounded up to a multiple of 16, so it splits
 //               evenly under tensor parallelism up to 16)
+//   tiny-moe    demo and tests: tiny-llama with both blocks MoE: 4 experts of ffn 64, top-2,
+//               aux_loss 1e-2, z-loss 1e-3
+//   mixtral-8x7b   Mixtral 8x7B: 32 x 4096, 32 heads, 8 KV heads, 8 experts of 14336, top-2,
+//               vocab 32000, theta 1e6, RMSNorm eps 1e-5, untied; seq 4096 (the model has 32768)
+//   qwen3-30b-a3b  Qwen3-30B-A3B: 48 x 2048, 32 heads of 128 (kv-channels), 4 KV heads,
+//               qk-layernorm, 128 experts of 768, top-8, vocab 151936, theta 1e6, eps 1e-6,
+//               untied; seq 4096 (the model has 40960); softmax after the top-k
+//               renormalises, as its norm_topk_prob
 // The tiny presets leave vocab-size 0: it comes from the tokenizer (set_vocab_from_tokenizer) or
 // --vocab-size.
 #pragma once
@@ -94,6 +103,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/layer_spec.hpp"
+#include "moe/moe_config.hpp"
 #include "ops/rope_frequencies.hpp"
 
 namespace meg {
@@ -155,6 +165,7 @@ struct ModelConfig {
   double hidden_dropout = 0.0;
   double attention_dropout = 0.0;
   int64_t window_size = -1;  // window-size's L; -1: none (full causal attention)
+  MoeConfig moe;  // the MoE layers' settings (moe/moe_config.hpp); num_experts 0: dense
 
   // The family's defaults (its features) with all sizes zero.
   static ModelConfig defaults(ModelFamily family);
@@ -178,7 +189,8 @@ struct ModelConfig {
   int attention_window() const { return static_cast<int>(window_size); }
   bool learned_positions() const { return position_embedding == PositionEmbedding::learned_absolute; }
   bool uses_rope() const { return position_embedding == PositionEmbedding::rope; }
-  // The layer sequence: hybrid_layer_pattern, or "*-" x num_layers; and its layers
+  // The layer sequence: hybrid_layer_pattern, or "*-" x num_layers with "*E" for the blocks
+  // moe-layer-freq makes MoE (when num-experts > 0); and its layers
   // (parse_layer_pattern: InputError for a pattern the models do not implement).
   std::string layer_pattern() const;
   std::vector<LayerSpec> layers() const;
@@ -196,7 +208,10 @@ struct ModelConfig {
   // Exact parameter count of the model as built (padded vocabulary; a tied embedding once): the
   // size of its parameter table (model/param_table.hpp).
   int64_t num_parameters() const;
-  // Training FLOPs per token at sequence length T: 6 N + 12 A C T (N from num_parameters(), A the
+  // The parameters one token uses: all but the experts it is not routed to (an MoE layer's k of
+  // its E experts); num_parameters() for a dense model.
+  int64_t active_parameters() const;
+  // Training FLOPs per token at sequence length T: 6 N + 12 A C T (N from active_parameters(), A the
   // attention layers).
   int64_t flops_per_token(int64_t seq_length) const;
 
@@ -227,8 +242,11 @@ struct ModelOverrides {
   // Megatron's --window-size text: "L,R" (or "(L,R)", or "L" for "L,0"); parse_window_size.
   std::optional<std::string> window_size;
   std::optional<int64_t> max_position_embeddings;
+  // The MoE options given (moe/moe_options.hpp), by their JSON keys: {"num-experts": 8, ...}.
+  nlohmann::ordered_json moe = nlohmann::ordered_json::object();
 
-  // The overrides by their option names, null where unset: {"num-layers": 4, "hidden-size": null, ...}.
+  // The overrides by their option names, null where unset: {"num-layers": 4, "hidden-size": null, ...},
+  // and the MoE options given.
   nlohmann::ordered_json to_json() const;
 };
 

@@ -10,6 +10,7 @@
 
 #include "core/error.hpp"
 #include "model/layer_spec.hpp"
+#include "moe/cpu_moe_layer.hpp"
 
 namespace meg {
 
@@ -153,23 +154,6 @@ void CausalAttention<F>::backward(const AttentionActs<F>& a, const AttentionGrad
 }
 
 namespace {
-
-// Hands out consecutive stretches of BASE (null: only counts them).
-template <typename F>
-class Carver {
- public:
-  explicit Carver(F* base) : base_(base) {}
-  F* take(size_t n) {
-    F* p = base_ ? base_ + used_ : nullptr;
-    used_ += n;
-    return p;
-  }
-  size_t used() const { return used_; }
-
- private:
-  F* base_;
-  size_t used_ = 0;
-};
 
 // A layer whose activations and backward scratch are structs of pointers (ACTS, GRADS) carved out
 // of the model's buffers: their sizes are those of the carving.
@@ -392,6 +376,7 @@ std::map<char, CpuFactories>& cpu_registry() {
   static std::map<char, CpuFactories> kinds = {
       {LayerKind::attention, {make<CpuAttentionLayer, float>, make<CpuAttentionLayer, double>}},
       {LayerKind::mlp, {make<CpuMlpLayer, float>, make<CpuMlpLayer, double>}},
+      {LayerKind::moe, {make_cpu_moe_layer<float>, make_cpu_moe_layer<double>}},
   };
   return kinds;
 }

@@ -131,6 +131,31 @@ class CpuTrainingPath : public CpuLayerPath<F> {
   ~CpuTrainingPath() = default;
 };
 
+// Hands out consecutive stretches of BASE (null: only counts them).
+template <typename F>
+class Carver {
+ public:
+  explicit Carver(F* base) : base_(base) {}
+  F* take(size_t n) {
+    F* p = base_ ? base_ + used_ : nullptr;
+    used_ += n;
+    return p;
+  }
+  size_t used() const { return used_; }
+
+ private:
+  F* base_;
+  size_t used_ = 0;
+};
+
+// The auxiliary losses of the MoE layers' last training forwards (moe/aux_losses.hpp), summed over
+// layers: the values Megatron logs (without their coefficients) and the weighted sum whose gradient
+// the backwards add (what a gradient check adds to the model loss).
+struct AuxiliaryLosses {
+  double load_balancing_loss = 0, z_loss = 0, weighted = 0;
+  int64_t moe_layers = 0;
+};
+
 // One layer kind's implementation for a model (made for its config and tensor-parallel size).
 template <typename F>
 class CpuLayer {
@@ -149,6 +174,8 @@ class CpuLayer {
   // and the gradients of the layer's tensors accumulate.
   virtual void backward(CpuTrainingPath<F>& path, const LayerPlace& at, const CpuRows& rows, F* acts,
                         F* scratch, const F* x, F* dres) const = 0;
+  // Adds the layer's auxiliary losses of its last training forward (none but MoE layers').
+  virtual void add_auxiliary_losses(AuxiliaryLosses& /*sum*/) const {}
 };
 
 // The registry of the kinds' CPU implementations, by symbol: factories of a kind's layer for a

@@ -45,6 +45,8 @@ GptModel<F>::GptModel(const ModelConfig& config, Comm* tp, PipelineStage stage, 
     specs_.push_back(specs[size_t(l)]);
     layer_tensors_.push_back(index.layer(l));
   }
+  if (config_.moe.enabled() && stage_.stages > 1)
+    input_error("model config: MoE layers run on one pipeline stage for now, not {}", stage_.stages);
   layers_ = make_cpu_layers<F>(config_, tp_size(), first_layer, end_layer);
   num_parameters_ = tensors_.empty() ? 0 : tensors_.back().offset + tensors_.back().numel;
   if (!params) {
@@ -65,6 +67,13 @@ const ParamTensor& GptModel<F>::tensor(const std::string& name) const {
 template <typename F>
 void GptModel<F>::init(uint64_t seed) {
   gpt_init_local(config_, tensors_, tp_size(), tp_ ? tp_->rank() : 0, seed, params_);
+}
+
+template <typename F>
+AuxiliaryLosses GptModel<F>::auxiliary_losses() const {
+  AuxiliaryLosses sum;
+  for (const auto& layer : layers_) layer->add_auxiliary_losses(sum);
+  return sum;
 }
 
 template <typename F>

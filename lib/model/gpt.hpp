@@ -137,8 +137,12 @@ class GptModel final : private CpuTrainingPath<F> {
   void set_training(bool training) { training_ = training; }
   bool training() const { return training_; }
 
+  // The MoE layers' auxiliary losses of the last training forward (model/cpu_layers.hpp), summed
+  // over this stage's layers. backward() adds the gradient of their weighted sum to the router's.
+  AuxiliaryLosses auxiliary_losses() const;
+
   // Gradient of the mean loss of the last forward (which must have had targets; std::logic_error
-  // otherwise), ACCUMULATED into grads().
+  // otherwise), ACCUMULATED into grads(), plus the MoE layers' auxiliary losses' gradients.
   void backward();
 
   // Pipeline stages. The stage's forward from its input: TOKENS on the first stage, HIDDEN [B*T, C]

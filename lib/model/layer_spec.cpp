@@ -79,23 +79,78 @@ std::vector<ParamTensor> mlp_tensors(const ModelConfig& c, const std::string& pr
   return out;
 }
 
+// An MoE layer (moe/cpu_moe_layer.hpp): the MLP's norm, the router, the experts in Megatron's
+// SequentialMLP names (each role's experts back to back: all fc1 weights, then their biases, ...),
+// then the shared experts.
+std::vector<ParamTensor> moe_tensors(const ModelConfig& c, const std::string& pre) {
+  using enum TensorRole;
+  const MoeConfig& moe = c.moe;
+  const int64_t C = c.hidden_size, E = moe.num_experts, F = moe.expert_ffn(c.ffn_hidden_size);
+  const bool gated = c.activation == Activation::swiglu;
+  const auto fc1_split = [&](int64_t width) {
+    return TpSplitOf{TpSplit::column_parallel,
+                     gated ? std::vector<int64_t>{width, width} : std::vector<int64_t>{width}};
+  };
+  std::vector<ParamTensor> out;
+  add_norm_tensors(out, c, pre + "pre_mlp_layernorm", norm_weight, norm_bias);
+  out.push_back(make_param_tensor(pre + "mlp.router.weight", router_weight, {E, C}, ParamInit::normal));
+  if (moe.router_enable_expert_bias) {
+    out.push_back(make_param_tensor(pre + "mlp.router.expert_bias", router_expert_bias, {E}, ParamInit::zeros));
+  }
+  // Each linear layer's weights of all experts, then their biases.
+  const auto add_experts = [&](const char* linear, TensorRole weight, TensorRole bias, int64_t rows, int64_t cols,
+                               ParamInit init, const TpSplitOf& tp) {
+    for (const bool is_bias : {false, true}) {
+      if (is_bias && !c.use_bias) continue;
+      for (int64_t j = 0; j < E; ++j) {
+        const std::string name = fmt::format("{}mlp.experts.local_experts.{}.{}.{}", pre, j, linear,
+                                             is_bias ? "bias" : "weight");
+        if (is_bias)
+          out.push_back(make_param_tensor(name, bias, {rows}, ParamInit::zeros,
+                                          tp.split == TpSplit::column_parallel ? tp : TpSplitOf{}));
+        else
+          out.push_back(make_param_tensor(name, weight, {rows, cols}, init, tp));
+        out.back().expert = j;
+      }
+    }
+  };
+  add_experts("linear_fc1", expert_fc1_weight, expert_fc1_bias, (gated ? 2 : 1) * F, C, ParamInit::normal,
+              fc1_split(F));
+  add_experts("linear_fc2", expert_fc2_weight, expert_fc2_bias, C, F, ParamInit::normal_scaled,
+              {TpSplit::row_parallel, {F}});
+  if (moe.has_shared_experts()) {
+    const int64_t S = moe.shared_expert_intermediate_size;
+    add_linear_tensors(out, c, pre + "mlp.shared_experts.linear_fc1", shared_fc1_weight, shared_fc1_bias,
+                       (gated ? 2 : 1) * S, C, ParamInit::normal, fc1_split(S));
+    add_linear_tensors(out, c, pre + "mlp.shared_experts.linear_fc2", shared_fc2_weight, shared_fc2_bias, C, S,
+                       ParamInit::normal_scaled, {TpSplit::row_parallel, {S}});
+    if (moe.shared_expert_gate)
+      out.push_back(make_param_tensor(pre + "mlp.shared_experts.gate_weight", shared_gate_weight, {1, C},
+                                      ParamInit::normal));
+  }
+  return out;
+}
+
 // The registry, by symbol, starting with the kinds lib/ implements.
 std::map<char, LayerKind>& registry() {
   static std::map<char, LayerKind> kinds = {
       {LayerKind::attention, {LayerKind::attention, "attention", 0, attention_tensors}},
       {LayerKind::mlp, {LayerKind::mlp, "MLP", LayerKind::attention, mlp_tensors}},
+      {LayerKind::moe, {LayerKind::moe, "MoE", LayerKind::attention, moe_tensors}},
   };
   return kinds;
 }
 
-// The kind that completes the block of SYMBOL's, if any.
-const LayerKind* completer_of(char symbol) {
-  for (const auto& [s, kind] : registry())
-    if (kind.completes == symbol) return &kind;
-  return nullptr;
-}
-
 std::string describe(const LayerKind& kind) { return fmt::format("{} layer '{}'", kind.name, kind.symbol); }
+
+// The kinds that complete the block of SYMBOL's, for messages ("MLP layer '-' or MoE layer 'E'"),
+// empty for none.
+std::string completers_of(char symbol) {
+  std::string out;
+  for (const auto& [s, kind] : registry())
+    if (kind.completes == symbol) out += (out.empty() ? "" : " or ") + describe(kind);
+  return out;
+}
 
 // The registered kinds, for messages: "'*' attention, '-' MLP (after '*')".
 std::string valid_kinds() {
@@ -115,8 +170,6 @@ void register_layer_kind(LayerKind kind) {
   if (kinds.count(kind.symbol)) throw std::logic_error(fmt::format("layer kind '{}' is registered twice", kind.symbol));
   if (kind.completes && !kinds.count(kind.completes))
     throw std::logic_error(fmt::format("layer kind '{}' completes unregistered kind '{}'", kind.symbol, kind.completes));
-  if (kind.completes && completer_of(kind.completes))
-    throw std::logic_error(fmt::format("layer kind '{}' already has a kind completing it", kind.completes));
   if (!kind.tensors) throw std::logic_error(fmt::format("layer kind '{}' has no tensors", kind.symbol));
   const char symbol = kind.symbol;
   kinds.emplace(symbol, std::move(kind));
@@ -138,7 +191,7 @@ std::string default_layer_pattern(int64_t blocks) {
 std::vector<LayerSpec> parse_layer_pattern(const std::string& pattern, const std::string& where) {
   const auto& kinds = registry();
   std::vector<LayerSpec> layers;
-  const LayerKind* needed = nullptr;  // the kind the previous layer's block still needs
+  char open = 0;  // the kind whose block the previous layer opened and still needs completing
   int64_t block = -1;
   for (size_t i = 0; i < pattern.size(); ++i) {
     const char s = pattern[i];
@@ -149,21 +202,20 @@ std::vector<LayerSpec> parse_layer_pattern(const std::string& pattern, const std
     const auto it = kinds.find(s);
     if (it == kinds.end()) {
       if (s == 'M') refuse("layer kind 'M' (Mamba) is not implemented");
-      if (s == 'E') refuse("layer kind 'E' (mixture of experts) is not implemented");
       refuse(fmt::format("unknown layer symbol '{}'", s));
     }
     const LayerKind& kind = it->second;
-    if (needed && s != needed->symbol)
-      refuse(fmt::format("an {} without its {} after it", describe(layer_kind(needed->completes)), describe(*needed)));
-    if (kind.completes && !needed)
+    if (open && kind.completes != open)
+      refuse(fmt::format("an {} without its {} after it", describe(layer_kind(open)), completers_of(open)));
+    if (kind.completes && !open)
       refuse(fmt::format("an {} without its {} before it", describe(kind), describe(layer_kind(kind.completes))));
     if (!kind.completes) ++block;
-    needed = completer_of(s);
+    open = !kind.completes && !completers_of(s).empty() ? s : 0;
     layers.push_back({s, block});
   }
-  if (needed)
+  if (open)
     input_error("{}: hybrid-layer-pattern \"{}\": the last {} has no {} after it (layer kinds: {})", where, pattern,
-                describe(layer_kind(needed->completes)), describe(*needed), valid_kinds());
+                describe(layer_kind(open)), completers_of(open), valid_kinds());
   return layers;
 }
 

@@ -7,12 +7,14 @@
 //   *  attention: input norm, fused q/k/v projection, (RoPE,) causal attention, output projection,
 //      residual add
 //   -  dense MLP: pre-MLP norm, fc1 (gate and up fused for SwiGLU), activation, fc2, residual add
-// Mixture-of-experts ("E") and Mamba ("M") layers are refused by name until they are implemented.
+//   E  mixture of experts (moe/cpu_moe_layer.hpp): pre-MLP norm, router, experts, shared experts,
+//      residual add; it completes an attention layer as the MLP does (num-experts > 0)
+// Mamba ("M") layers are refused by name until they are implemented.
 //
 // Layers are numbered by block, as Megatron core's TransformerLayer names them: a GPT block is
 // "*-", an attention layer and the MLP layer that completes it, both under decoder.layers.<block>.
-// A kind that completes another (the MLP completes the attention) must follow it, and the kind it
-// completes must be followed by it; every other layer is a block of its own. The default pattern
+// A kind that completes another (the MLP or the MoE layer completes the attention) must follow it,
+// and the kind it completes must be followed by one such; every other layer is a block of its own. The default pattern
 // is "*-" repeated num-layers times; num-layers counts the blocks. Blocks are also what pipeline
 // stages share out (model/pipeline.hpp), what the dropout sites are numbered by (3 per block,
 // model/cpu_layers.hpp) and what the scaled initialisation's depth counts (model/init.hpp).
@@ -39,6 +41,18 @@
 //   decoder.layers.i.mlp.linear_fc1.bias                  [FC]              (use_bias only)
 //   decoder.layers.i.mlp.linear_fc2.weight                [C, F]
 //   decoder.layers.i.mlp.linear_fc2.bias                  [C]               (use_bias only)
+//   decoder.layers.i.pre_mlp_layernorm.weight (and .bias)  [C]               MoE layer
+//   decoder.layers.i.mlp.router.weight                    [E, C]
+//   decoder.layers.i.mlp.router.expert_bias               [E]               (moe-router-enable-expert-bias)
+//   decoder.layers.i.mlp.experts.local_experts.j.linear_fc1.weight  [FC, C] FC = Fe or 2Fe (Fe: moe-ffn-hidden-size)
+//   decoder.layers.i.mlp.experts.local_experts.j.linear_fc1.bias    [FC]    (use_bias only)
+//   decoder.layers.i.mlp.experts.local_experts.j.linear_fc2.weight  [C, Fe]
+//   decoder.layers.i.mlp.experts.local_experts.j.linear_fc2.bias    [C]     (use_bias only)
+//   decoder.layers.i.mlp.shared_experts.linear_fc1.weight [FS, C] FS = S or 2S (moe-shared-expert-intermediate-size)
+//   decoder.layers.i.mlp.shared_experts.linear_fc1.bias, .linear_fc2.weight [C, S], .linear_fc2.bias
+//   decoder.layers.i.mlp.shared_experts.gate_weight       [1, C]            (moe-shared-expert-gate)
+// (Megatron core's SequentialMLP names the experts so; all experts' fc1 weights lie back to back,
+// then their biases, then the fc2 weights and biases.)
 //   decoder.final_layernorm.weight                        [C]
 //   decoder.final_layernorm.bias                          [C]               (layernorm only)
 //   output_layer.weight                                   [Vp, C]           (untied only)
@@ -62,11 +76,12 @@ struct LayerKind {
   // The symbols of the kinds lib/ registers.
   static constexpr char attention = '*';
   static constexpr char mlp = '-';
+  static constexpr char moe = 'E';
 
   char symbol = 0;   // its symbol in the layer pattern
   std::string name;  // for messages: "attention", "MLP"
-  // The symbol of the kind whose block this one completes ('-' completes '*'), or 0 for a kind
-  // that opens a block.
+  // The symbol of the kind whose block this one completes ('-' and 'E' complete '*'), or 0 for a
+  // kind that opens a block.
   char completes = 0;
   // The tensors of one such layer whose names start with PREFIX ("decoder.layers.<block>."), in
   // storage order, with everything but their offsets and layer index (param_table.cpp numbers

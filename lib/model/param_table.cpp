@@ -36,6 +36,11 @@ TensorIndex::TensorIndex(const ModelConfig& config, const std::vector<ParamTenso
                              ", which the model's layer pattern lacks");
     LayerTensors& layer = t.layer == kNoLayer ? outside_ : layers_[static_cast<size_t>(t.layer)];
     size_t& slot = layer.offsets[static_cast<size_t>(t.role)];
+    if (t.expert > 0) {
+      if (slot == kAbsentTensor || slot + size_t(t.expert) * t.numel != t.offset)
+        throw std::logic_error("TensorIndex: " + t.name + " does not follow its layer's expert 0");
+      continue;
+    }
     if (slot != kAbsentTensor) throw std::logic_error("TensorIndex: " + t.name + " repeats a role of its layer");
     slot = t.offset;
   }

@@ -36,6 +36,17 @@ enum class TensorRole {
   fc1_bias,
   fc2_weight,           // [C, F]
   fc2_bias,
+  router_weight,        // [E, C]: an MoE layer's router (moe/router.hpp)
+  router_expert_bias,   // [E], moe-router-enable-expert-bias only: no gradient (moe/expert_bias.hpp)
+  expert_fc1_weight,    // [FC, C] of each expert (FC from moe-ffn-hidden-size), gate, up stacked
+  expert_fc1_bias,
+  expert_fc2_weight,    // [C, F] of each expert
+  expert_fc2_bias,
+  shared_fc1_weight,    // [FC, C]: the shared experts (moe-shared-expert-intermediate-size)
+  shared_fc1_bias,
+  shared_fc2_weight,    // [C, F]
+  shared_fc2_bias,
+  shared_gate_weight,   // [1, C], moe-shared-expert-gate only
   final_norm_weight,    // [C]
   final_norm_bias,
   output_layer_weight,  // [Vp, C], untied only
@@ -81,6 +92,10 @@ struct ParamTensor {
   // With sequence parallelism its gradient covers only this rank's rows of the residual stream
   // (norms, the position embedding), so the backends sum it over the tensor-parallel group.
   bool sequence_parallel = false;
+  // An expert's tensor (MoE layers): the expert's number in its layer, else -1. A layer's experts'
+  // tensors of one role lie back to back, so the layer finds expert j's at the offset of expert
+  // 0's plus j times its size (TensorIndex holds expert 0's).
+  int64_t expert = -1;
 };
 
 // The length of the flat array laid out by TABLE (offsets contiguous from 0).

@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -49,6 +50,9 @@ struct StepStats {
   double loss = 0;       // mean over the micro-batches
   double grad_norm = 0;  // global L2 norm before clipping
   bool skipped = false;  // fp16: the gradients overflowed; no update, the loss scale was lowered
+  // MoE models: the auxiliary losses by Megatron's names ("load_balancing_loss", "z_loss"), each
+  // the mean over the micro-batches, replicas and MoE layers, without its coefficient.
+  std::map<std::string, double> aux_losses;
 };
 
 class TrainBackend {

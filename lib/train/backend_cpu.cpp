@@ -5,6 +5,7 @@
 // pipeline stages), chunk after chunk (model/pipeline.hpp's chunks_table), which the chunks' models
 // view. The optimizer, the gradient reductions and norm, and the checkpoint shards work on them.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <memory>
 #include <span>
@@ -105,6 +106,7 @@ class CpuBackend final : public TrainBackend {
   void begin_step() override {
     std::fill(grads_.begin(), grads_.end(), 0.0f);
     loss_sum_ = 0;
+    aux_sums_ = {};
     micro_batches_ = 0;
     stash_.clear();
   }
@@ -122,6 +124,11 @@ class CpuBackend final : public TrainBackend {
     GptModel<float>& model = chunks_.front().model();
     model.set_dropout_key(seed, step, micro);
     loss_sum_ += model.forward(tokens, targets, B, T);
+    const AuxiliaryLosses aux = model.auxiliary_losses();
+    if (aux.moe_layers > 0) {
+      aux_sums_[0] += aux.load_balancing_loss / double(aux.moe_layers);
+      aux_sums_[1] += aux.z_loss / double(aux.moe_layers);
+    }
     model.backward();
   }
 
@@ -134,6 +141,11 @@ class CpuBackend final : public TrainBackend {
     if (parallel_.dp_size() > 1) parallel_.dp->all_reduce_sum(&loss_sum_, 1);
     StepStats s;
     s.loss = loss_sum_ / static_cast<double>(total);
+    if (const MoeConfig& moe = chunks_.front().model().config().moe; moe.enabled()) {
+      if (parallel_.dp_size() > 1) parallel_.dp->all_reduce_sum(aux_sums_.data(), aux_sums_.size());
+      if (moe.aux_loss_on()) s.aux_losses["load_balancing_loss"] = aux_sums_[0] / double(total);
+      if (moe.z_loss_on()) s.aux_losses["z_loss"] = aux_sums_[1] / double(total);
+    }
     std::span<float> grads = sharded() ? reduce_scatter_grads() : all_reduce_grads();
     if (total > 1) cpu::scale_inplace(grads.data(), grads.size(), 1.0f / static_cast<float>(total));
     s.grad_norm = std::sqrt(sum_squares(grads, sharded() ? shard_.begin : 0));
@@ -314,6 +326,7 @@ class CpuBackend final : public TrainBackend {
   std::vector<Stashed> stash_;               // with a pipeline: the step's micro-batches
   double loss_sum_ = 0;
   int64_t micro_batches_ = 0;
+  std::array<double, 2> aux_sums_{};  // MoE: the step's load-balancing and z-losses (StepStats)
 };
 
 }  // namespace

@@ -27,10 +27,12 @@ void RunLog::start(const nlohmann::ordered_json& settings, const std::vector<std
   recent_.assign(1, start_);
 }
 
-void RunLog::train_step(int64_t iteration, double loss, double lr, double grad_norm) {
+void RunLog::train_step(int64_t iteration, double loss, double lr, double grad_norm,
+                        const std::map<std::string, double>& aux_losses) {
   recent_.push_back(Clock::now());
   if (recent_.size() > kRecentIterations + 1) recent_.pop_front();
   loss_sum_ += loss;
+  for (const auto& [name, value] : aux_losses) aux_sums_[name] += value;
   ++window_iters_;
   if (iteration % opt_.log_interval == 0 || iteration == opt_.iters) write_train_record(iteration, lr, grad_norm);
 }
@@ -53,18 +55,21 @@ void RunLog::write_train_record(int64_t iteration, double lr, double grad_norm) 
   // Model FLOPs (6 N + 12 L C T per token) per second and GPU, Megatron's throughput figure.
   const double tflops = tps * opt_.flops_per_token / static_cast<double>(opt_.world_size) / 1e12;
 
+  std::string aux;
+  for (const auto& [name, sum] : aux_sums_) aux += fmt::format(" | {} {:.4f}", name, sum / n);
   std::string extra;
   if (device.peak_memory_bytes > 0) extra += fmt::format(" | peak mem {:.2f} GiB", double(device.peak_memory_bytes) / double(1 << 30));
   if (opt_.time_communication) extra += fmt::format(" | comm {:.1f} ms/iter", comm_ms);
-  log::info("iter {}/{} | tokens {} | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | {:.1f} ms/iter | {:.0f} tokens/s{} | "
+  log::info("iter {}/{} | tokens {} | loss {:.4f}{} | lr {:.3e} | grad norm {:.3f} | {:.1f} ms/iter | {:.0f} tokens/s{} | "
             "elapsed {} | left {}",
-            iteration, opt_.iters, consumed, loss, lr, grad_norm, ms, tps, extra,
+            iteration, opt_.iters, consumed, loss, aux, lr, grad_norm, ms, tps, extra,
             human_duration(std::chrono::duration<double>(now - start_).count()), human_duration(seconds_left(iteration)));
 
   if (metrics_.is_open()) {
     nlohmann::ordered_json line{{"iteration", iteration}, {"split", "train"}, {"consumed_tokens", consumed},
                                 {"loss", loss},           {"lr", lr},         {"grad_norm", grad_norm},
                                 {"ms_per_iter", ms},      {"tokens_per_s", tps}};
+    for (const auto& [name, sum] : aux_sums_) line[name] = sum / n;
     if (device.peak_memory_bytes > 0) line["peak_memory_bytes"] = device.peak_memory_bytes;
     if (opt_.time_communication) line["comm_ms_per_iter"] = comm_ms;
     line["model_tflops_per_gpu"] = tflops;
@@ -81,9 +86,11 @@ void RunLog::write_train_record(int64_t iteration, double lr, double grad_norm) 
                                            {"tokens-per-second", float(tps)}};
     if (device.peak_memory_bytes > 0) scalars.push_back({"mem-max-allocated-bytes", float(device.peak_memory_bytes)});
     if (opt_.time_communication) scalars.push_back({"comm-ms-per-iter", float(comm_ms)});
+    for (const auto& [name, sum] : aux_sums_) scalars.push_back({name, float(sum / n)});
     tensorboard_->add_scalars(iteration, scalars);
   }
   loss_sum_ = 0;
+  aux_sums_.clear();
   window_iters_ = 0;
   window_start_ = Clock::now();
 }

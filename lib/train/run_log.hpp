@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -60,8 +61,12 @@ class RunLog {
   // elapsed time.
   void start(const nlohmann::ordered_json& settings, const std::vector<std::string>& summary);
   // Iteration ITERATION (counted from 1) is done: its mean loss, the learning rate it used and its
-  // gradient norm. Writes a train record when the iteration ends a log interval.
-  void train_step(int64_t iteration, double loss, double lr, double grad_norm);
+  // gradient norm, and an MoE model's auxiliary losses by name (StepStats::aux_losses: each is
+  // averaged over the log interval, written after the loss in the log line, into metrics.jsonl
+  // and as TensorBoard scalars under its name, as Megatron logs them). Writes a train record when
+  // the iteration ends a log interval.
+  void train_step(int64_t iteration, double loss, double lr, double grad_norm,
+                  const std::map<std::string, double>& aux_losses = {});
   // The validation loss after ITERATION.
   void evaluation(int64_t iteration, double loss);
 
@@ -76,6 +81,7 @@ class RunLog {
   std::unique_ptr<TensorBoardWriter> tensorboard_;
   Clock::time_point start_ = Clock::now(), window_start_ = start_;
   double loss_sum_ = 0;
+  std::map<std::string, double> aux_sums_;  // the auxiliary losses' sums over the window
   int64_t window_iters_ = 0;
   std::deque<Clock::time_point> recent_;  // when each recent iteration ended, oldest first
 };

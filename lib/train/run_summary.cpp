@@ -26,7 +26,18 @@ std::string model_line(const RunFacts& f) {
                                  to_string(m.family), plural(m.num_layers, "layer", "layers"), m.hidden_size,
                                  plural(m.num_heads, "head", "heads"));
   if (m.num_kv_heads != m.num_heads) line += fmt::format(" ({} key/value)", m.num_kv_heads);
-  line += fmt::format(", ffn {}, vocab {}", m.ffn_hidden_size, m.vocab_size);
+  line += fmt::format(", ffn {}", m.ffn_hidden_size);
+  if (m.moe.enabled()) {
+    int64_t moe_layers = 0;
+    for (const LayerSpec& l : m.layers()) moe_layers += l.kind == LayerKind::moe;
+    line += fmt::format(", MoE in {} of {} blocks: {} experts of ffn {}, top-{} {}", moe_layers, m.num_layers,
+                        m.moe.num_experts, m.moe.expert_ffn(m.ffn_hidden_size), m.moe.router_topk,
+                        to_string(m.moe.score_function));
+    if (m.moe.has_shared_experts())
+      line += fmt::format(", shared ffn {}{}", m.moe.shared_expert_intermediate_size,
+                          m.moe.shared_expert_gate ? " gated" : "");
+  }
+  line += fmt::format(", vocab {}", m.vocab_size);
   if (m.padded_vocab_size != m.vocab_size) line += fmt::format(" (padded {})", m.padded_vocab_size);
   line += fmt::format(", seq {}", m.seq_length);
   if (m.windowed()) line += fmt::format(", window-size {},0", m.window_size);

@@ -253,7 +253,7 @@ RunFacts Trainer::run_facts(const RunLogOptions& log) const {
   return f;
 }
 
-double Trainer::train_step(double* grad_norm_out) {
+StepStats Trainer::train_step() {
   const int B = static_cast<int>(opt_.micro_batch), T = static_cast<int>(data_->seq_length());
   const int64_t D = layout_.dp, r = world_->coords().dp;
   const int64_t micro_batches = opt_.global_batch / (opt_.micro_batch * D);  // this rank's
@@ -275,8 +275,7 @@ double Trainer::train_step(double* grad_norm_out) {
                 s.loss, s.grad_norm);
   if (s.skipped) log::warn("iteration {}: fp16 gradients overflowed; step skipped, loss scale lowered", iteration_ + 1);
   consumed_samples_ += opt_.global_batch;
-  *grad_norm_out = s.grad_norm;
-  return s.loss;
+  return s;
 }
 
 double Trainer::evaluate() {
@@ -484,11 +483,10 @@ int Trainer::run() {
   bool stopped = false;
   while (iteration_ < opt_.iters) {
     kick();
-    double norm = 0;
     const double lr = schedule_->lr_at(iteration_);
-    const double loss = train_step(&norm);
+    const StepStats s = train_step();
     ++iteration_;
-    run_log.train_step(iteration_, loss, lr, norm);
+    run_log.train_step(iteration_, s.loss, lr, s.grad_norm, s.aux_losses);
     if (opt_.eval_interval > 0 && opt_.eval_iters > 0 && iteration_ % opt_.eval_interval == 0) {
       if (data_->num_samples(Split::kValid) == 0) {
         log::warn("{} has no validation samples: no evaluation", opt_.data);

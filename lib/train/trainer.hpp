@@ -155,7 +155,7 @@ class Trainer {
   nlohmann::ordered_json settings() const;
 
  private:
-  double train_step(double* grad_norm);
+  StepStats train_step();
   // Whether any rank asks to stop (signal, time limit): every rank must stop at the same step.
   bool any_rank(bool flag);
   double evaluate();

@@ -62,26 +62,32 @@ TEST_CASE("layer kinds: a test's kind trains: gradients match finite differences
 }
 
 TEST_CASE("layer kinds: generation over a cache gives the training model's logits", "[model][infer]") {
-  ModelConfig c = toy::toy_config();
-  c.init_std = 0.2;
-  const std::vector<float> params = init_params(c, 5);
-  GptModel<float> whole(c);
-  std::copy(params.begin(), params.end(), whole.params());
-  whole.set_training(false);
-  const int T = 8, V = int(c.vocab_size), Vp = int(c.padded_vocab_size);
-  const std::vector<int32_t> tokens = random_tokens(T, V, 3);
-  whole.forward(tokens.data(), nullptr, 1, T);
+  // A test's kind, and the MoE kind (tiny-moe), whose routing of a token is the same alone.
+  ModelConfig moe = ModelConfig::preset("tiny-moe");
+  moe.vocab_size = 100;
+  moe.pad_vocab();
+  for (ModelConfig c : {toy::toy_config(), moe}) {
+    INFO(c.layer_pattern());
+    c.init_std = 0.2;
+    const std::vector<float> params = init_params(c, 5);
+    GptModel<float> whole(c);
+    std::copy(params.begin(), params.end(), whole.params());
+    whole.set_training(false);
+    const int T = 8, V = int(c.vocab_size), Vp = int(c.padded_vocab_size);
+    const std::vector<int32_t> tokens = random_tokens(T, V, 3);
+    whole.forward(tokens.data(), nullptr, 1, T);
 
-  // A prompt of 5 tokens, then one token at a time.
-  CpuInferenceModel cached(c, params, 1, T);
-  std::vector<float> logits(static_cast<size_t>(V));
-  for (int at = 0; at < T;) {
-    const int n = at == 0 ? 5 : 1;
-    const AppendRequest r{0, std::span<const int32_t>(tokens.data() + at, size_t(n))};
-    cached.append(std::span<const AppendRequest>(&r, 1), logits.data());
-    at += n;
-    INFO("position " << at - 1);
-    CHECK(row_error(logits.data(), whole.logits() + size_t(at - 1) * Vp, V) < 1e-5);
+    // A prompt of 5 tokens, then one token at a time.
+    CpuInferenceModel cached(c, params, 1, T);
+    std::vector<float> logits(static_cast<size_t>(V));
+    for (int at = 0; at < T;) {
+      const int n = at == 0 ? 5 : 1;
+      const AppendRequest r{0, std::span<const int32_t>(tokens.data() + at, size_t(n))};
+      cached.append(std::span<const AppendRequest>(&r, 1), logits.data());
+      at += n;
+      INFO("position " << at - 1);
+      CHECK(row_error(logits.data(), whole.logits() + size_t(at - 1) * Vp, V) < 1e-5);
+    }
   }
 }
 

@@ -205,7 +205,8 @@ TEST_CASE("model config: the hybrid layer pattern", "[model]") {
     return input_error_of([&] { parse_layer_pattern(pattern, "model.json"); });
   };
   CHECK_THAT(refused("*-M-"), ContainsSubstring("layer kind 'M' (Mamba) is not implemented at position 3"));
-  CHECK_THAT(refused("*E"), ContainsSubstring("layer kind 'E' (mixture of experts) is not implemented"));
+  CHECK(parse_layer_pattern("*E", "test")[1] == LayerSpec{LayerKind::moe, 0});
+  CHECK_THAT(refused("E"), ContainsSubstring("an MoE layer 'E' without its attention layer '*' before it"));
   CHECK_THAT(refused("*-x-"), ContainsSubstring("unknown layer symbol 'x'"));
   CHECK_THAT(refused("-*"), ContainsSubstring("position 1"));
   CHECK_THAT(refused("**--"), ContainsSubstring("position 2"));
