@@ -107,8 +107,12 @@ int main(int argc, char** argv) {
       meg::log::info("training a byte-level BPE tokenizer.json of {} tokens on {} documents ({}); {} pre-tokenizer",
                      hf_train_options.vocab_size, stats.documents, meg::human_count(stats.text_bytes, "B"),
                      hf_train_options.pre_tokenizer);
-      meg::train_hf_bpe(docs, hf_train_options, output);
-      meg::log::info("wrote {}", output);
+      const auto summary = meg::train_hf_bpe(docs, hf_train_options, output);
+      meg::log::info("wrote {}: {} tokens, {} merges learned from {} distinct pieces", output, summary.vocab_size,
+                     summary.merges, summary.pieces);
+      if (summary.vocab_size < size_t(hf_train_options.vocab_size))
+        meg::log::warn("the text ran out of pairs to merge: {} tokens, not the {} asked", summary.vocab_size,
+                       hf_train_options.vocab_size);
       return 0;
     }
     if (app.count("--pre-tokenizer") > 0) meg::input_error("--pre-tokenizer applies to --train-format hf only");

@@ -80,7 +80,8 @@ using WordCounts = std::unordered_map<std::string, uint64_t>;
 std::vector<std::pair<std::string, uint64_t>> count_words(const std::vector<std::string>& documents,
                                                           const AddedTokens& added, const HfPreTokenizer& pre,
                                                           unsigned threads) {
-  const size_t chunks = std::min<size_t>(documents.size(), size_t(std::max(threads, 1u)) * 4);
+  // One chunk a thread, so that at most one table of counts a thread is alive.
+  const size_t chunks = std::min<size_t>(documents.size(), std::max(threads, 1u));
   const auto count_chunk = [&](size_t chunk) {
     WordCounts counts;
     PreTokens in, out;
@@ -112,8 +113,8 @@ std::vector<std::pair<std::string, uint64_t>> count_words(const std::vector<std:
 
 }  // namespace
 
-void train_hf_bpe(const std::vector<std::string>& documents, const HfBpeTrainOptions& options,
-                  const std::string& output) {
+HfBpeTrainSummary train_hf_bpe(const std::vector<std::string>& documents, const HfBpeTrainOptions& options,
+                               const std::string& output) {
   const std::vector<Special> specials = added_tokens_of(options);
   const size_t reserved = 256 + specials.size();
   if (options.vocab_size < 0 || size_t(options.vocab_size) < reserved)
@@ -186,6 +187,7 @@ void train_hf_bpe(const std::vector<std::string>& documents, const HfBpeTrainOpt
         {"merges", std::move(merges)}}},
   };
   write_json_file(output, tokenizer);
+  return {words.size(), bpe.merges.size(), spelled.size()};
 }
 
 }  // namespace meg

@@ -16,6 +16,7 @@
 // byte is a token, so any text encodes, and decodes back to itself; nothing is normalized.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -32,9 +33,15 @@ struct HfBpeTrainOptions {
 // The end-of-document token every trained tokenizer has (id 0).
 inline constexpr const char* kHfBpeEod = "<|endoftext|>";
 
+// What training found: the distinct pieces counted, the merges learned, the tokens in the file
+// (fewer than asked when the text ran out of pairs).
+struct HfBpeTrainSummary {
+  size_t pieces = 0, merges = 0, vocab_size = 0;
+};
+
 // Trains on DOCUMENTS and writes the tokenizer.json to OUTPUT atomically; bad options and empty
 // input are an InputError, and nothing is written.
-void train_hf_bpe(const std::vector<std::string>& documents, const HfBpeTrainOptions& options,
+HfBpeTrainSummary train_hf_bpe(const std::vector<std::string>& documents, const HfBpeTrainOptions& options,
                   const std::string& output);
 
 }  // namespace meg

@@ -77,6 +77,12 @@ for l in open('train.jsonl'): print(json.loads(l)['text'].replace('\n', ' '))" >
 meg-tokenize -q --train --train-format hf --vocab-size 400 --format text -o text.json train.txt
 roundtrip text.json test.jsonl
 
+# A text too small for the vocabulary asked: what it has, and a warning.
+printf '{"text": "ab ab abc"}\n' > tiny.jsonl
+meg-tokenize --train --train-format hf --vocab-size 1000 -o tiny.json tiny.jsonl 2> tiny.log
+grep -q "ran out of pairs to merge: 260 tokens, not the 1000 asked" tiny.log || fail "tiny corpus: $(cat tiny.log)"
+roundtrip tiny.json test.jsonl
+
 # --- The demo corpus (Debian's fortunes), all of it.
 if [ -d /usr/share/games/fortunes ]; then
   bash "$TOOLS/../../scripts/demo-corpus.sh" demo
