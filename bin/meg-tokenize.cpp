@@ -1,5 +1,5 @@
-// meg-tokenize: text or JSONL documents to a token stream; also trains SentencePiece models and
-// decodes token streams back to text.
+// meg-tokenize: text or JSONL documents to a token stream; also trains tokenizers (SentencePiece
+// models, or byte-level BPEs as tokenizer.json) and decodes token streams back to text.
 #include <unistd.h>
 
 #include <chrono>
@@ -9,6 +9,7 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/progress.hpp"
+#include "tokenizer/hf_bpe_train.hpp"
 #include "tokenizer/sentencepiece_tokenizer.hpp"
 #include "data/tokenize.hpp"
 
@@ -23,6 +24,8 @@ int main(int argc, char** argv) {
   int zstd_level = 3;
   bool train = false, decode = false;
   meg::SentencePieceTrainOptions train_options;
+  meg::HfBpeTrainOptions hf_train_options;
+  std::string train_format = "spm";
 
   app.add_option("files", inputs, "Input files (default: stdin); zstd-compressed input is detected");
   meg::cli::add_tokenizer_options(app, tokenizer_path, merges);
@@ -41,7 +44,13 @@ int main(int argc, char** argv) {
   app.add_option("--zstd-level", zstd_level, "zstd level (1-19)")->check(CLI::Range(1, 19))->capture_default_str();
   app.add_flag("--skip-bad", options.skip_bad, "Skip malformed or empty documents and count them");
   app.add_flag("--decode", decode, "Turn a token stream back into documents");
-  app.add_flag("--train", train, "Train a SentencePiece model on the documents (-o names it)");
+  app.add_flag("--train", train, "Train a tokenizer on the documents (-o names it)");
+  app.add_option("--train-format", train_format,
+                 "Training: spm (a SentencePiece model) or hf (a byte-level BPE tokenizer.json)")
+      ->check(CLI::IsMember({"spm", "hf"}))->capture_default_str();
+  app.add_option("--pre-tokenizer", hf_train_options.pre_tokenizer,
+                 "Training hf: the Split regex, llama3 or gpt2")->check(CLI::IsMember({"llama3", "gpt2"}))
+      ->capture_default_str();
   app.add_option("--vocab-size", train_options.vocab_size, "Training: vocabulary size")
       ->check(meg::cli::whole_number(1, INT32_MAX))->capture_default_str();
   app.add_option("--model-type", train_options.model_type, "Training: bpe or unigram")
@@ -81,6 +90,32 @@ int main(int argc, char** argv) {
     options.workers = meg::cli::resolve_workers(workers);
     if (train && decode) meg::input_error("--train and --decode do not go together");
 
+    if (!train && app.count("--train-format") > 0) meg::input_error("--train-format applies to --train only");
+    if (train && train_format == "hf") {
+      if (output == "-") meg::input_error("--train needs -o TOKENIZER_JSON");
+      for (const char* spm_only : {"--model-type", "--character-coverage", "--max-sentences", "--seed",
+                                   "--byte-fallback", "--remove-extra-whitespaces", "--normalization-rule-name",
+                                   "--allow-whitespace-only-pieces", "--split-digits", "--unk-id", "--bos-id",
+                                   "--eos-id", "--pad-id"})
+        if (app.count(spm_only) > 0) meg::input_error("{} applies to --train-format spm only", spm_only);
+      meg::TokenizeStats stats;
+      const auto docs = meg::read_documents(inputs, options, stats);
+      hf_train_options.vocab_size = train_options.vocab_size;
+      hf_train_options.user_defined_symbols = train_options.user_defined_symbols;
+      hf_train_options.control_symbols = train_options.control_symbols;
+      hf_train_options.threads = options.workers;
+      meg::log::info("training a byte-level BPE tokenizer.json of {} tokens on {} documents ({}); {} pre-tokenizer",
+                     hf_train_options.vocab_size, stats.documents, meg::human_count(stats.text_bytes, "B"),
+                     hf_train_options.pre_tokenizer);
+      const auto summary = meg::train_hf_bpe(docs, hf_train_options, output);
+      meg::log::info("wrote {}: {} tokens, {} merges learned from {} distinct pieces", output, summary.vocab_size,
+                     summary.merges, summary.pieces);
+      if (summary.vocab_size < size_t(hf_train_options.vocab_size))
+        meg::log::warn("the text ran out of pairs to merge: {} tokens, not the {} asked", summary.vocab_size,
+                       hf_train_options.vocab_size);
+      return 0;
+    }
+    if (app.count("--pre-tokenizer") > 0) meg::input_error("--pre-tokenizer applies to --train-format hf only");
     if (train) {
       if (output == "-") meg::input_error("--train needs -o MODEL_FILE");
       meg::TokenizeStats stats;

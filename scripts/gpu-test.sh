@@ -30,7 +30,7 @@ run sanitizer bash -c "compute-sanitizer --tool memcheck --error-exitcode 1 $bui
 run test-cpu bash -c "cd $build && ctest -L cpu --output-on-failure -j $jobs"
 # Our files and numbers in the real client, where python3 has torch and transformers.
 if python3 -c "import torch, transformers" 2>/dev/null; then
-  for check in hf-export hf-eval hf-generate hf-archs hf-tokenizer; do run "check-$check" bash "scripts/check-$check.sh" "$build"; done
+  for check in hf-export hf-eval hf-generate hf-archs hf-tokenizer hf-bpe-train; do run "check-$check" bash "scripts/check-$check.sh" "$build"; done
 fi
 [ $bench = 1 ] && run bench bash -c "bash scripts/bench-gpu.sh $build && bash scripts/bench-generate.sh $build"
 # Generation split over GPUs, where there are several.

@@ -24,6 +24,14 @@ inline std::array<uint32_t, 256> byte_level_chars() {
   return chars;
 }
 
+// BYTES spelled in the alphabet, as vocabularies and merge lists write tokens.
+inline std::string byte_level_spelling(std::string_view bytes) {
+  static const auto chars = byte_level_chars();
+  std::string out;
+  for (const char b : bytes) append_utf8(out, chars[static_cast<uint8_t>(b)]);
+  return out;
+}
+
 // The characters of the alphabet all lie below this code point.
 inline constexpr uint32_t kByteLevelCharEnd = 0x144;
 
