@@ -36,8 +36,13 @@ HfReader::HfReader(const std::string& dir, const HfImportOptions& options) : dir
   const std::string config_path = (fs::path(dir) / "config.json").string();
   config_ = model_config_from_hf(read_json_file(config_path), config_path, options.make_vocab_size_divisible_by,
                                  options.tp);
-  table_ = gpt_parameter_table(config_);
   open_files();
+  // Every layer has tensors: a config of more layers than the files hold tensors is refused before
+  // the table of its tensors is built (tens of thousands of layers would take gigabytes).
+  if (uint64_t(config_.num_layers) > weight_map_.size())
+    input_error("{}: {} layers, but {} holds only {} tensors", config_path, config_.num_layers, dir_,
+                weight_map_.size());
+  table_ = gpt_parameter_table(config_);
   locate_tensors();
 }
 
