@@ -251,6 +251,19 @@ class WordPiece final : public HfModel {
   }
 
   void tokenize(std::string_view piece, std::vector<int32_t>& out) const override {
+    WordCache& cache = WordCache::for_thread(cache_owner_);
+    if (const auto hit = cache.find(piece)) {
+      out.insert(out.end(), hit->begin(), hit->end());
+      return;
+    }
+    const size_t mark = out.size();
+    split(piece, out);
+    cache.insert(piece, std::span<const int32_t>(out).subspan(mark));
+  }
+
+ private:
+  // Greedy longest-match-first, as tokenizers' WordPiece.
+  void split(std::string_view piece, std::vector<int32_t>& out) const {
     const auto* s = reinterpret_cast<const uint8_t*>(piece.data());
     int64_t chars = 0;
     for (size_t i = 0, len; i < piece.size(); i += len) next_code_point(s, piece.size(), i, &len), ++chars;
@@ -282,10 +295,10 @@ class WordPiece final : public HfModel {
     }
   }
 
- private:
   std::string prefix_;
   int64_t max_chars_ = 100;
   int32_t unk_ = -1;
+  uint64_t cache_owner_ = WordCache::new_owner_id();
 };
 
 class WordLevel final : public HfModel {
