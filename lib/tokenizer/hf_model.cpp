@@ -1,5 +1,7 @@
 #include "tokenizer/hf_model.hpp"
 
+#include <unordered_map>
+
 #include <fmt/format.h>
 
 #include "core/error.hpp"
@@ -12,15 +14,15 @@
 namespace meg {
 
 std::optional<int32_t> HfModel::id_of(std::string_view token) const {
-  const auto it = ids_.find(std::string(token));
-  if (it == ids_.end()) return std::nullopt;
-  return it->second;
+  const int32_t id = index_.find(token);
+  if (id < 0) return std::nullopt;
+  return id;
 }
 
 void HfModel::read_vocab(const nlohmann::json& j, const std::string& where) {
   const auto it = j.find("vocab");
   if (it == j.end() || !it->is_object()) input_error("{}: \"vocab\" must be an object of token -> id", where);
-  ids_.reserve(it->size());
+  index_.reserve(it->size());
   for (const auto& [token, value] : it->items()) {
     const auto id = json_as<int32_t>(value, fmt::format("{}: vocab token {}", where, nlohmann::json(token).dump()));
     if (id < 0) input_error("{}: vocab token {} has the negative id {}", where, nlohmann::json(token).dump(), id);
@@ -28,11 +30,11 @@ void HfModel::read_vocab(const nlohmann::json& j, const std::string& where) {
       input_error("{}: vocab token {} has id {}, far past the {} tokens", where, nlohmann::json(token).dump(), id,
                   it->size());
     if (size_t(id) >= tokens_.size()) tokens_.resize(size_t(id) + 1);
-    if (!tokens_[id].empty() || ids_.count(token))
+    if (!tokens_[id].empty() || index_.find(token) >= 0)
       input_error("{}: vocab id {} is given twice (tokens {} and {})", where, id, nlohmann::json(tokens_[id]).dump(),
                   nlohmann::json(token).dump());
     tokens_[id] = token;
-    ids_.emplace(token, id);
+    index_.insert(token, id);
   }
 }
 
@@ -75,8 +77,9 @@ class Bpe final : public HfModel {
       byte_id_[b] = *id;
     }
     // The tokens as the bytes they stand for, for ignore_merges' whole-piece lookups.
-    for (const auto& [token, id] : ids_)
-      if (std::string bytes; append_byte_level_bytes(token, bytes)) byte_ids_.emplace(std::move(bytes), id);
+    for (size_t id = 0; id < tokens_.size(); ++id)
+      if (std::string bytes; !tokens_[id].empty() && append_byte_level_bytes(tokens_[id], bytes))
+        byte_ids_.insert(bytes, static_cast<int32_t>(id));
     bytes_ = true;
     split_at_space_runs_ = false;
     return true;
@@ -85,9 +88,9 @@ class Bpe final : public HfModel {
   void tokenize(std::string_view piece, std::vector<int32_t>& out) const override {
     if (piece.empty()) return;
     if (ignore_merges_) {
-      const auto& whole = bytes_ ? byte_ids_ : ids_;
-      if (const auto it = whole.find(std::string(piece)); it != whole.end()) {
-        out.push_back(it->second);
+      const TokenIndex& whole = bytes_ ? byte_ids_ : index_;
+      if (const int32_t id = whole.find(piece); id >= 0) {
+        out.push_back(id);
         return;
       }
     }
@@ -187,7 +190,7 @@ class Bpe final : public HfModel {
         if (i > 0) ch += prefix_;
         ch.append(piece.substr(i, len));
         if (i + len == piece.size()) ch += suffix_;
-        if (const auto it = ids_.find(ch); it != ids_.end()) id = it->second;
+        id = index_.find(ch);
       }
       if (id >= 0) {
         if (pending_unk >= 0) symbols.push_back(pending_unk), pending_unk = -1;
@@ -218,13 +221,14 @@ class Bpe final : public HfModel {
   }
   void index_chars() {
     char_ids_.assign(0x10000, -1);
-    for (const auto& [token, id] : ids_) {
+    for (size_t id = 0; id < tokens_.size(); ++id) {
+      const std::string& token = tokens_[id];
       size_t len = 0;
       if (token.empty()) continue;
       const uint32_t cp = next_code_point(reinterpret_cast<const uint8_t*>(token.data()), token.size(), 0, &len);
       if (len != token.size() || (cp == 0xFFFD && token != "\uFFFD")) continue;
-      if (cp < char_ids_.size()) char_ids_[cp] = id;
-      else astral_ids_.emplace(cp, id);
+      if (cp < char_ids_.size()) char_ids_[cp] = static_cast<int32_t>(id);
+      else astral_ids_.emplace(cp, static_cast<int32_t>(id));
     }
   }
 
@@ -237,7 +241,7 @@ class Bpe final : public HfModel {
   BpeMerges merges_;
   std::array<int32_t, 256> byte_token_{};  // <0xNN> of each byte (byte_fallback), -1 if absent
   std::array<int32_t, 256> byte_id_{};     // with byte input: each byte's character's token
-  std::unordered_map<std::string, int32_t> byte_ids_;  // with byte input: tokens by their bytes
+  TokenIndex byte_ids_;  // with byte input: tokens by their bytes
   uint64_t cache_owner_ = WordCache::new_owner_id();
 };
 
@@ -251,6 +255,13 @@ class WordPiece final : public HfModel {
   }
 
   void tokenize(std::string_view piece, std::vector<int32_t>& out) const override {
+    // Most words are tokens, the first match the greedy search would find (a piece of no more
+    // bytes than max_input_chars_per_word has no more characters either).
+    if (!piece.empty() && int64_t(piece.size()) <= max_chars_)
+      if (const int32_t id = index_.find(piece); id >= 0) {
+        out.push_back(id);
+        return;
+      }
     WordCache& cache = WordCache::for_thread(cache_owner_);
     if (const auto hit = cache.find(piece)) {
       out.insert(out.end(), hit->begin(), hit->end());
@@ -278,10 +289,7 @@ class WordPiece final : public HfModel {
       int32_t found = -1;
       while (start < end) {
         sub.assign(start > 0 ? prefix_ : "").append(piece.substr(start, end - start));
-        if (const auto it = ids_.find(sub); it != ids_.end()) {
-          found = it->second;
-          break;
-        }
+        if ((found = index_.find(sub)) >= 0) break;
         do --end;  // back by one character
         while (end > start && (s[end] & 0xC0) == 0x80);
       }
@@ -308,8 +316,8 @@ class WordLevel final : public HfModel {
     unk_ = required_id(json_get<std::string>(j, "unk_token", where, "<unk>"), "unk_token", where);
   }
   void tokenize(std::string_view piece, std::vector<int32_t>& out) const override {
-    const auto it = ids_.find(std::string(piece));
-    out.push_back(it == ids_.end() ? unk_ : it->second);
+    const int32_t id = index_.find(piece);
+    out.push_back(id < 0 ? unk_ : id);
   }
 
  private:

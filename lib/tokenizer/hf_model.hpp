@@ -22,10 +22,11 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "tokenizer/token_index.hpp"
 
 namespace meg {
 
@@ -50,13 +51,13 @@ class HfModel {
   static std::unique_ptr<HfModel> from_json(const nlohmann::json& j, const std::string& where);
 
  protected:
-  // Reads J's "vocab" object into tokens_ and ids_ (ids unique and non-negative).
+  // Reads J's "vocab" object into tokens_ and index_ (ids unique and non-negative).
   void read_vocab(const nlohmann::json& j, const std::string& where);
   // The id of token NAME for KEY (unk_token, say): InputError naming KEY when it is not a token.
   int32_t required_id(const std::string& name, const std::string& key, const std::string& where) const;
 
   std::vector<std::string> tokens_;
-  std::unordered_map<std::string, int32_t> ids_;
+  TokenIndex index_;  // ids by token
 };
 
 }  // namespace meg

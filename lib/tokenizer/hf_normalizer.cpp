@@ -115,9 +115,56 @@ bool is_chinese_char(uint32_t c) {
 class Bert final : public HfNormalizer {
  public:
   Bert(bool clean_text, bool chinese_chars, bool strip_accents, bool lowercase)
-      : clean_text_(clean_text), chinese_chars_(chinese_chars), strip_accents_(strip_accents), lowercase_(lowercase) {}
+      : clean_text_(clean_text), chinese_chars_(chinese_chars), strip_accents_(strip_accents), lowercase_(lowercase) {
+    for (int c = 0; c < 128; ++c) {
+      std::string one(1, static_cast<char>(c));
+      normalize_text(one);
+      ascii_[c] = one.empty() ? -1 : static_cast<int16_t>(one[0]);  // each becomes one ASCII character or none
+    }
+  }
 
+  // ASCII characters go through a table of what the steps make of each; the text between the
+  // ones that stay goes through the steps together. That is the same: every step but NFD works
+  // character by character, and NFD never reaches across an ASCII character (a starter that
+  // does not decompose).
   void apply(std::string& text) const override {
+    const auto* s = reinterpret_cast<const uint8_t*>(text.data());
+    const size_t n = text.size();
+    std::string out;
+    out.reserve(n);
+    thread_local std::string between;
+    between.clear();
+    for (size_t i = 0; i < n;) {
+      size_t end = i;
+      if (s[i] >= 0x80) {
+        while (end < n && s[end] >= 0x80) ++end;
+        between.append(text, i, end - i);
+        i = end;
+        continue;
+      }
+      while (end < n && s[end] < 0x80) ++end;
+      while (i < end && ascii_[s[i]] < 0) ++i;  // characters that go leave what is between whole
+      if (i == end) continue;
+      if (!between.empty()) {
+        normalize_text(between);
+        out += between;
+        between.clear();
+      }
+      size_t at = out.size();
+      out.resize(at + (end - i));
+      for (; i < end; ++i)
+        if (const int16_t c = ascii_[s[i]]; c >= 0) out[at++] = static_cast<char>(c);
+      out.resize(at);
+    }
+    if (!between.empty()) {
+      normalize_text(between);
+      out += between;
+    }
+    text = std::move(out);
+  }
+
+ private:
+  void normalize_text(std::string& text) const {
     if (clean_text_ || chinese_chars_) {
       std::string out;
       out.reserve(text.size());
@@ -144,8 +191,8 @@ class Bert final : public HfNormalizer {
     if (lowercase_) text = lowercase(text);
   }
 
- private:
   bool clean_text_, chinese_chars_, strip_accents_, lowercase_;
+  int16_t ascii_[128];  // what becomes of each ASCII character: one character, or -1 for none
 };
 
 }  // namespace

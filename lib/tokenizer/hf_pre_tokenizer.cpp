@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <functional>
-#include <optional>
 
 #include "core/error.hpp"
 #include "core/json_file.hpp"
@@ -58,8 +57,9 @@ void stretches_of(size_t size, const std::vector<std::pair<size_t, size_t>>& mat
   if (prev != size) out.push_back({prev, size, false});
 }
 
-// Cuts PIECE (of IN) by STRETCHES as BEHAVIOR says, into OUT: tokenizers' NormalizedString::split.
-void cut(std::string_view piece, bool first, std::vector<Stretch>& stretches, Behavior behavior, PreTokens& out) {
+// Cuts piece P by STRETCHES as BEHAVIOR says, into OUT, whose text is P's: tokenizers'
+// NormalizedString::split.
+void cut(const PreTokens::Piece& p, std::vector<Stretch>& stretches, Behavior behavior, PreTokens& out) {
   struct Part {
     size_t begin, end;
     bool drop;
@@ -98,21 +98,23 @@ void cut(std::string_view piece, bool first, std::vector<Stretch>& stretches, Be
       std::reverse(parts.begin(), parts.end());
       break;
   }
-  for (const Part& p : parts)
-    if (!p.drop && p.end > p.begin) out.add(piece.substr(p.begin, p.end - p.begin), first && p.begin == 0);
+  for (const Part& part : parts)
+    if (!part.drop && part.end > part.begin)
+      out.pieces.push_back({p.begin + static_cast<uint32_t>(part.begin), static_cast<uint32_t>(part.end - part.begin),
+                            p.first && part.begin == 0});
 }
 
 // Each character for which PREDICATE holds is a match of its own (tokenizers' Pattern for a
 // char predicate).
-void char_matches(std::string_view piece, const std::function<bool(uint32_t)>& predicate,
-                  std::vector<std::pair<size_t, size_t>>& out) {
+void char_matches(std::string_view piece, bool (*predicate)(uint32_t), std::vector<std::pair<size_t, size_t>>& out) {
   out.clear();
   const auto* s = reinterpret_cast<const uint8_t*>(piece.data());
   for (size_t i = 0, len; i < piece.size(); i += len)
     if (predicate(next_code_point(s, piece.size(), i, &len))) out.emplace_back(i, i + len);
 }
 
-// A pre-tokenizer that cuts each piece at the matches of a rule, by a behavior.
+// A pre-tokenizer that cuts each piece at the matches of a rule, by a behavior. It only cuts, so
+// its pieces are spans of the text it was given.
 class Cutter : public HfPreTokenizer {
  public:
   using Matcher = std::function<void(std::string_view, std::vector<std::pair<size_t, size_t>>&)>;
@@ -120,8 +122,8 @@ class Cutter : public HfPreTokenizer {
       : matcher_(std::move(matcher)), behavior_(behavior), invert_(invert) {}
 
   void apply(const PreTokens& in, PreTokens& out) const override {
-    out.clear();
-    out.text.reserve(in.text.size());
+    out.pieces.clear();
+    out.text = in.text;
     thread_local std::vector<std::pair<size_t, size_t>> matches;
     thread_local std::vector<Stretch> stretches;
     for (const auto& p : in.pieces) {
@@ -130,7 +132,7 @@ class Cutter : public HfPreTokenizer {
       stretches_of(piece.size(), matches, stretches);
       if (invert_)
         for (auto& s : stretches) s.match = !s.match;
-      cut(piece, p.first, stretches, behavior_, out);
+      cut(p, stretches, behavior_, out);
     }
   }
 
@@ -257,6 +259,48 @@ class Metaspace final : public HfPreTokenizer {
   bool split_;
 };
 
+// BertPreTokenizer in one pass: WhitespaceSplit, then each punctuation character a piece of its
+// own (what a Sequence of the two would do, without the second pass and copy).
+class BertPreTokenizer final : public HfPreTokenizer {
+ public:
+  BertPreTokenizer() {
+    for (uint32_t c = 0; c < 128; ++c) ascii_kind_[c] = kind_of(c);
+  }
+
+  void apply(const PreTokens& in, PreTokens& out) const override {
+    out.pieces.clear();
+    out.text = in.text;
+    for (const auto& p : in.pieces) {
+      const auto* s = reinterpret_cast<const uint8_t*>(in.text.data()) + p.begin;
+      const auto emit = [&](size_t begin, size_t end) {
+        out.pieces.push_back({p.begin + static_cast<uint32_t>(begin), static_cast<uint32_t>(end - begin),
+                              p.first && begin == 0});
+      };
+      size_t word = kNone;  // where the run of other characters began
+      for (size_t i = 0, len = 1; i < p.size; i += len) {
+        Kind kind;
+        if (s[i] < 0x80) len = 1, kind = ascii_kind_[s[i]];
+        else kind = kind_of(next_code_point(s, p.size, i, &len));
+        if (kind == Kind::other) {
+          if (word == kNone) word = i;
+          continue;
+        }
+        if (word != kNone) emit(word, i), word = kNone;
+        if (kind == Kind::punctuation) emit(i, i + len);
+      }
+      if (word != kNone) emit(word, p.size);
+    }
+  }
+
+ private:
+  enum class Kind : uint8_t { space, punctuation, other };
+  static constexpr size_t kNone = ~size_t(0);
+  static Kind kind_of(uint32_t c) {
+    return is_white_space(c) ? Kind::space : is_bert_punctuation(c) ? Kind::punctuation : Kind::other;
+  }
+  Kind ascii_kind_[128];
+};
+
 // Runs of word characters (\w: alphabetic, marks, decimal digits, connector punctuation) and runs
 // of other non-space characters, which is what `\w+|[^\w\s]+` matches.
 void word_runs(std::string_view piece, std::vector<std::pair<size_t, size_t>>& out) {
@@ -311,12 +355,7 @@ std::unique_ptr<HfPreTokenizer> HfPreTokenizer::from_json(const nlohmann::json& 
   if (type == "Metaspace") return metaspace_from_json(j, where);
   if (type == "Whitespace") return std::make_unique<Cutter>(word_runs, Behavior::removed, true);
   if (type == "WhitespaceSplit") return std::make_unique<Cutter>(chars_where(is_white_space), Behavior::removed);
-  if (type == "BertPreTokenizer") {
-    std::vector<std::unique_ptr<HfPreTokenizer>> steps;
-    steps.push_back(std::make_unique<Cutter>(chars_where(is_white_space), Behavior::removed));
-    steps.push_back(std::make_unique<Cutter>(chars_where(is_bert_punctuation), Behavior::isolated));
-    return std::make_unique<Sequence>(std::move(steps));
-  }
+  if (type == "BertPreTokenizer") return std::make_unique<BertPreTokenizer>();
   if (type == "Punctuation") {
     const Behavior behavior = j.contains("behavior") ? parse_behavior(j, where) : Behavior::isolated;
     return std::make_unique<Cutter>(chars_where(is_bert_punctuation), behavior);

@@ -4,26 +4,9 @@
 #include <cstring>
 #include <memory>
 
-#include "core/bytes.hpp"
+#include "core/hash.hpp"
 
 namespace meg {
-
-uint64_t WordCache::hash(std::string_view w) {
-  // Eight bytes at a time, multiply-xorshift mixing: words are short, so this beats a general hash.
-  uint64_t h = 0x9e3779b97f4a7c15ULL ^ (w.size() * 0xff51afd7ed558ccdULL);
-  size_t i = 0;
-  for (; i + 8 <= w.size(); i += 8) {
-    h = (h ^ load_unaligned<uint64_t>(w.data() + i)) * 0xbf58476d1ce4e5b9ULL;
-    h ^= h >> 31;
-  }
-  uint64_t tail = 0;
-  std::memcpy(&tail, w.data() + i, w.size() - i);
-  h = (h ^ tail) * 0x94d049bb133111ebULL;
-  h ^= h >> 29;
-  h *= 0xbf58476d1ce4e5b9ULL;
-  h ^= h >> 32;
-  return h | 1;
-}
 
 size_t WordCache::slot_of(std::string_view w, uint64_t h) const {
   const size_t mask = slots_.size() - 1;
@@ -36,7 +19,7 @@ size_t WordCache::slot_of(std::string_view w, uint64_t h) const {
 }
 
 std::optional<std::span<const int32_t>> WordCache::find(std::string_view word) const {
-  const Slot& s = slots_[slot_of(word, hash(word))];
+  const Slot& s = slots_[slot_of(word, short_string_hash(word))];
   if (s.hash == 0) return std::nullopt;
   return std::span<const int32_t>(ids_.data() + s.ids, s.ids_len);
 }
@@ -45,7 +28,7 @@ void WordCache::insert(std::string_view word, std::span<const int32_t> ids) {
   if (word.size() > kMaxWordBytes) return;
   if (used_ >= kMaxWords || keys_.size() + ids_.size() * 4 >= kMaxArenaBytes) clear();
   if (2 * (used_ + 1) > slots_.size()) grow();
-  const uint64_t h = hash(word);
+  const uint64_t h = short_string_hash(word);
   Slot& s = slots_[slot_of(word, h)];
   if (s.hash != 0) return;  // already there
   s = {h, uint32_t(keys_.size()), uint32_t(word.size()), uint32_t(ids_.size()), uint32_t(ids.size())};

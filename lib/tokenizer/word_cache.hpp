@@ -35,7 +35,6 @@ class WordCache {
     uint64_t hash = 0;  // 0: empty (real hashes have the low bit set)
     uint32_t key = 0, key_len = 0, ids = 0, ids_len = 0;  // offsets and lengths in the arenas
   };
-  static uint64_t hash(std::string_view word);
   size_t slot_of(std::string_view word, uint64_t h) const;  // its slot, or the empty one it would take
   void grow();
 

@@ -214,6 +214,42 @@ TEST_CASE("tokenizer.json: normalizers and pre-tokenizers of the other families"
   CHECK(encode(u, "x  ! cafe") == std::vector<int32_t>{1, 2, 3});
 }
 
+TEST_CASE("tokenizer.json: BertNormalizer, ASCII by table and the rest as a whole", "[hf_tokenizer]") {
+  TempDir dir;
+  json j;
+  j["model"] = {{"type", "WordLevel"},
+                {"vocab", {{"[UNK]", 0}, {"aeb", 1}, {"\u4e2d", 2}, {"\u00e9\u03c3x", 3}, {"\u00c9\u03a3x", 4}}},
+                {"unk_token", "[UNK]"}};
+  j["pre_tokenizer"] = {{"type", "WhitespaceSplit"}};
+  // Controls go, marks go with the accents stripped, CJK characters get spaces around them.
+  j["normalizer"] = {{"type", "BertNormalizer"}, {"lowercase", true}};
+  HfTokenizer t(write_tokenizer(dir, j));
+  CHECK(encode(t, "A\x01" "e\u0301\u0316\x7f" "B\u4e2d") == std::vector<int32_t>{1, 2});
+  // Without stripping: what surrounds a dropped control is lowercased as one text.
+  j["normalizer"] = {{"type", "BertNormalizer"}, {"lowercase", true}, {"strip_accents", false}};
+  HfTokenizer u(write_tokenizer(dir, j));
+  CHECK(encode(u, "\u00c9\x01\u03a3X") == std::vector<int32_t>{3});
+  j["normalizer"] = {{"type", "BertNormalizer"}, {"lowercase", false}, {"clean_text", true}};
+  HfTokenizer v(write_tokenizer(dir, j));
+  CHECK(encode(v, std::string("\x0b\u00c9\u03a3x\tA\x00" "E\u0301" "B", 13)) == std::vector<int32_t>{4, 0});
+}
+
+TEST_CASE("tokenizer.json: WordPiece, whole words and their subwords", "[hf_tokenizer]") {
+  TempDir dir;
+  json j;
+  j["model"] = {{"type", "WordPiece"},
+                {"vocab", {{"[UNK]", 0}, {"un", 1}, {"##aff", 2}, {"##able", 3}, {"unaffable", 4}, {"a", 5}}},
+                {"unk_token", "[UNK]"},
+                {"max_input_chars_per_word", 9}};
+  j["pre_tokenizer"] = {{"type", "BertPreTokenizer"}};
+  HfTokenizer t(write_tokenizer(dir, j));
+  CHECK(encode(t, "unaffable unaff,a unx") == std::vector<int32_t>{4, 1, 2, 0, 5, 0});
+  // A word over max_input_chars_per_word is unknown even where it is a token.
+  j["model"]["max_input_chars_per_word"] = 8;
+  HfTokenizer u(write_tokenizer(dir, j));
+  CHECK(encode(u, "unaffable un") == std::vector<int32_t>{0, 1});
+}
+
 TEST_CASE("tokenizer.json: what meg does not read is refused, naming it", "[hf_tokenizer]") {
   json j = small_tokenizer();
   json bad = j;
