@@ -25,9 +25,10 @@ fi
 logs="$fuzz_build/logs"
 mkdir -p "$logs" "$fuzz_build/crashes"
 # Inputs are written under TMPDIR, one directory per process; a target that crashes cannot remove
-# its own, so they all go to one place removed at the end.
-export TMPDIR="$fuzz_build/tmp"
-mkdir -p "$TMPDIR"
+# its own, so they all go to one place of this run, removed at the end.
+mkdir -p "$fuzz_build/tmp"
+TMPDIR=$(mktemp -d "$fuzz_build/tmp/run.XXXXXX")
+export TMPDIR
 trap 'rm -rf "$TMPDIR"' EXIT
 
 run_one() {

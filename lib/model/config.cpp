@@ -250,6 +250,11 @@ void ModelConfig::validate(const std::string& where) const {
     if (value <= 0) input_error("{}: {} must be positive, got {}", where, name, value);
     if (value > kMaxSize) input_error("{}: {} {} is too large (at most {})", where, name, value, kMaxSize);
   }
+  // The layers' table is built below, before any weights are read: a bound far past the deepest
+  // models (a few hundred layers) keeps a corrupt count from taking gigabytes first.
+  constexpr int64_t kMaxLayers = 1 << 16;
+  if (num_layers > kMaxLayers)
+    input_error("{}: num-layers {} is too large (at most {})", where, num_layers, kMaxLayers);
   moe.validate(where);
   const std::vector<LayerSpec> layer_specs = parse_layer_pattern(layer_pattern(), where);
   const int64_t blocks = count_blocks(layer_specs);

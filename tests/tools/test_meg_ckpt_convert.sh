@@ -262,6 +262,10 @@ rm -rf bad && cp -r hf bad && python3 -c "
 import json; c = json.load(open('bad/config.json')); c['n_layer'] = 49992; json.dump(c, open('bad/config.json', 'w'))"
 expect_fail 1 "bad/config.json: 49992 layers, but bad holds only [0-9]* tensors" -- convert --from hf bad --save out
 no_file out
+python3 -c "
+import json; c = json.load(open('bad/config.json')); c['n_layer'] = 42999992; json.dump(c, open('bad/config.json', 'w'))"
+expect_fail 1 "bad/config.json: num-layers 42999992 is too large \(at most 65536\)" -- convert --from hf bad --save out
+no_file out
 expect_fail 1 "--tp 3: the model's attention heads \(4\) do not divide over 3 ranks" -- \
   convert --from hf hf --save out --tp 3
 no_file out
