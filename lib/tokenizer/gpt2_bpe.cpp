@@ -197,13 +197,12 @@ void Gpt2BpeTokenizer::encode(std::string_view text, std::vector<int32_t>& out) 
   pretokenize(text, [&](std::string_view word) {
     if (word.size() == 1) {
       out.push_back(t.byte_ids[static_cast<uint8_t>(word[0])]);
-    } else if (const auto hit = cache.find(word)) {
-      out.insert(out.end(), hit->begin(), hit->end());
     } else {
-      ids.clear();
-      t.bpe(word, ids);
-      cache.insert(word, ids);  // the cache itself leaves out long words, which rarely repeat
-      out.insert(out.end(), ids.begin(), ids.end());
+      cache.encode(word, out, [&](std::vector<int32_t>& o) {
+        ids.clear();
+        t.bpe(word, ids);
+        o.insert(o.end(), ids.begin(), ids.end());
+      });
     }
   });
 }

@@ -109,21 +109,17 @@ class Bpe final : public HfModel {
   static constexpr std::string_view kSpace = "\u2581";
 
   void tokenize_word(std::string_view piece, std::vector<int32_t>& out) const {
-    WordCache& cache = WordCache::for_thread(cache_owner_);
-    if (const auto hit = cache.find(piece)) {
-      out.insert(out.end(), hit->begin(), hit->end());
-      return;
-    }
-    thread_local std::vector<int32_t> symbols;
-    symbols.clear();
-    if (bytes_) {
-      for (const char c : piece) symbols.push_back(byte_id_[static_cast<uint8_t>(c)]);
-    } else {
-      initial_symbols(piece, symbols);
-    }
-    merges_.apply(symbols);
-    cache.insert(piece, symbols);
-    out.insert(out.end(), symbols.begin(), symbols.end());
+    WordCache::for_thread(cache_owner_).encode(piece, out, [&](std::vector<int32_t>& ids) {
+      thread_local std::vector<int32_t> symbols;
+      symbols.clear();
+      if (bytes_) {
+        for (const char c : piece) symbols.push_back(byte_id_[static_cast<uint8_t>(c)]);
+      } else {
+        initial_symbols(piece, symbols);
+      }
+      merges_.apply(symbols);
+      ids.insert(ids.end(), symbols.begin(), symbols.end());
+    });
   }
 
   // Whether a piece may be cut before each run of U+2581 and its words merged one at a time, from
@@ -262,14 +258,7 @@ class WordPiece final : public HfModel {
         out.push_back(id);
         return;
       }
-    WordCache& cache = WordCache::for_thread(cache_owner_);
-    if (const auto hit = cache.find(piece)) {
-      out.insert(out.end(), hit->begin(), hit->end());
-      return;
-    }
-    const size_t mark = out.size();
-    split(piece, out);
-    cache.insert(piece, std::span<const int32_t>(out).subspan(mark));
+    WordCache::for_thread(cache_owner_).encode(piece, out, [&](std::vector<int32_t>& ids) { split(piece, ids); });
   }
 
  private:

@@ -165,15 +165,11 @@ bool SentencePieceTokenizer::encode_word_bpe(std::string_view word, std::vector<
 }
 
 void SentencePieceTokenizer::encode_cached(std::string_view word, WordCache& cache, std::vector<int32_t>& out) const {
-  if (const auto hit = cache.find(word)) {
-    out.insert(out.end(), hit->begin(), hit->end());
-    return;
-  }
   // One word per library call: its encoder grows faster than linearly with the text, so batching
   // misses together costs more than it saves.
-  const size_t start = out.size();
-  if (!encode_word_bpe(word, out)) encode_whole(word, out);
-  cache.insert(word, std::span<const int32_t>(out).subspan(start));
+  cache.encode(word, out, [&](std::vector<int32_t>& ids) {
+    if (!encode_word_bpe(word, ids)) encode_whole(word, ids);
+  });
 }
 
 void SentencePieceTokenizer::encode(std::string_view text, std::vector<int32_t>& out) const {

@@ -17,6 +17,17 @@ namespace meg {
 
 class WordCache {
  public:
+  // Appends WORD's ids to OUT: the cached ones, or else those ENCODE(OUT) appends, remembered.
+  template <typename Encode>
+  void encode(std::string_view word, std::vector<int32_t>& out, Encode&& encode) {
+    if (const auto hit = find(word)) {
+      out.insert(out.end(), hit->begin(), hit->end());
+      return;
+    }
+    const size_t start = out.size();
+    encode(out);
+    insert(word, std::span<const int32_t>(out).subspan(start));
+  }
   // Ids of WORD if cached: a view valid until the next insert().
   std::optional<std::span<const int32_t>> find(std::string_view word) const;
   // Remembers WORD's ids (words longer than kMaxWordBytes are not kept: they rarely repeat).
